@@ -1,0 +1,17 @@
+"""Datasets: file-format loaders, built-in generators, and split helpers.
+
+`load(name_or_path, format=None, **generator_options)` returns a `Graph` or a
+`TemporalGraph`. A name picks a built-in generator (`gnndist datasets` lists them); a path
+is read by the loader its extension and content point to, or the one `format` names.
+"""
+from gnndist.datasets.registry import (
+    FORMATS,
+    GENERATORS,
+    add_data_args,
+    load,
+    load_from_args,
+)
+from gnndist.datasets.split import chronological_split, new_nodes_after
+
+__all__ = ["FORMATS", "GENERATORS", "add_data_args", "load", "load_from_args",
+           "chronological_split", "new_nodes_after"]

@@ -1,0 +1,73 @@
+"""The `gnndist` command line: one subcommand per module, each with `configure` and `run`."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import Optional, Sequence
+
+from gnndist.errors import GnndistError
+
+EPILOG = """examples:
+  gnndist datasets
+  gnndist demo
+  gnndist partition synthetic-static --parts 4 --method metis --balance nodes,train --out parts/
+  gnndist partition ../shared/datasets/uci_collegemsg/CollegeMsg.txt.gz --parts 4 --method temporal --out uci4/
+  gnndist info uci4/ --json
+  gnndist train ../shared/datasets/uci_collegemsg/CollegeMsg.txt.gz --task link --model tgn --epochs 5
+  gnndist train ../shared/datasets/cora --task node --model sage --nproc 2
+"""
+
+# subcommand -> (module that implements it, one-line help)
+SUBCOMMANDS = {
+    "datasets": ("gnndist.datasets.cli", "list the built-in datasets and the file formats gnndist reads"),
+    "partition": ("gnndist.partition.cli", "split a graph into partitions written as an on-disk store"),
+    "info": ("gnndist.partition.info", "print a partition store's quality figures"),
+    "train": ("gnndist.train", "train a temporal (link) or static (node) GNN, on one or many ranks"),
+    "demo": ("gnndist.demo", "a short TGN training on built-in synthetic data"),
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argparse parser whose usage errors are one line and exit status 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="gnndist", description="Train graph neural networks on graphs too large "
+                     "for one GPU or one machine.", epilog=EPILOG,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+    for name, (module, help_) in SUBCOMMANDS.items():
+        mod = importlib.import_module(module)
+        p = sub.add_parser(name, help=help_, description=(mod.__doc__ or help_).strip(),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                       help="show full tracebacks on errors")
+        mod.configure(p)
+        p.set_defaults(run=mod.run)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of the `gnndist` console script; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.run(args) or 0)
+    except (GnndistError, OSError) as e:
+        if args.debug:
+            raise
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        print(f"gnndist {args.command}: error: {msg}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("gnndist: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,279 @@
+"""The data model: `Graph` (static, CSR) and `TemporalGraph` (time-ordered events, T-CSR)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Optional
+
+import numpy as np
+
+from gnndist.errors import GnndistError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import networkx as nx
+    import torch_geometric.data
+
+
+def _as_ids(name: str, a, num_nodes: Optional[int] = None) -> np.ndarray:
+    """`a` as an int64 array of node ids, checked to be in [0, num_nodes)."""
+    a = np.asarray(a)
+    if a.ndim != 1:
+        raise GnndistError(f"{name} must be a 1-d array, got shape {a.shape}")
+    if a.size and not np.issubdtype(a.dtype, np.integer):
+        if not np.all(np.isfinite(a)) or np.any(a != np.round(a)):
+            raise GnndistError(f"{name} must hold integer node ids")
+    a = a.astype(np.int64, copy=False)
+    if a.size and a.min() < 0:
+        raise GnndistError(f"{name} holds a negative node id ({a.min()})")
+    if num_nodes is not None and a.size and a.max() >= num_nodes:
+        raise GnndistError(f"{name} holds node id {a.max()} >= num_nodes {num_nodes}")
+    return a
+
+
+def _check_rows(name: str, a, n: int, dtype=None) -> Optional[np.ndarray]:
+    """Optional per-row array with `n` rows; float arrays must be finite."""
+    if a is None:
+        return None
+    a = np.asarray(a) if dtype is None else np.asarray(a, dtype=dtype)
+    if a.shape[0] != n:
+        raise GnndistError(f"{name} has {a.shape[0]} rows, expected {n}")
+    if np.issubdtype(a.dtype, np.floating) and not np.all(np.isfinite(a)):
+        raise GnndistError(f"{name} holds NaN or inf")
+    return a
+
+
+def csr_from_edges(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """CSR (indptr, indices, perm) with row = src; `perm` maps CSR slots to input edge positions."""
+    perm = np.argsort(src, kind="stable")
+    indptr = np.zeros(num_nodes + 1, dtype=np.int64)
+    np.cumsum(np.bincount(src, minlength=num_nodes), out=indptr[1:])
+    return indptr, dst[perm], perm
+
+
+@dataclass(eq=False)
+class Graph:
+    """A static graph in CSR form: row v lists the neighbours v aggregates from.
+
+    Optional node features `x` [N, F] (float32), labels `y` [N] (int64), and boolean split
+    masks. Undirected graphs store both directions.
+    """
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    x: Optional[np.ndarray] = None
+    y: Optional[np.ndarray] = None
+    train_mask: Optional[np.ndarray] = None
+    val_mask: Optional[np.ndarray] = None
+    test_mask: Optional[np.ndarray] = None
+
+    def __post_init__(self) -> None:
+        self.indptr = np.asarray(self.indptr, dtype=np.int64)
+        if self.indptr.ndim != 1 or self.indptr.size < 1 or self.indptr[0] != 0:
+            raise GnndistError("indptr must be a 1-d array starting at 0")
+        if np.any(np.diff(self.indptr) < 0):
+            raise GnndistError("indptr must be non-decreasing")
+        n = self.indptr.size - 1
+        self.indices = _as_ids("indices", self.indices, n)
+        if self.indices.size != self.indptr[-1]:
+            raise GnndistError(f"indices has {self.indices.size} entries, indptr says {self.indptr[-1]}")
+        self.x = _check_rows("x", self.x, n, np.float32)
+        self.y = _check_rows("y", self.y, n, np.int64)
+        for name in ("train_mask", "val_mask", "test_mask"):
+            setattr(self, name, _check_rows(name, getattr(self, name), n, bool))
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.indptr.size - 1)
+
+    @property
+    def num_edges(self) -> int:
+        """Directed CSR entries (an undirected edge counts twice)."""
+        return int(self.indices.size)
+
+    @property
+    def num_features(self) -> int:
+        return 0 if self.x is None else int(self.x.shape[1])
+
+    @property
+    def num_classes(self) -> int:
+        return 0 if self.y is None else int(self.y.max()) + 1
+
+    def degrees(self) -> np.ndarray:
+        return np.diff(self.indptr)
+
+    @classmethod
+    def from_edges(cls, src, dst, num_nodes: Optional[int] = None, undirected: bool = False,
+                   dedup: bool = False, **node_data) -> "Graph":
+        """Build from an edge list; row of each edge is `dst` (messages flow src -> dst)."""
+        src, dst = _as_ids("src", src), _as_ids("dst", dst)
+        if src.size != dst.size:
+            raise GnndistError(f"src has {src.size} entries, dst has {dst.size}")
+        if num_nodes is None:
+            num_nodes = int(max(src.max(initial=-1), dst.max(initial=-1)) + 1)
+        _as_ids("src", src, num_nodes), _as_ids("dst", dst, num_nodes)
+        if undirected:
+            src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
+        if dedup:
+            key = np.unique(dst * num_nodes + src)
+            dst, src = key // num_nodes, key % num_nodes
+        indptr, indices, _ = csr_from_edges(dst, src, num_nodes)
+        return cls(indptr, indices, **node_data)
+
+    def edges(self) -> tuple[np.ndarray, np.ndarray]:
+        """(src, dst) of every CSR entry, in CSR order (dst is the row)."""
+        dst = np.repeat(np.arange(self.num_nodes, dtype=np.int64), self.degrees())
+        return self.indices.copy(), dst
+
+    def to_pyg(self) -> "torch_geometric.data.Data":
+        import torch
+        from torch_geometric.data import Data
+
+        src, dst = self.edges()
+        data = Data(edge_index=torch.from_numpy(np.stack([src, dst])), num_nodes=self.num_nodes)
+        for name in ("x", "y", "train_mask", "val_mask", "test_mask"):
+            value = getattr(self, name)
+            if value is not None:
+                data[name] = torch.from_numpy(value)
+        return data
+
+    @classmethod
+    def from_pyg(cls, data: "torch_geometric.data.Data") -> "Graph":
+        ei = data.edge_index.cpu().numpy()
+        node_data = {name: data[name].cpu().numpy() for name in ("x", "y", "train_mask", "val_mask", "test_mask")
+                     if name in data and data[name] is not None}
+        return cls.from_edges(ei[0], ei[1], num_nodes=data.num_nodes, **node_data)
+
+    def to_networkx(self) -> "nx.DiGraph":
+        import networkx as nx
+
+        g = nx.DiGraph()
+        g.add_nodes_from(range(self.num_nodes))
+        src, dst = self.edges()
+        g.add_edges_from(zip(src.tolist(), dst.tolist()))
+        return g
+
+    @classmethod
+    def from_networkx(cls, g: "nx.Graph") -> "Graph":
+        """Nodes must be 0..N-1; an undirected networkx graph gives both directions."""
+        n = g.number_of_nodes()
+        if set(g.nodes) != set(range(n)):
+            raise GnndistError("networkx graph nodes must be the integers 0..N-1")
+        e = np.array(list(g.edges), dtype=np.int64).reshape(-1, 2)
+        return cls.from_edges(e[:, 0], e[:, 1], num_nodes=n, undirected=not g.is_directed())
+
+
+@dataclass(eq=False)
+class TemporalGraph:
+    """Timestamped interaction events `src -> dst` at time `t`, in non-decreasing time order.
+
+    `edge_feat` [E, D] float32 and `edge_label` [E] are optional. Give `sort=True` to sort
+    unsorted input (stable); otherwise unsorted times are an error.
+    """
+
+    src: np.ndarray
+    dst: np.ndarray
+    t: np.ndarray
+    edge_feat: Optional[np.ndarray] = None
+    edge_label: Optional[np.ndarray] = None
+    num_nodes: Optional[int] = None
+    sort: bool = False
+    _tcsr: Optional[tuple] = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        self.src, self.dst = _as_ids("src", self.src), _as_ids("dst", self.dst)
+        self.t = np.asarray(self.t, dtype=np.float64)
+        e = self.src.size
+        if self.dst.size != e or self.t.shape != (e,):
+            raise GnndistError(f"src, dst and t must have equal lengths, got {e}, {self.dst.size}, {self.t.size}")
+        if not np.all(np.isfinite(self.t)):
+            raise GnndistError("t holds NaN or inf")
+        if self.num_nodes is None:
+            self.num_nodes = int(max(self.src.max(initial=-1), self.dst.max(initial=-1)) + 1)
+        self.num_nodes = int(self.num_nodes)
+        _as_ids("src", self.src, self.num_nodes), _as_ids("dst", self.dst, self.num_nodes)
+        self.edge_feat = _check_rows("edge_feat", self.edge_feat, e, np.float32)
+        if self.edge_feat is not None and self.edge_feat.ndim == 1:
+            self.edge_feat = self.edge_feat[:, None]
+        self.edge_label = _check_rows("edge_label", self.edge_label, e)
+        if e and np.any(np.diff(self.t) < 0):
+            if not self.sort:
+                raise GnndistError("event times are not sorted; pass sort=True to sort them")
+            order = np.argsort(self.t, kind="stable")
+            self.src, self.dst, self.t = self.src[order], self.dst[order], self.t[order]
+            if self.edge_feat is not None:
+                self.edge_feat = self.edge_feat[order]
+            if self.edge_label is not None:
+                self.edge_label = self.edge_label[order]
+        self.sort = False
+
+    @property
+    def num_events(self) -> int:
+        return int(self.src.size)
+
+    @property
+    def edge_dim(self) -> int:
+        return 0 if self.edge_feat is None else int(self.edge_feat.shape[1])
+
+    def tcsr(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """T-CSR `(indptr, nbr, eid, ts)`, built once: each event appears in the lists of both
+        endpoints; each node's list is sorted by time (ties by event id)."""
+        if self._tcsr is None:
+            e = self.num_events
+            node = np.concatenate([self.src, self.dst])
+            nbr = np.concatenate([self.dst, self.src])
+            eid = np.concatenate([np.arange(e, dtype=np.int64)] * 2)
+            order = np.lexsort((eid, node))  # events are time-sorted, so eid order is time order
+            indptr = np.zeros(self.num_nodes + 1, dtype=np.int64)
+            np.cumsum(np.bincount(node, minlength=self.num_nodes), out=indptr[1:])
+            eid = eid[order]
+            self._tcsr = (indptr, nbr[order], eid, self.t[eid])
+        return self._tcsr
+
+    def slice(self, start: int, stop: int) -> "TemporalGraph":
+        """Events [start, stop) as a new graph with the same node count."""
+        s = slice(start, stop)
+        return TemporalGraph(self.src[s], self.dst[s], self.t[s],
+                             None if self.edge_feat is None else self.edge_feat[s],
+                             None if self.edge_label is None else self.edge_label[s],
+                             num_nodes=self.num_nodes)
+
+    def to_pyg(self) -> "torch_geometric.data.TemporalData":
+        import torch
+        from torch_geometric.data import TemporalData
+
+        kw = {}
+        if self.edge_feat is not None:
+            kw["msg"] = torch.from_numpy(self.edge_feat)
+        if self.edge_label is not None:
+            kw["y"] = torch.from_numpy(np.asarray(self.edge_label))
+        return TemporalData(src=torch.from_numpy(self.src), dst=torch.from_numpy(self.dst),
+                            t=torch.from_numpy(self.t), **kw)
+
+    @classmethod
+    def from_pyg(cls, data: "torch_geometric.data.TemporalData", num_nodes: Optional[int] = None) -> "TemporalGraph":
+        msg = getattr(data, "msg", None)
+        y = getattr(data, "y", None)
+        return cls(data.src.cpu().numpy(), data.dst.cpu().numpy(), data.t.cpu().numpy(),
+                   None if msg is None else msg.cpu().numpy(), None if y is None else y.cpu().numpy(),
+                   num_nodes=num_nodes, sort=True)
+
+    def to_networkx(self) -> "nx.MultiDiGraph":
+        """One multi-edge per event with attributes `t` and `eid`."""
+        import networkx as nx
+
+        g = nx.MultiDiGraph()
+        g.add_nodes_from(range(self.num_nodes))
+        for i, (u, v, t) in enumerate(zip(self.src.tolist(), self.dst.tolist(), self.t.tolist())):
+            g.add_edge(u, v, t=t, eid=i)
+        return g
+
+    @classmethod
+    def from_networkx(cls, g: "nx.Graph") -> "TemporalGraph":
+        """Edges need a `t` attribute; nodes must be 0..N-1."""
+        n = g.number_of_nodes()
+        if set(g.nodes) != set(range(n)):
+            raise GnndistError("networkx graph nodes must be the integers 0..N-1")
+        rows = [(u, v, d.get("t")) for u, v, d in g.edges(data=True)]
+        if any(r[2] is None for r in rows):
+            raise GnndistError("every networkx edge needs a 't' attribute")
+        a = np.array(rows, dtype=np.float64).reshape(-1, 3)
+        return cls(a[:, 0].astype(np.int64), a[:, 1].astype(np.int64), a[:, 2], num_nodes=n, sort=True)

@@ -1,0 +1,70 @@
+"""Atomic writes and checksums: a crash never leaves a half-written file or folder."""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    """Hex sha256 of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | os.PathLike, overwrite: bool = True) -> Iterator[Path]:
+    """Yield a temp folder beside `path`; on success it replaces `path` in one rename.
+
+    On an exception the temp folder is removed and any existing `path` is left untouched.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    try:
+        yield tmp
+        if path.exists():
+            if not overwrite:
+                raise FileExistsError(path)
+            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))
+            os.rename(path, old / "x")
+            os.rename(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike, mode: str = "wb") -> Iterator[Any]:
+    """Open a temp file beside `path` for writing; it replaces `path` only if the block succeeds."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
+    try:
+        with os.fdopen(fd, mode) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def write_json(path: str | os.PathLike, obj: Any) -> None:
+    """Write `obj` as indented JSON, atomically."""
+    with atomic_file(path, "w") as f:
+        json.dump(obj, f, indent=2, sort_keys=False)
+        f.write("\n")

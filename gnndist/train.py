@@ -1,0 +1,82 @@
+"""Train a GNN.
+
+  --task link: memory-based temporal GNN (tgn, jodie, apan, dyrep, tgat) on a temporal graph
+  --task node: node classification (sage, gcn, gat) on a static graph
+
+DATA is a built-in dataset name, a file or folder, or a partition store written by
+`gnndist partition`. With --nproc W > 1 it starts W local ranks (torch's elastic
+launcher); under torchrun it joins the run torchrun describes.
+"""
+from __future__ import annotations
+
+import argparse
+
+from gnndist.datasets import add_data_args
+
+TEMPORAL_MODELS = ("tgn", "jodie", "apan", "dyrep", "tgat")
+STATIC_MODELS = ("sage", "gcn", "gat")
+
+
+def _fanouts(s: str) -> list[int]:
+    try:
+        out = [int(x) for x in s.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"fanouts must be comma-separated integers, got {s!r}") from None
+    if not out or any(f < -1 or f == 0 for f in out):
+        raise argparse.ArgumentTypeError(f"each fanout must be a positive integer or -1 (all), got {s!r}")
+    return out
+
+
+def _positive(kind):
+    def parse(s: str):
+        try:
+            v = kind(s)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a {kind.__name__}, got {s!r}") from None
+        if not v > 0:
+            raise argparse.ArgumentTypeError(f"must be > 0, got {s}")
+        return v
+    return parse
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    add_data_args(p)
+    p.add_argument("--task", choices=("link", "node"), default=None,
+                   help="link prediction on temporal graphs or node classification on static ones "
+                        "(default: from the data)")
+    p.add_argument("--model", default=None,
+                   help=f"link: {'|'.join(TEMPORAL_MODELS)} (default tgn); node: {'|'.join(STATIC_MODELS)} (default sage)")
+    p.add_argument("--epochs", type=_positive(int), default=None, help="training epochs")
+    p.add_argument("--batch-size", type=_positive(int), default=None, help="global batch size (events or seed nodes)")
+    p.add_argument("--lr", type=_positive(float), default=None, help="learning rate")
+    p.add_argument("--seed", type=int, default=0, help="random seed")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cpu (gloo) or cuda (NCCL)")
+    p.add_argument("--nproc", type=_positive(int), default=1, help="local ranks to start")
+    p.add_argument("--metrics-out", default=None, metavar="FILE", help="write per-epoch and test figures as JSON")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    link = p.add_argument_group("link prediction (temporal)")
+    link.add_argument("--memory-dim", type=_positive(int), default=None, help="node memory size")
+    link.add_argument("--neg", choices=("random", "historical", "inductive"), default="random",
+                      help="negative sampling for evaluation")
+    link.add_argument("--memory", choices=("replicated", "partitioned"), default="replicated",
+                      help="how node memory is held across ranks")
+    link.add_argument("--checkpoint", default=None, metavar="DIR", help="write a checkpoint each epoch here")
+    link.add_argument("--resume", action="store_true", help="continue from the checkpoint in --checkpoint")
+    node = p.add_argument_group("node classification (static)")
+    node.add_argument("--fanouts", type=_fanouts, default=None, help="per-hop fanouts, e.g. 15,10 (-1: all)")
+    node.add_argument("--cache", choices=("none", "degree", "presample", "adaptive"), default="none",
+                      help="remote feature cache policy")
+    node.add_argument("--cache-size", type=_positive(float), default=0.1,
+                      help="cache capacity: a fraction (<= 1) of remote nodes, or bytes (> 1)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from gnndist.errors import GnndistError
+
+    if args.resume and not args.checkpoint:
+        raise GnndistError("--resume needs --checkpoint DIR")
+    if args.task == "node" or (args.model in STATIC_MODELS):
+        from gnndist.static_trainer import main
+    else:
+        from gnndist.temporal_trainer import main
+    return main(args)
