@@ -158,7 +158,7 @@ class Graph:
         if set(g.nodes) != set(range(n)):
             raise GnndistError("networkx graph nodes must be the integers 0..N-1")
         e = np.array(list(g.edges), dtype=np.int64).reshape(-1, 2)
-        return cls.from_edges(e[:, 0], e[:, 1], num_nodes=n, undirected=not g.is_directed())
+        return cls.from_edges(e[:, 0], e[:, 1], num_nodes=n, undirected=not g.is_directed(), dedup=True)
 
 
 @dataclass(eq=False)

@@ -1,0 +1,37 @@
+"""The command line: help, one-line usage errors with exit status 2."""
+import subprocess
+import sys
+
+import pytest
+
+from gnndist.cli import SUBCOMMANDS, main
+
+
+def run(*argv):
+    return subprocess.run([sys.executable, "-m", "gnndist", *argv], capture_output=True, text=True, timeout=120)
+
+
+def test_help_lists_every_subcommand():
+    p = run("--help")
+    assert p.returncode == 0
+    for name in SUBCOMMANDS:
+        assert f"\n    {name}" in p.stdout
+
+
+@pytest.mark.parametrize("argv", [
+    ["train", "synthetic-temporal", "--epochs", "0"],
+    ["train", "synthetic-temporal", "--model"],
+    ["train", "synthetic-static", "--fanouts", "15,x"],
+    ["partition"],
+    ["no-such-command"],
+])
+def test_usage_errors_are_one_line_with_status_2(argv):
+    p = run(*argv)
+    assert p.returncode == 2
+    assert len(p.stderr.strip().splitlines()) == 1 and "error:" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_resume_without_checkpoint_is_a_user_error(capsys):
+    assert main(["train", "synthetic-temporal", "--resume"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "gnndist train: error: --resume needs --checkpoint DIR"
