@@ -99,9 +99,10 @@ def all_gather_varsize(t: torch.Tensor) -> list[torch.Tensor]:
     return [o[:s] for o, s in zip(out, sizes)]
 
 
-def exchange(send: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+def exchange(send: Sequence[torch.Tensor], group: Any = None) -> list[torch.Tensor]:
     """Send `send[r]` to rank r and return what each rank sent here, in one batched
-    `all_to_all_single` (row counts exchanged first). Tensors share dtype and trailing shape."""
+    `all_to_all_single` (row counts exchanged first). Tensors share dtype and trailing shape.
+    `group`: a process group spanning all ranks (default: the default group)."""
     w = world_size()
     if len(send) != w:
         raise ValueError(f"exchange needs one tensor per rank ({w}), got {len(send)}")
@@ -110,11 +111,11 @@ def exchange(send: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     ref = send[0]
     in_sizes = torch.tensor([s.shape[0] for s in send], dtype=torch.int64, device=ref.device)
     out_sizes = torch.empty_like(in_sizes)
-    _check("all_to_all(sizes)", lambda: dist.all_to_all_single(out_sizes, in_sizes))
+    _check("all_to_all(sizes)", lambda: dist.all_to_all_single(out_sizes, in_sizes, group=group))
     in_split, out_split = in_sizes.tolist(), out_sizes.tolist()
     flat_in = torch.cat([s.reshape(s.shape[0], *ref.shape[1:]) for s in send]).contiguous()
     flat_out = torch.empty((sum(out_split), *ref.shape[1:]), dtype=ref.dtype, device=ref.device)
-    _check("all_to_all", lambda: dist.all_to_all_single(flat_out, flat_in, out_split, in_split))
+    _check("all_to_all", lambda: dist.all_to_all_single(flat_out, flat_in, out_split, in_split, group=group))
     return list(flat_out.split(out_split))
 
 
