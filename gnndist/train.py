@@ -68,6 +68,11 @@ def configure(p: argparse.ArgumentParser) -> None:
                       help="remote feature cache policy")
     node.add_argument("--cache-size", type=_positive(float), default=0.1,
                       help="cache capacity: a fraction (<= 1) of remote nodes, or bytes (> 1)")
+    node.add_argument("--eval-fanouts", type=_fanouts, default=None,
+                      help="per-hop fanouts at evaluation (default: all neighbours)")
+    node.add_argument("--hidden", type=_positive(int), default=None, help="hidden size (default per model)")
+    node.add_argument("--dropout", type=float, default=None, help="dropout rate (default per model)")
+    node.add_argument("--weight-decay", type=float, default=None, help="Adam weight decay (default 5e-4)")
 
 
 def run(args: argparse.Namespace) -> int:
