@@ -1,0 +1,177 @@
+"""Loaders for temporal edge lists (SNAP text, CSV) and gnn-benchmark .npz graphs.
+
+Temporal loaders renumber the node ids that occur to 0..N-1 in order of original id and keep
+the original ids as the graph attribute `orig_ids` (`orig_ids[new_id] == original id`).
+"""
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+import numpy as np
+
+from gnndist.datasets.text import RowCheck, check_finite, check_ids, read_table
+from gnndist.errors import GnndistError
+from gnndist.graph import Graph, TemporalGraph
+
+# CSV header names (lower case) -> column role
+_ROLES = {
+    "src": ("src", "source", "from", "u", "user", "user_id", "sender"),
+    "dst": ("dst", "destination", "target", "to", "i", "item", "item_id", "receiver"),
+    "t": ("t", "ts", "time", "timestamp", "unix_time"),
+    "label": ("label", "state_label", "y"),
+    "weight": ("weight", "rating", "feature", "w"),
+    "skip": ("", "idx", "index", "unnamed: 0"),  # row numbers (TGN's idx: a row of ml_NAME.npy)
+}
+
+
+def _temporal(src: np.ndarray, dst: np.ndarray, t: np.ndarray, edge_feat: Optional[np.ndarray] = None,
+              edge_label: Optional[np.ndarray] = None, orig_ids: Optional[np.ndarray] = None) -> TemporalGraph:
+    """A TemporalGraph with renumbered ids (`orig_ids` given: ids already renumbered)."""
+    if orig_ids is None:
+        orig_ids, inverse = np.unique(np.concatenate([src, dst]), return_inverse=True)
+        src, dst = inverse[:src.size], inverse[src.size:]
+    g = TemporalGraph(src, dst, t, edge_feat, edge_label, num_nodes=orig_ids.size, sort=True)
+    g.orig_ids = orig_ids.astype(np.int64)
+    return g
+
+
+def load_snap(path: str) -> TemporalGraph:
+    """SNAP temporal edge list: lines `src dst time`, whitespace separated, '#' comments."""
+    names = ["src", "dst", "time"]
+    check = lambda v, _: check_ids(v, (0, 1)) or check_finite(v, names)  # noqa: E731
+    _, a = read_table(path, ncols=3, check=check, what=" ".join(names))
+    return _temporal(a[:, 0].astype(np.int64), a[:, 1].astype(np.int64), a[:, 2])
+
+
+def _csv_roles(path: str, names: list[str]) -> dict[str, Optional[int]]:
+    """Column index per role, found by header name (None: no such column)."""
+    roles: dict[str, Optional[int]] = {}
+    for role, keys in _ROLES.items():
+        found = [j for j, n in enumerate(names) if n.lower() in keys]
+        if role in ("src", "dst", "t") and len(found) != 1:
+            raise GnndistError(f"{path}: header needs exactly one {role} column (one of {', '.join(keys)}), "
+                               f"found {len(found)}")
+        if role in ("label", "weight") and len(found) > 1:
+            raise GnndistError(f"{path}: header names more than one {role} column")
+        roles[role] = found[-1] if found else None
+    return roles
+
+
+def _csv_check(path: str) -> RowCheck:
+    def check(values: np.ndarray, names: Optional[list[str]]) -> Optional[tuple[int, str]]:
+        r = _csv_roles(path, names or [])
+        return check_ids(values, (r["src"], r["dst"])) or check_finite(values, names)
+    return check
+
+
+def load_csv(path: str) -> TemporalGraph:
+    """Temporal CSV with a header: JODIE (`user_id,item_id,timestamp,state_label,features...`),
+    TGN (`,u,i,ts,label,idx`, with edge features from `ml_NAME.npy` beside it when present) or
+    Bitcoin (`from,to,weight,time`: the weight becomes a 1-d edge feature, its sign the label).
+
+    Columns with other names, and columns past the header (JODIE), are edge features.
+    JODIE's `user_id`/`item_id` are separate id spaces: items are numbered after users.
+    """
+    names, a = read_table(path, sep=",", header=True, check=_csv_check(path))
+    r = _csv_roles(path, names)
+    src, dst, t = a[:, r["src"]].astype(np.int64), a[:, r["dst"]].astype(np.int64), a[:, r["t"]]
+    skip = [j for j in range(len(names)) if names[j].lower() in _ROLES["skip"]]
+    taken = {r["src"], r["dst"], r["t"], r["label"], r["weight"], *skip}
+    feat_cols = ([] if r["weight"] is None else [r["weight"]]) + [j for j in range(a.shape[1]) if j not in taken]
+    edge_feat = a[:, feat_cols].astype(np.float32) if feat_cols else None
+    edge_label = None
+    if r["label"] is not None:
+        edge_label = a[:, r["label"]].astype(np.int64)
+    elif r["weight"] is not None:
+        edge_label = (a[:, r["weight"]] > 0).astype(np.int64)
+    idx = [j for j in skip if names[j].lower() == "idx"]
+    if idx:
+        edge_feat = _tgn_edge_features(path, a[:, idx[0]].astype(np.int64), edge_feat)
+    orig_ids = None
+    if names[r["src"]].lower().startswith("user") and names[r["dst"]].lower().startswith("item"):
+        users, su = np.unique(src, return_inverse=True)
+        items, di = np.unique(dst, return_inverse=True)
+        src, dst, orig_ids = su, di + users.size, np.concatenate([users, items])
+    return _temporal(src, dst, t, edge_feat, edge_label, orig_ids)
+
+
+def _tgn_edge_features(path: str, idx: np.ndarray, edge_feat: Optional[np.ndarray]) -> Optional[np.ndarray]:
+    """Edge features of a TGN `ml_NAME.csv` from `ml_NAME.npy` (row `idx` per event), if that file exists."""
+    npy = os.path.splitext(path[:-3] if path.endswith(".gz") else path)[0] + ".npy"
+    if not os.path.isfile(npy):
+        return edge_feat
+    try:
+        table = np.load(npy, allow_pickle=False)
+    except ValueError as e:
+        raise GnndistError(f"{npy}: not a numeric .npy array: {e}") from None
+    if table.ndim != 2 or idx.max(initial=0) >= table.shape[0] or idx.min(initial=0) < 0:
+        raise GnndistError(f"{npy}: expected a 2-d array with a row for every idx in {path}, got shape {table.shape}")
+    return table[idx].astype(np.float32)
+
+
+def _npz_key(path: str, z, key: str) -> np.ndarray:
+    if key not in z.files:
+        raise GnndistError(f"{path}: missing array '{key}' (have: {', '.join(z.files)})")
+    try:
+        return z[key]
+    except ValueError as e:
+        raise GnndistError(f"{path}: array '{key}' cannot be read without pickle: {e}") from None
+
+
+def csr_to_dense(data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, shape, where: str) -> np.ndarray:
+    """A dense float32 matrix from CSR parts (duplicate entries summed, as scipy's todense)."""
+    rows, cols = csr_rows_cols(indices, indptr, shape, where)
+    if data.size != cols.size:
+        raise GnndistError(f"{where}: CSR data has {data.size} entries, indices {cols.size}")
+    out = np.zeros((int(shape[0]), int(shape[1])), dtype=np.float32)
+    np.add.at(out, (rows, cols), data.astype(np.float32))
+    return out
+
+
+def csr_rows_cols(indices: np.ndarray, indptr: np.ndarray, shape, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """Row and column of every entry of a CSR matrix, checked against `shape`."""
+    indptr, indices = np.asarray(indptr, dtype=np.int64), np.asarray(indices, dtype=np.int64)
+    n, m = (int(x) for x in shape)
+    if (indptr.ndim != 1 or indptr.size != n + 1 or indptr[0] != 0 or indptr[-1] != indices.size
+            or np.any(np.diff(indptr) < 0)):
+        raise GnndistError(f"{where}: inconsistent CSR indptr for shape ({n}, {m})")
+    if indices.size and (indices.min() < 0 or indices.max() >= m):
+        raise GnndistError(f"{where}: CSR column index out of range for shape ({n}, {m})")
+    return np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr)), indices
+
+
+def load_npz(path: str) -> Graph:
+    """gnn-benchmark .npz (Shchur et al.): adjacency and attributes as CSR parts, labels.
+
+    The adjacency is symmetrized; duplicate edges are dropped, self-loops kept once.
+    """
+    try:
+        z = np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise GnndistError(f"{path}: no such file") from None
+    except (OSError, ValueError) as e:
+        raise GnndistError(f"{path}: not a readable .npz file: {e}") from None
+    with z:
+        shape = _npz_key(path, z, "adj_shape")
+        if shape.shape != (2,) or shape[0] != shape[1]:
+            raise GnndistError(f"{path}: adj_shape must be square, got {shape.tolist()}")
+        n = int(shape[0])
+        rows, cols = csr_rows_cols(_npz_key(path, z, "adj_indices"), _npz_key(path, z, "adj_indptr"), shape,
+                                   f"{path}: adj")
+        if "attr_matrix" in z.files:
+            x = _npz_key(path, z, "attr_matrix").astype(np.float32)
+        elif "attr_data" in z.files:
+            x = csr_to_dense(z["attr_data"], _npz_key(path, z, "attr_indices"), _npz_key(path, z, "attr_indptr"),
+                             _npz_key(path, z, "attr_shape"), f"{path}: attr")
+        else:
+            x = None
+        y = _npz_key(path, z, "labels") if "labels" in z.files else None
+    if y is not None and (y.ndim != 1 or not np.issubdtype(y.dtype, np.integer)):
+        raise GnndistError(f"{path}: labels must be a 1-d integer array, got {y.dtype} {y.shape}")
+    if y is not None and y.size and y.min() < 0:
+        raise GnndistError(f"{path}: labels hold a negative class ({y.min()})")
+    if x is not None and x.shape[0] != n:
+        raise GnndistError(f"{path}: {x.shape[0]} attribute rows for {n} nodes")
+    return Graph.from_edges(rows, cols, num_nodes=n, undirected=True, dedup=True, x=x,
+                            y=None if y is None else y.astype(np.int64))

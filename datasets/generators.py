@@ -1,0 +1,152 @@
+"""Seeded synthetic graphs that scale to millions of nodes and edges (vectorized numpy).
+
+`synthetic_static`: communities = classes, power-law degrees, homophilous edges, and node
+features that say little about the class alone but much after averaging over neighbours.
+`synthetic_temporal`: interactions in bursts, each node returning to a few preferred partners
+in its community that drift over time, with edge features tied to the pair.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from gnndist.errors import GnndistError
+from gnndist.graph import Graph, TemporalGraph
+
+HOMOPHILY = 0.8  # share of static edges drawn inside the source's community
+SIGNAL = 0.2  # class-mean scale against unit noise in the static features
+SPLIT = (0.3, 0.1, 0.2)  # train / val / test shares of the static nodes (the rest unlabelled for training)
+
+
+def _positive(**kw: int) -> None:
+    for name, v in kw.items():
+        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
+            raise GnndistError(f"{name} must be a positive integer, got {v!r}")
+
+
+def _power_law_weights(rng: np.random.Generator, n: int, exponent: float = 2.2, cap: float = 1e3) -> np.ndarray:
+    """Pareto(exponent) node weights in [1, cap]: expected degrees follow a power law."""
+    return np.minimum((1.0 - rng.random(n)) ** (-1.0 / (exponent - 1.0)), cap)
+
+
+class _GroupSampler:
+    """Draws nodes with probability proportional to a weight, globally or inside one group."""
+
+    def __init__(self, group: np.ndarray, weight: np.ndarray, num_groups: int):
+        self.order = np.argsort(group, kind="stable")
+        self.cum = np.cumsum(weight[self.order])
+        bounds = np.searchsorted(group[self.order], np.arange(num_groups + 1))
+        self.lo = np.concatenate([[0.0], self.cum])[bounds[:-1]]
+        self.hi = np.concatenate([[0.0], self.cum])[bounds[1:]]
+
+    def draw(self, rng: np.random.Generator, groups: np.ndarray | None = None, size: int = 0) -> np.ndarray:
+        """One node per entry of `groups` from that group, or `size` nodes from all."""
+        if groups is None:
+            u = rng.random(size) * self.cum[-1]
+        else:
+            u = self.lo[groups] + rng.random(groups.size) * (self.hi[groups] - self.lo[groups])
+        return self.order[np.minimum(np.searchsorted(self.cum, u, side="right"), self.cum.size - 1)]
+
+
+def synthetic_static(num_nodes: int = 10_000, num_edges: int = 100_000, num_features: int = 32,
+                     num_classes: int = 8, seed: int = 0) -> Graph:
+    """Undirected node-classification graph with exactly `num_edges` distinct undirected edges
+    (no self-loops; stored both ways, so `Graph.num_edges == 2 * num_edges`)."""
+    _positive(num_nodes=num_nodes, num_edges=num_edges, num_features=num_features, num_classes=num_classes)
+    if num_classes > num_nodes:
+        raise GnndistError(f"num_classes ({num_classes}) must not exceed num_nodes ({num_nodes})")
+    if num_edges > num_nodes * (num_nodes - 1) // 4:
+        raise GnndistError(f"num_edges ({num_edges}) must be at most a quarter of all node pairs "
+                           f"({num_nodes * (num_nodes - 1) // 4}) for {num_nodes} nodes")
+    rng = np.random.default_rng(seed)
+    n = num_nodes
+    y = rng.permutation(np.arange(n) % num_classes).astype(np.int64)
+    sampler = _GroupSampler(y, _power_law_weights(rng, n), num_classes)
+    keys = np.empty(0, dtype=np.int64)
+    while keys.size < num_edges:  # draw, drop self-loops and repeats, top up until enough
+        m = int((num_edges - keys.size) * 1.1) + 16
+        src = sampler.draw(rng, size=m)
+        inside = rng.random(m) < HOMOPHILY
+        dst = sampler.draw(rng, size=m)
+        dst[inside] = sampler.draw(rng, y[src[inside]])
+        lo, hi = np.minimum(src, dst), np.maximum(src, dst)
+        keys = np.unique(np.concatenate([keys, (lo * n + hi)[lo != hi]]))
+    keys = rng.choice(keys, num_edges, replace=False) if keys.size > num_edges else keys
+    means = rng.standard_normal((num_classes, num_features), dtype=np.float32) * np.float32(SIGNAL)
+    x = rng.standard_normal((n, num_features), dtype=np.float32)
+    x += means[y]
+    split = rng.random(n)
+    bounds = np.cumsum(SPLIT)
+    return Graph.from_edges(keys // n, keys % n, num_nodes=n, undirected=True, x=x, y=y,
+                            train_mask=split < bounds[0], val_mask=(split >= bounds[0]) & (split < bounds[1]),
+                            test_mask=(split >= bounds[1]) & (split < bounds[2]))
+
+
+def _mix(*parts: np.ndarray) -> np.ndarray:
+    """A 64-bit hash of integer arrays (splitmix64 finalizer over a combination)."""
+    h = np.zeros(np.broadcast(*parts).shape, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for p in parts:
+            h = (h ^ np.asarray(p).astype(np.uint64)) * np.uint64(0x9E3779B97F4A7C15)
+            h ^= h >> np.uint64(31)
+            h = h * np.uint64(0xBF58476D1CE4E5B9)
+            h ^= h >> np.uint64(29)
+    return h
+
+
+def synthetic_temporal(num_nodes: int = 1_000, num_events: int = 20_000, edge_dim: int = 8,
+                       seed: int = 0) -> TemporalGraph:
+    """Temporal interaction graph with exactly `num_events` events over times in [0, num_events).
+
+    Nodes (power-law activity) open sessions: bursts of events at short gaps. In a session a node
+    mostly messages one of its K preferred partners (drawn from its community, each replaced
+    at its own pace over time), sometimes another preferred one, rarely anyone. Edge features
+    are a mix of the two endpoints' fixed vectors plus noise.
+    """
+    _positive(num_nodes=num_nodes, num_events=num_events, edge_dim=edge_dim)
+    if num_nodes < 2:
+        raise GnndistError("num_nodes must be at least 2")
+    rng = np.random.default_rng(seed)
+    n, e = num_nodes, num_events
+    k_pref, mean_session = 4, 6.0
+    num_comm = max(1, int(round(np.sqrt(n) / 2)))
+    comm = rng.integers(0, num_comm, n)
+    sampler = _GroupSampler(comm, _power_law_weights(rng, n), num_comm)
+    counts = np.bincount(comm, minlength=num_comm)
+    members = np.argsort(comm, kind="stable")
+    first = np.concatenate([[0], np.cumsum(counts)])[:-1]
+    # sessions: a source node, a start time, a main partner slot, and a length (>= 1 event)
+    lengths = rng.geometric(1.0 / mean_session, size=int(e / mean_session * 1.2) + 16)
+    while lengths.sum() < e:
+        lengths = np.concatenate([lengths, rng.geometric(1.0 / mean_session, size=lengths.size)])
+    lengths = lengths[:np.searchsorted(np.cumsum(lengths), e) + 1]
+    lengths[-1] -= lengths.sum() - e
+    s = lengths.size
+    who = sampler.draw(rng, size=s)
+    start = rng.random(s) * e
+    main_slot = rng.integers(0, k_pref, s)
+    sess = np.repeat(np.arange(s), lengths)
+    offset = np.arange(e) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    gaps = rng.exponential(0.02 * mean_session, e)  # within-session gaps, far below the mean spacing 1
+    gaps[offset == 0] = 0.0
+    t = start[sess] + (np.cumsum(gaps) - np.repeat(np.cumsum(gaps)[np.cumsum(lengths) - lengths], lengths))
+    src = who[sess]
+    # partner: the session's main slot (60%), another slot (30%), or anyone (10%)
+    u = rng.random(e)
+    slot = np.where(u < 0.6, main_slot[sess], rng.integers(0, k_pref, e))
+    period = e / 8.0 * (0.5 + _mix(seed, src, slot, 1).astype(np.float64) / 2.0 ** 64)  # each slot drifts
+    phase = _mix(seed, src, slot, 2).astype(np.float64) / 2.0 ** 64
+    epoch = np.floor(t / period + phase).astype(np.int64)
+    c = comm[src]
+    dst = members[first[c] + (_mix(seed, src, slot, epoch) % counts[c].astype(np.uint64)).astype(np.int64)]
+    anyone = u >= 0.9
+    dst[anyone] = sampler.draw(rng, size=int(anyone.sum()))
+    clash = dst == src
+    dst[clash] = (src[clash] + 1 + rng.integers(0, n - 1, int(clash.sum()))) % n
+    order = np.argsort(t, kind="stable")
+    src, dst, t = src[order], dst[order], t[order]
+    node_vec = rng.standard_normal((n, edge_dim), dtype=np.float32)
+    feat = rng.standard_normal((e, edge_dim), dtype=np.float32)
+    feat *= np.float32(0.5)
+    feat += node_vec[src]
+    feat += node_vec[dst]
+    return TemporalGraph(src, dst, t, feat, num_nodes=n)

@@ -1,0 +1,162 @@
+"""Planetoid `ind.NAME.*` files (Yang et al. 2016) read as PyG's `Planetoid` reads them.
+
+The files are Python pickles. They are read by an unpickler that builds only numpy arrays,
+the graph's dict of lists, and a local stand-in for scipy's CSR matrix; any other global
+is refused, so a crafted file cannot run code.
+"""
+from __future__ import annotations
+
+import collections
+import os
+import pickle
+import re
+
+import numpy as np
+
+from gnndist.datasets.formats import csr_to_dense
+from gnndist.datasets.text import check_ids, read_table
+from gnndist.errors import GnndistError
+from gnndist.graph import Graph
+
+try:
+    from numpy._core.multiarray import _reconstruct
+except ImportError:  # numpy < 2
+    from numpy.core.multiarray import _reconstruct
+
+PARTS = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")
+_FILE = re.compile(r"^ind\.(?P<name>[^.]+)\.(?:x|tx|allx|y|ty|ally|graph|test\.index)$")
+
+
+class CSRState:
+    """What a pickled scipy CSR matrix holds (data, indices, indptr, shape); nothing else."""
+
+    def __setstate__(self, state: dict) -> None:
+        if not isinstance(state, dict):
+            raise pickle.UnpicklingError("unexpected CSR matrix state")
+        self.state = state
+
+    def dense(self, where: str) -> np.ndarray:
+        s = getattr(self, "state", {})
+        try:
+            parts = s["data"], s["indices"], s["indptr"], s.get("_shape", s.get("shape"))
+        except KeyError as e:
+            raise GnndistError(f"{where}: CSR matrix without {e}") from None
+        if not all(isinstance(p, np.ndarray) for p in parts[:3]) or not isinstance(parts[3], tuple):
+            raise GnndistError(f"{where}: malformed CSR matrix")
+        return csr_to_dense(*parts, where=where)
+
+
+_NUMPY_RECONSTRUCT = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct")}
+_SCIPY_CSR = {(m, c) for m in ("scipy.sparse.csr", "scipy.sparse._csr", "scipy.sparse")
+              for c in ("csr_matrix", "csr_array")}
+
+
+class _RestrictedUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str):
+        if (module, name) in _NUMPY_RECONSTRUCT:
+            return _reconstruct
+        if (module, name) == ("numpy", "ndarray"):
+            return np.ndarray
+        if (module, name) == ("numpy", "dtype"):
+            return np.dtype
+        if (module, name) in _SCIPY_CSR:
+            return CSRState
+        if (module, name) == ("collections", "defaultdict"):
+            return collections.defaultdict
+        if module in ("__builtin__", "builtins") and name == "list":
+            return list
+        raise pickle.UnpicklingError(f"refusing to load global '{module}.{name}'")
+
+
+def _unpickle(path: str):
+    try:
+        with open(path, "rb") as f:
+            return _RestrictedUnpickler(f, encoding="latin1").load()
+    except FileNotFoundError:
+        raise GnndistError(f"{path}: no such file (a Planetoid folder needs ind.NAME.{{{','.join(PARTS)}}})") from None
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError, KeyError) as e:
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise GnndistError(f"{path}: not a valid Planetoid pickle: {msg}") from None
+
+
+def _matrix(path: str) -> np.ndarray:
+    """A dense 2-d float32 matrix from a pickled CSR matrix or numpy array."""
+    obj = _unpickle(path)
+    if isinstance(obj, CSRState):
+        return obj.dense(path)
+    if isinstance(obj, np.ndarray) and obj.ndim == 2 and obj.dtype.kind in "biuf":
+        return obj.astype(np.float32)
+    raise GnndistError(f"{path}: expected a 2-d numeric matrix, got {type(obj).__name__}")
+
+
+def _edges(path: str, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """(src, dst) from the pickled {node: [neighbours]} dict."""
+    d = _unpickle(path)
+    if not isinstance(d, dict):
+        raise GnndistError(f"{path}: expected a dict of neighbour lists, got {type(d).__name__}")
+    keys = list(d.keys())
+    lists = list(d.values())
+    if not all(isinstance(v, list) for v in lists):
+        raise GnndistError(f"{path}: every value of the graph dict must be a list of node ids")
+    try:
+        src = np.repeat(np.asarray(keys, dtype=np.int64), [len(v) for v in lists])
+        dst = np.fromiter((u for v in lists for u in v), dtype=np.int64, count=src.size)
+    except (TypeError, ValueError, OverflowError):
+        raise GnndistError(f"{path}: graph dict holds a non-integer node id") from None
+    ids = np.concatenate([src, dst])
+    if ids.size and (ids.min() < 0 or ids.max() >= num_nodes):
+        raise GnndistError(f"{path}: node id out of range [0, {num_nodes})")
+    return src, dst
+
+
+def planetoid_files(path: str) -> tuple[str, str]:
+    """(folder, NAME) of a Planetoid dataset given its folder or one of its ind.NAME.* files."""
+    if os.path.isdir(path):
+        names = sorted({m["name"] for f in os.listdir(path) if (m := _FILE.match(f))})
+        if len(names) != 1:
+            raise GnndistError(f"{path}: expected the ind.NAME.* files of one Planetoid dataset, "
+                               f"found {len(names)} ({', '.join(names) or 'none'})")
+        return path, names[0]
+    m = _FILE.match(os.path.basename(path))
+    if not m:
+        raise GnndistError(f"{path}: not a Planetoid file (ind.NAME.{{{','.join(PARTS)}}})")
+    return os.path.dirname(path) or ".", m["name"]
+
+
+def load_planetoid(path: str) -> Graph:
+    """A Planetoid dataset with PyG's public split: train = the first len(y) nodes, val = the next
+    500, test = test.index. Gaps in the test ids (CiteSeer) are filled with zero feature rows
+    and label 0; self-loops and duplicate edges are dropped."""
+    folder, name = planetoid_files(path)
+    f = {part: os.path.join(folder, f"ind.{name}.{part}") for part in PARTS}
+    x, tx, allx = (_matrix(f[p]) for p in ("x", "tx", "allx"))
+    y, ty, ally = (_matrix(f[p]) for p in ("y", "ty", "ally"))
+    _, ti = read_table(f["test.index"], ncols=1, check=lambda v, _: check_ids(v, (0,)), what="node id")
+    test_index = ti[:, 0].astype(np.int64)
+    if x.shape[0] != y.shape[0] or allx.shape[0] != ally.shape[0] or tx.shape[0] != ty.shape[0] or tx.shape[0] != test_index.size:
+        raise GnndistError(f"{folder}: row counts of x/y ({x.shape[0]}/{y.shape[0]}), allx/ally ({allx.shape[0]}/{ally.shape[0]}) or "
+                           f"tx/ty/test.index ({tx.shape[0]}/{ty.shape[0]}/{test_index.size}) disagree")
+    if allx.shape[1] != tx.shape[1] or ally.shape[1] != ty.shape[1]:
+        raise GnndistError(f"{folder}: feature or class widths of allx/tx or ally/ty disagree")
+    lo, hi = int(test_index.min()), int(test_index.max())
+    if lo < allx.shape[0]:
+        raise GnndistError(f"{f['test.index']}: test id {lo} falls among the {allx.shape[0]} allx rows")
+    sorted_test = np.sort(test_index)
+    if hi - lo + 1 > test_index.size:  # isolated test nodes left out of tx/ty: zero rows for them
+        tx_ext = np.zeros((hi - lo + 1, tx.shape[1]), np.float32)
+        ty_ext = np.zeros((hi - lo + 1, ty.shape[1]), np.float32)
+        tx_ext[sorted_test - lo], ty_ext[sorted_test - lo] = tx, ty
+        tx, ty = tx_ext, ty_ext
+    feats = np.concatenate([allx, tx])
+    labels = np.concatenate([ally, ty]).argmax(axis=1).astype(np.int64)
+    feats[test_index], labels[test_index] = feats[sorted_test], labels[sorted_test]
+    n = feats.shape[0]
+    if n != lo + tx.shape[0] or y.shape[0] + 500 > n:
+        raise GnndistError(f"{folder}: {n} nodes do not fit test ids {lo}-{hi} and {y.shape[0]} + 500 train/val rows")
+    masks = {k: np.zeros(n, dtype=bool) for k in ("train_mask", "val_mask", "test_mask")}
+    masks["train_mask"][:y.shape[0]] = True
+    masks["val_mask"][y.shape[0]:y.shape[0] + 500] = True
+    masks["test_mask"][test_index] = True
+    src, dst = _edges(f["graph"], n)
+    keep = src != dst
+    return Graph.from_edges(src[keep], dst[keep], num_nodes=n, dedup=True, x=feats, y=labels, **masks)
