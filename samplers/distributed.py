@@ -1,0 +1,203 @@
+"""Sampling over partitions: each rank holds the CSR / T-CSR rows of the nodes it owns
+(a contiguous global id range) and answers the others' requests.
+
+Per hop, every rank sends the targets it does not own to their owners in one batched
+exchange and gets the sampled neighbours back in one more. Random streams are keyed by
+global node id, so a distributed sample equals the single-process one exactly (same seed).
+Every method is a collective: all ranks call it the same number of times, with or without
+seeds of their own.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from gnndist import dist as gdist
+from gnndist.errors import GnndistError
+from gnndist.graph import _as_ids
+from gnndist.samplers.static import Blocks, build_blocks, check_fanouts, sample_rows
+from gnndist.samplers.temporal import TemporalSample, check_query, multihop, sample_tcsr
+
+
+@functools.cache
+def sampler_group() -> Any:
+    """The gloo process group the samplers and feature stores exchange on (None in a 1-process
+    world). Created on first use, which is a collective: all ranks must get here in the same
+    order. A separate group lets a prefetch thread exchange while the main thread runs its
+    own collectives (gradient all-reduce) on the default group, and works under NCCL."""
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return None
+    return dist.new_group(backend="gloo")
+
+
+def owners(ids: np.ndarray, node_offsets: np.ndarray) -> np.ndarray:
+    """Owner rank of each global id under contiguous ranges `node_offsets` [P+1]."""
+    return np.searchsorted(node_offsets, ids, side="right") - 1
+
+
+def check_offsets(node_offsets) -> np.ndarray:
+    """`node_offsets` as int64 [W+1], checked against the world size."""
+    off = np.asarray(node_offsets, dtype=np.int64)
+    w = gdist.world_size()
+    if off.ndim != 1 or off.size != w + 1 or off[0] != 0 or np.any(np.diff(off) < 0):
+        raise GnndistError(f"node_offsets must be non-decreasing, start at 0 and have world_size+1 = {w + 1} "
+                           f"entries, got {off.size}")
+    return off
+
+
+class Requests:
+    """Keys sent to the ranks named by `owner`, in one exchange; `received` are the keys other
+    ranks (this one included) sent here, in rank order. Answer with `reply` or `reply_var`."""
+
+    def __init__(self, keys: np.ndarray, owner: np.ndarray, group: Any) -> None:
+        self.group = group
+        self.order = np.argsort(owner, kind="stable")
+        self.send_sizes = np.bincount(owner, minlength=gdist.world_size()).tolist()
+        parts = torch.from_numpy(np.ascontiguousarray(keys[self.order])).split(self.send_sizes)
+        recv = gdist.exchange(parts, group)
+        self.recv_sizes = [r.shape[0] for r in recv]
+        self.received = torch.cat(recv).numpy()
+
+    def reply(self, rows: np.ndarray) -> np.ndarray:
+        """Send one row per received key back; returns the rows for this rank's keys, in
+        the order the keys were given."""
+        back = gdist.exchange(torch.from_numpy(np.ascontiguousarray(rows)).split(self.recv_sizes), self.group)
+        out = np.empty((self.order.size, *rows.shape[1:]), rows.dtype)
+        out[self.order] = torch.cat(back).numpy()
+        return out
+
+    def reply_var(self, counts: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Send a variable-length int64 list per received key back (`counts` per key, flat
+        `values`); returns (counts, flat values) for this rank's keys, in their given order."""
+        cut = np.cumsum(self.recv_sizes)[:-1]
+        vcut = np.concatenate([[0], np.cumsum(counts)])[cut]
+        send = [torch.from_numpy(np.concatenate([c, v])) for c, v in zip(np.split(counts, cut), np.split(values, vcut))]
+        back = gdist.exchange(send, self.group)
+        c_sorted = np.concatenate([b[:n].numpy() for b, n in zip(back, self.send_sizes)])
+        v_sorted = np.concatenate([b[n:].numpy() for b, n in zip(back, self.send_sizes)])
+        out_counts = np.empty_like(c_sorted)
+        out_counts[self.order] = c_sorted
+        off = np.zeros(out_counts.size + 1, np.int64)
+        np.cumsum(out_counts, out=off[1:])
+        src_off = np.cumsum(c_sorted) - c_sorted
+        dst = np.repeat(off[:-1][self.order] - src_off, c_sorted) + np.arange(v_sorted.size)
+        out = np.empty_like(v_sorted)
+        out[dst] = v_sorted
+        return out_counts, out
+
+
+class DistNeighborSampler:
+    """Uniform multi-hop sampling over a static partition.
+
+    `indptr`, `indices`: CSR rows of the nodes this rank owns (ids node_offsets[r] ..
+    node_offsets[r+1]-1), neighbours as global ids. Results equal `sample_neighbors` on the
+    whole graph with the same seed.
+    """
+
+    def __init__(self, indptr: np.ndarray, indices: np.ndarray, node_offsets: Sequence[int],
+                 group: Any = None) -> None:
+        self.group = sampler_group() if group is None else group
+        self.rank = gdist.rank()
+        self.node_offsets = check_offsets(node_offsets)
+        self.lo = int(self.node_offsets[self.rank])
+        self.indptr = np.asarray(indptr, dtype=np.int64)
+        self.indices = np.asarray(indices, dtype=np.int64)
+        n_own = int(self.node_offsets[self.rank + 1]) - self.lo
+        if self.indptr.size != n_own + 1 or self.indptr[-1] != self.indices.size:
+            raise GnndistError(f"rank {self.rank}: CSR has {self.indptr.size - 1} rows, its id range has {n_own}")
+
+    @classmethod
+    def from_partition(cls, part: Any, group: Any = None) -> "DistNeighborSampler":
+        """From a static `gnndist.partition.Partition` of this rank."""
+        return cls(part.indptr, part.indices, part.node_offsets, group)
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.node_offsets[-1])
+
+    def _hop(self, targets: np.ndarray, fanout: int, h: int, replace: bool, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        req = Requests(targets, owners(targets, self.node_offsets), self.group)
+        ids = req.received
+        counts, nbrs = sample_rows(self.indptr, self.indices, ids - self.lo, ids, fanout, replace, seed, h)
+        return req.reply_var(counts, nbrs)
+
+    def sample(self, seeds, fanouts: Sequence[int], replace: bool = False, seed: int = 0) -> Blocks:
+        """Blocks for `seeds` (global ids, owned by any rank); a collective."""
+        seeds = _as_ids("seeds", seeds, self.num_nodes)
+        return build_blocks(seeds, check_fanouts(fanouts), lambda t, f, h: self._hop(t, f, h, replace, seed))
+
+
+def local_tcsr(src: np.ndarray, dst: np.ndarray, t: np.ndarray, eid: np.ndarray, lo: int, hi: int
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """T-CSR (indptr, nbr, eid, ts) of nodes lo..hi-1 from the events touching them; each list
+    sorted by event id (events are numbered in time order), like `TemporalGraph.tcsr`."""
+    node = np.concatenate([src, dst])
+    nbr = np.concatenate([dst, src])
+    eids = np.concatenate([eid, eid])
+    ts = np.concatenate([t, t])
+    keep = (node >= lo) & (node < hi)
+    node, nbr, eids, ts = node[keep] - lo, nbr[keep], eids[keep], ts[keep]
+    order = np.lexsort((eids, node))
+    indptr = np.zeros(hi - lo + 1, np.int64)
+    np.cumsum(np.bincount(node, minlength=hi - lo), out=indptr[1:])
+    return indptr, nbr[order], eids[order], ts[order]
+
+
+class DistTemporalSampler:
+    """Temporal sampling over a temporal partition: `indptr, nbr, eid, ts` is the T-CSR of the
+    nodes this rank owns (rows in id order; nbr and eid global). Results equal
+    `sample_temporal_neighbors` on the whole graph with the same seed."""
+
+    def __init__(self, indptr: np.ndarray, nbr: np.ndarray, eid: np.ndarray, ts: np.ndarray,
+                 node_offsets: Sequence[int], group: Any = None) -> None:
+        self.group = sampler_group() if group is None else group
+        self.rank = gdist.rank()
+        self.node_offsets = check_offsets(node_offsets)
+        self.lo = int(self.node_offsets[self.rank])
+        self.tcsr = (np.asarray(indptr, np.int64), np.asarray(nbr, np.int64), np.asarray(eid, np.int64),
+                     np.asarray(ts, np.float64))
+        n_own = int(self.node_offsets[self.rank + 1]) - self.lo
+        if self.tcsr[0].size != n_own + 1:
+            raise GnndistError(f"rank {self.rank}: T-CSR has {self.tcsr[0].size - 1} rows, its id range has {n_own}")
+
+    @classmethod
+    def from_events(cls, src, dst, t, eid, node_offsets: Sequence[int], group: Any = None) -> "DistTemporalSampler":
+        """From the events touching this rank's nodes (global ids and event ids)."""
+        off = np.asarray(node_offsets, dtype=np.int64)
+        r = gdist.rank()
+        tcsr = local_tcsr(np.asarray(src, np.int64), np.asarray(dst, np.int64), np.asarray(t, np.float64),
+                          np.asarray(eid, np.int64), int(off[r]), int(off[r + 1]))
+        return cls(*tcsr, node_offsets, group)
+
+    @classmethod
+    def from_partition(cls, part: Any, group: Any = None) -> "DistTemporalSampler":
+        """From a temporal `gnndist.partition.Partition` of this rank."""
+        return cls.from_events(part.src, part.dst, part.t, part.eid, part.node_offsets, group)
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.node_offsets[-1])
+
+    def _sample(self, nodes: np.ndarray, times: np.ndarray, k: int, hop: int, strategy: str, seed: int) -> TemporalSample:
+        keys = np.stack([nodes, times.view(np.int64)], axis=1)
+        req = Requests(keys, owners(nodes, self.node_offsets), self.group)
+        ids, tq = req.received[:, 0], np.ascontiguousarray(req.received[:, 1]).view(np.float64)
+        s = sample_tcsr(*self.tcsr, ids, tq, k, strategy, seed, hop, rows=ids - self.lo)
+        back = req.reply(np.concatenate([s.counts[:, None], s.nbr, s.eid, s.ts.view(np.int64)], axis=1))
+        return TemporalSample.finish(back[:, 1:1 + k].copy(), back[:, 1 + k:1 + 2 * k].copy(),
+                                     back[:, 1 + 2 * k:].copy().view(np.float64), back[:, 0], times)
+
+    def sample(self, nodes, times, k: int, strategy: str = "recent", seed: int = 0) -> TemporalSample:
+        """Like `sample_temporal_neighbors`, for any nodes; a collective."""
+        nodes, times = check_query(nodes, times, k, strategy, self.num_nodes)
+        return self._sample(nodes, times, int(k), 0, strategy, seed)
+
+    def sample_multihop(self, nodes, times, ks: Sequence[int], strategy: str = "recent",
+                        seed: int = 0) -> list[TemporalSample]:
+        """Like `sample_temporal_multihop`; a collective (one round per hop)."""
+        nodes, times = check_query(nodes, times, min(ks, default=1), strategy, self.num_nodes)
+        return multihop(lambda n, t, k, h: self._sample(n, t, k, h, strategy, seed), nodes, times, ks)

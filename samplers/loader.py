@@ -1,0 +1,66 @@
+"""Prefetching: compute batch i+1 (sample, fetch features) in a background thread while
+the caller trains on batch i.
+
+Collectives: `fn` may run the samplers' and feature stores' exchanges. Those run on their
+own gloo group (`sampler_group()`), so they do not interleave with what the main thread runs
+on the default group meanwhile (gradient all-reduce). While a loader is being iterated, the
+main thread must not use any sampler or feature store itself (the group is the prefetch
+thread's alone), and every rank must iterate the same number of items (SPMD).
+numba kernels run in that thread too; the `omp` and `tbb` threading layers allow that while
+other threads run kernels, numba's fallback `workqueue` layer does not.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+from typing import Any, Callable, Iterable, Iterator
+
+_DONE = object()
+
+
+class PrefetchLoader:
+    """Yields `fn(w)` for each `w` in `work`, in order. With `enabled`, a background thread
+    runs ahead by up to `depth` items; with `enabled=False` everything runs inline (debug)."""
+
+    def __init__(self, work: Iterable[Any], fn: Callable[[Any], Any], enabled: bool = True, depth: int = 1) -> None:
+        if depth < 1:
+            raise ValueError(f"depth must be >= 1, got {depth}")
+        self.work, self.fn, self.enabled, self.depth = work, fn, enabled, depth
+
+    def __iter__(self) -> Iterator[Any]:
+        if not self.enabled:
+            for w in self.work:
+                yield self.fn(w)
+            return
+        q: queue.Queue = queue.Queue(maxsize=self.depth)
+        stop = threading.Event()
+
+        def produce() -> None:
+            try:
+                for w in self.work:
+                    if stop.is_set():
+                        return
+                    q.put((True, self.fn(w)))
+            except BaseException as e:  # handed to the consumer, raised there
+                q.put((False, e))
+                return
+            q.put((True, _DONE))
+
+        thread = threading.Thread(target=produce, name="gnndist-prefetch", daemon=True)
+        thread.start()
+        try:
+            while True:
+                ok, item = q.get()
+                if not ok:
+                    raise item
+                if item is _DONE:
+                    return
+                yield item
+        finally:
+            stop.set()
+            while thread.is_alive():  # unblock a producer waiting on a full queue
+                try:
+                    q.get(timeout=0.05)
+                except queue.Empty:
+                    pass
+            thread.join()

@@ -1,0 +1,144 @@
+"""Temporal neighbour sampling over T-CSR: for (node, time) queries, neighbours whose event
+time is strictly earlier than the query time.
+
+Output is PADDED: `[Q, k]` arrays with a mask, valid entries first and ordered most recent
+first (descending event time, ties by descending event id), for both strategies.
+`recent` takes the k latest earlier events; `uniform` takes k distinct ones uniformly (all of
+them when there are at most k). Uniform draws depend only on (seed, hop, node, query time).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+from numba import njit, prange
+
+from gnndist.errors import GnndistError
+from gnndist.graph import TemporalGraph, _as_ids
+from gnndist.samplers.rng import as_seed, floyd_choose, stream_key
+
+STRATEGIES = ("recent", "uniform")
+
+
+@njit(parallel=True, cache=True)
+def tcsr_sample(indptr, nbr, eid, ts, rows, ids, times, k, uniform, seed, salt,
+                out_nbr, out_eid, out_ts, out_cnt):
+    """Fill out_*[q, :out_cnt[q]] for query q = (T-CSR row rows[q], global id ids[q], times[q]),
+    most recent first. Each row's list must be sorted by time. Padding is left untouched."""
+    tbits = times.view(np.int64)
+    for q in prange(rows.size):
+        s = indptr[rows[q]]
+        lo, hi = s, indptr[rows[q] + 1]
+        t = times[q]
+        while lo < hi:  # first entry with ts >= t
+            mid = (lo + hi) >> 1
+            if ts[mid] < t:
+                lo = mid + 1
+            else:
+                hi = mid
+        p = lo - s
+        c = min(p, k)
+        out_cnt[q] = c
+        if uniform and p > k:
+            pos = np.empty(c, np.int64)
+            floyd_choose(stream_key(seed, salt, ids[q], tbits[q]), c, p, pos, 0)
+            pos.sort()
+            for j in range(c):
+                e = s + pos[c - 1 - j]
+                out_nbr[q, j] = nbr[e]
+                out_eid[q, j] = eid[e]
+                out_ts[q, j] = ts[e]
+        else:
+            for j in range(c):
+                e = lo - 1 - j
+                out_nbr[q, j] = nbr[e]
+                out_eid[q, j] = eid[e]
+                out_ts[q, j] = ts[e]
+
+
+@dataclass(eq=False)
+class TemporalSample:
+    """Padded temporal neighbours of Q queries: `nbr`, `eid` int64 [Q, k], `ts` float64 [Q, k]
+    (event times), `dt` float32 [Q, k] (query time - ts), `mask` bool [Q, k]. Valid entries
+    come first, most recent first; padding holds 0 everywhere."""
+
+    nbr: np.ndarray
+    eid: np.ndarray
+    ts: np.ndarray
+    dt: np.ndarray
+    mask: np.ndarray
+
+    @property
+    def counts(self) -> np.ndarray:
+        """Valid neighbours per query."""
+        return self.mask.sum(axis=1)
+
+    @classmethod
+    def finish(cls, nbr: np.ndarray, eid: np.ndarray, ts: np.ndarray, counts: np.ndarray,
+               times: np.ndarray) -> "TemporalSample":
+        """From zero-padded kernel outputs and the query times."""
+        mask = np.arange(nbr.shape[1]) < counts[:, None]
+        dt = np.where(mask, times[:, None] - ts, 0.0).astype(np.float32)
+        return cls(nbr, eid, ts, dt, mask)
+
+
+def check_query(nodes, times, k: int, strategy: str, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """Validated (nodes int64, times float64) of a query batch."""
+    if strategy not in STRATEGIES:
+        raise GnndistError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
+    if int(k) < 1:
+        raise GnndistError(f"k must be >= 1, got {k}")
+    nodes = _as_ids("nodes", nodes, num_nodes)
+    times = np.ascontiguousarray(times, dtype=np.float64)
+    if times.shape != nodes.shape:
+        raise GnndistError(f"nodes and times must have equal lengths, got {nodes.size} and {times.size}")
+    if np.isnan(times).any():
+        raise GnndistError("query times hold NaN")
+    return nodes, times
+
+
+def sample_tcsr(indptr: np.ndarray, nbr: np.ndarray, eid: np.ndarray, ts: np.ndarray, nodes: np.ndarray,
+                times: np.ndarray, k: int, strategy: str = "recent", seed: int = 0, hop: int = 0,
+                rows: np.ndarray | None = None) -> TemporalSample:
+    """The kernel on raw T-CSR arrays (as `TemporalGraph.tcsr()` gives): no input checks.
+    `rows` are the T-CSR rows of `nodes` when the T-CSR holds only some nodes (default: nodes)."""
+    q = nodes.size
+    times = np.ascontiguousarray(times, dtype=np.float64)
+    out_nbr = np.zeros((q, k), np.int64)
+    out_eid = np.zeros((q, k), np.int64)
+    out_ts = np.zeros((q, k), np.float64)
+    cnt = np.empty(q, np.int64)
+    tcsr_sample(indptr, nbr, eid, ts, nodes if rows is None else rows, nodes, times, k, strategy == "uniform",
+                as_seed(seed), hop, out_nbr, out_eid, out_ts, cnt)
+    return TemporalSample.finish(out_nbr, out_eid, out_ts, cnt, times)
+
+
+def sample_temporal_neighbors(tgraph: TemporalGraph, nodes, times, k: int, strategy: str = "recent",
+                              seed: int = 0) -> TemporalSample:
+    """For each query (nodes[i], times[i]), up to `k` neighbours from events strictly earlier
+    than times[i] (padded `[Q, k]` form, see `TemporalSample`)."""
+    nodes, times = check_query(nodes, times, k, strategy, tgraph.num_nodes)
+    return sample_tcsr(*tgraph.tcsr(), nodes, times, int(k), strategy, seed)
+
+
+SampleFn = Callable[[np.ndarray, np.ndarray, int, int], TemporalSample]
+
+
+def multihop(sample: SampleFn, nodes: np.ndarray, times: np.ndarray, ks: Sequence[int]) -> list[TemporalSample]:
+    """Hop h+1 queries every hop-h slot: its neighbour at its event time (TGAT). Padded slots
+    query time -inf and so stay empty; hop h has Q * k_0 * ... * k_{h-1} rows."""
+    out = []
+    for h, k in enumerate(ks):
+        s = sample(nodes, times, int(k), h)
+        out.append(s)
+        nodes, times = s.nbr.reshape(-1), np.where(s.mask, s.ts, -np.inf).reshape(-1)
+    return out
+
+
+def sample_temporal_multihop(tgraph: TemporalGraph, nodes, times, ks: Sequence[int], strategy: str = "recent",
+                             seed: int = 0) -> list[TemporalSample]:
+    """Multi-hop temporal sampling, one `TemporalSample` per hop (see `multihop`)."""
+    nodes, times = check_query(nodes, times, min(ks, default=0), strategy, tgraph.num_nodes)
+    tcsr = tgraph.tcsr()
+    return multihop(lambda n, t, k, h: sample_tcsr(*tcsr, n, t, k, strategy, seed, h), nodes, times, ks)
