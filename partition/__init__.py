@@ -1,1 +1,20 @@
-"""gnndist.partition"""
+"""gnndist.partition: split a static or temporal graph into parts, written as an on-disk store.
+
+`partition_graph(graph, num_parts, method=...)` computes a `PartitionStore` (save it with
+`.save(dir)` or pass `out=dir`); `load_partition(dir, part_id)` reads one `Partition` back.
+"""
+from gnndist.partition.methods import METHODS
+from gnndist.partition.store import (
+    FORMAT_VERSION,
+    Partition,
+    PartitionStore,
+    load_id_maps,
+    load_partition,
+    partition_graph,
+    read_store_meta,
+    relabel,
+    verify_store,
+)
+
+__all__ = ["FORMAT_VERSION", "METHODS", "Partition", "PartitionStore", "load_id_maps", "load_partition",
+           "partition_graph", "read_store_meta", "relabel", "verify_store"]
