@@ -10,7 +10,7 @@ from typing import Optional
 
 import numpy as np
 
-from gnndist.datasets.text import RowCheck, check_finite, check_ids, read_table
+from gnndist.datasets.text import check_finite, check_ids, read_table
 from gnndist.errors import GnndistError
 from gnndist.graph import Graph, TemporalGraph
 
@@ -44,37 +44,44 @@ def load_snap(path: str) -> TemporalGraph:
     return _temporal(a[:, 0].astype(np.int64), a[:, 1].astype(np.int64), a[:, 2])
 
 
-def _csv_roles(path: str, names: list[str]) -> dict[str, Optional[int]]:
-    """Column index per role, found by header name (None: no such column)."""
-    roles: dict[str, Optional[int]] = {}
+def _header_problem(names: list[str]) -> Optional[str]:
+    """What is wrong with a CSV header, if anything."""
     for role, keys in _ROLES.items():
-        found = [j for j, n in enumerate(names) if n.lower() in keys]
-        if role in ("src", "dst", "t") and len(found) != 1:
-            raise GnndistError(f"{path}: header needs exactly one {role} column (one of {', '.join(keys)}), "
-                               f"found {len(found)}")
-        if role in ("label", "weight") and len(found) > 1:
-            raise GnndistError(f"{path}: header names more than one {role} column")
-        roles[role] = found[-1] if found else None
-    return roles
+        found = sum(n.lower() in keys for n in names)
+        if role in ("src", "dst", "t") and found != 1:
+            return f"header needs exactly one {role} column (one of {', '.join(keys)}), found {found}"
+        if role in ("label", "weight") and found > 1:
+            return f"header names more than one {role} column"
+    return None
 
 
-def _csv_check(path: str) -> RowCheck:
-    def check(values: np.ndarray, names: Optional[list[str]]) -> Optional[tuple[int, str]]:
-        r = _csv_roles(path, names or [])
-        return check_ids(values, (r["src"], r["dst"])) or check_finite(values, names)
-    return check
+def _csv_roles(names: list[str]) -> dict[str, Optional[int]]:
+    """Column index per role, found by header name (None: no such column)."""
+    return {role: max((j for j, n in enumerate(names) if n.lower() in keys), default=None)
+            for role, keys in _ROLES.items()}
+
+
+_NO_HEADER = ["src", "dst", "t"]  # columns of a CSV without header; further columns are features
+
+
+def _csv_check(values: np.ndarray, names: Optional[list[str]]) -> Optional[tuple[int, str]]:
+    """First row with a bad node id or a NaN/inf value."""
+    names = names or _NO_HEADER
+    r = _csv_roles(names)
+    return check_ids(values, (r["src"], r["dst"])) or check_finite(values, names)
 
 
 def load_csv(path: str) -> TemporalGraph:
-    """Temporal CSV with a header: JODIE (`user_id,item_id,timestamp,state_label,features...`),
+    """Temporal CSV, with a header (without one, columns are src, dst, t, features...): JODIE (`user_id,item_id,timestamp,state_label,features...`),
     TGN (`,u,i,ts,label,idx`, with edge features from `ml_NAME.npy` beside it when present) or
     Bitcoin (`from,to,weight,time`: the weight becomes a 1-d edge feature, its sign the label).
 
     Columns with other names, and columns past the header (JODIE), are edge features.
     JODIE's `user_id`/`item_id` are separate id spaces: items are numbered after users.
     """
-    names, a = read_table(path, sep=",", header=True, check=_csv_check(path))
-    r = _csv_roles(path, names)
+    names, a = read_table(path, sep=",", header=True, check=_csv_check, header_problem=_header_problem)
+    names = names or _NO_HEADER
+    r = _csv_roles(names)
     src, dst, t = a[:, r["src"]].astype(np.int64), a[:, r["dst"]].astype(np.int64), a[:, r["t"]]
     skip = [j for j in range(len(names)) if names[j].lower() in _ROLES["skip"]]
     taken = {r["src"], r["dst"], r["t"], r["label"], r["weight"], *skip}

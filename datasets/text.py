@@ -1,12 +1,13 @@
 """Fast reading of numeric text tables (whitespace or comma separated, optionally gzipped).
 
-Each chunk of lines is parsed with numpy in one go; only when a chunk holds a bad line is it
-scanned line by line, to name that line in the error.
+Each chunk of lines is parsed by numpy's C reader in one go; only when a chunk holds a bad line
+is it scanned line by line in Python, to name that line in the error.
 """
 from __future__ import annotations
 
 import gzip
-import re
+import io
+import warnings
 import zlib
 from typing import Callable, Iterator, Optional
 
@@ -15,7 +16,6 @@ import numpy as np
 from gnndist.errors import GnndistError
 
 CHUNK_BYTES = 16 << 20
-_COMMENT = re.compile(rb"(?m)^[ \t]*#[^\n]*")
 # check(values of a chunk, header names) -> (row within the chunk, message) of its first bad row, or None
 RowCheck = Callable[[np.ndarray, Optional[list[str]]], Optional[tuple[int, str]]]
 
@@ -57,91 +57,101 @@ def _show(token: bytes) -> str:
     return repr(s if len(s) <= 40 else s[:40] + "...")
 
 
-def _token_starts(b: np.ndarray) -> np.ndarray:
-    """Positions where a run of non-blank bytes starts (blank: byte <= 32)."""
-    blank = b <= 32
-    start = ~blank
-    start[1:] &= blank[:-1]
-    return np.flatnonzero(start)
+def _data_lines(chunk: bytes, sep: str) -> Iterator[tuple[int, list[bytes]]]:
+    """(line index within `chunk`, fields) of each line that holds data ('#' starts a comment)."""
+    for i, line in enumerate(chunk.split(b"\n")):
+        line = line.split(b"#", 1)[0]
+        if line.strip():
+            yield i, (line.split() if sep == "whitespace" else [f.strip() for f in line.split(sep.encode())])
 
 
-def _scan_for_bad_token(path: str, chunk: bytes, first_line: int, ncols: int) -> None:
-    """Raise for the first line of `chunk` numpy cannot parse as `ncols` numbers."""
-    lines = chunk.split(b"\n")
-    for i, line in enumerate(lines):
-        for j, tok in enumerate(line.split()):
-            try:
-                ok = np.fromstring(tok, dtype=np.float64, sep=" ").size == 1
-            except ValueError:
-                ok = False
-            if not ok:
-                raise GnndistError(f"{path}:{first_line + i}: field {j + 1} is not a number: {_show(tok)}")
-    raise GnndistError(f"{path}: lines {first_line}-{first_line + len(lines) - 1} could not be parsed")
+def _is_number(token: bytes) -> bool:
+    try:
+        float(token)
+    except ValueError:
+        return False
+    return b"_" not in token
+
+
+def _raise_bad_line(path: str, chunk: bytes, line0: int, sep: str, ncols: int, want: str) -> None:
+    """Raise for the first line of `chunk` that is not `ncols` numbers."""
+    for i, fields in _data_lines(chunk, sep):
+        if len(fields) != ncols:
+            raise GnndistError(f"{path}:{line0 + i}: expected {ncols} fields{want}, got {len(fields)}")
+        for j, tok in enumerate(fields):
+            if not _is_number(tok):
+                raise GnndistError(f"{path}:{line0 + i}: field {j + 1} is not a number: {_show(tok)}")
+    last = line0 + chunk.count(b"\n")
+    raise GnndistError(f"{path}: a line in {line0}-{last} could not be parsed")
+
+
+def _parse(chunk: bytes, sep: str) -> Optional[np.ndarray]:
+    """The chunk's numbers as a 2-d array in one numpy call; None if numpy rejects a line."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a chunk of only comments is "empty input"
+            return np.loadtxt(io.BytesIO(chunk), dtype=np.float64, comments="#", ndmin=2,
+                              delimiter=None if sep == "whitespace" else sep)
+    except ValueError:
+        return None
 
 
 def read_table(path: str, sep: str = "whitespace", header: bool = False, ncols: Optional[int] = None,
-               check: Optional[RowCheck] = None, what: str = "") -> tuple[Optional[list[str]], np.ndarray]:
+               check: Optional[RowCheck] = None, what: str = "",
+               header_problem: Optional[Callable[[list[str]], Optional[str]]] = None,
+               ) -> tuple[Optional[list[str]], np.ndarray]:
     """Parse a numeric table into float64 `[rows, ncols]`; returns `(header names or None, values)`.
 
-    `sep` is "whitespace" or ",". Blank lines and lines starting with '#' are skipped. With
-    `header`, the first non-blank line holds column names. `ncols` defaults to the field count of
-    the first data line. `check` flags bad rows. Every malformed line raises GnndistError naming
-    `path` and the line number; `what` (e.g. "src dst time") is added to field-count errors.
+    `sep` is "whitespace" or ",". Blank lines and '#' comments are skipped. With `header`, the
+    first non-blank line holds column names (unless it is all numbers: then there is no header),
+    which `header_problem` may reject. `ncols`
+    defaults to the field count of the first data line. `check` flags bad rows. Every malformed
+    line raises GnndistError naming `path` and the line number; `what` (e.g. "src dst time")
+    is added to field-count errors.
     """
     names: Optional[list[str]] = None
     parts: list[np.ndarray] = []
     line0 = 1  # number of the first line of the current chunk
     want = f" ({what})" if what else ""
     for chunk in _chunks(path):
-        if b"#" in chunk:
-            chunk = _COMMENT.sub(b"", chunk)
         if header and names is None:
             body = chunk.lstrip(b" \t\r\n")
             if not body:
                 line0 += chunk.count(b"\n")
                 continue
-            skipped = chunk[:len(chunk) - len(body)].count(b"\n")
+            line0 += chunk.count(b"\n", 0, len(chunk) - len(body))
             head, _, rest = body.partition(b"\n")
             text = head.decode("utf-8", "replace")
             names = [n.strip().strip('"').strip() for n in text.split(None if sep == "whitespace" else sep)]
-            line0 += skipped + 1
-            chunk = rest
-        if sep != "whitespace":
-            chunk = chunk.replace(sep.encode(), b" ")
-        b = np.frombuffer(chunk, dtype=np.uint8)
-        starts = _token_starts(b)
-        newlines = np.flatnonzero(b == 10)
-        line_of = np.searchsorted(newlines, starts)  # line within the chunk of every token
-        per_line = np.bincount(line_of, minlength=newlines.size + 1)
-        data_lines = np.flatnonzero(per_line)
-        if data_lines.size:
+            if all(_is_number(n.encode()) for n in names):  # no header: the line is data
+                names, header = None, False
+                chunk = body
+            else:
+                problem = header_problem(names) if header_problem else None
+                if problem:
+                    raise GnndistError(f"{path}:{line0}: {problem}")
+                line0 += 1
+                chunk = rest
+        values = _parse(chunk, sep)
+        if values is None or (values.size and ncols is not None and values.shape[1] != ncols):
+            _raise_bad_line(path, chunk, line0, sep, ncols or len(next(_data_lines(chunk, sep))[1]), want)
+        if values.size:
             if ncols is None:
-                ncols = int(per_line[data_lines[0]])
+                ncols = values.shape[1]
                 if names is not None and ncols < len(names):
-                    raise GnndistError(f"{path}:{line0 + int(data_lines[0])}: expected {len(names)} fields "
-                                       f"(one per header name), got {ncols}")
-            bad = np.flatnonzero(per_line[data_lines] != ncols)
-            if bad.size:
-                i = int(data_lines[bad[0]])
-                raise GnndistError(f"{path}:{line0 + i}: expected {ncols} fields{want}, got {per_line[i]}")
-            try:
-                values = np.fromstring(chunk, dtype=np.float64, sep=" ")
-            except ValueError:
-                values = None
-            if values is None or values.size != starts.size:
-                _scan_for_bad_token(path, chunk, line0, ncols)
-            values = values.reshape(-1, ncols)
-            if check is not None:
-                found = check(values, names)
-                if found is not None:
-                    row, msg = found
-                    raise GnndistError(f"{path}:{line0 + int(data_lines[row])}: {msg}")
+                    raise GnndistError(f"{path}:{line0 + next(_data_lines(chunk, sep))[0]}: expected "
+                                       f"{len(names)} fields (one per header name), got {ncols}")
+            found = check(values, names) if check is not None else None
+            if found is not None:
+                row, msg = found
+                line = next(i for k, (i, _) in enumerate(_data_lines(chunk, sep)) if k == row)
+                raise GnndistError(f"{path}:{line0 + line}: {msg}")
             parts.append(values)
-        line0 += newlines.size
+        line0 += chunk.count(b"\n")
     if header and names is None:
         raise GnndistError(f"{path}: empty file (expected a header line)")
     if not parts:
-        raise GnndistError(f"{path}: no data lines (empty file)")
+        raise GnndistError(f"{path}: no data lines" + (" after the header" if header else " (empty file)"))
     return names, np.concatenate(parts) if len(parts) > 1 else parts[0]
 
 
