@@ -10,55 +10,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
-from numba import njit, prange
 
 from gnndist.errors import GnndistError
 from gnndist.graph import Graph, _as_ids
-from gnndist.samplers.rng import as_seed, draw_below, floyd_choose, stream_key
+from gnndist.samplers.kernels import as_seed, hop_counts, hop_fill, map_ids
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
-
-_FIB = np.uint64(0x9E3779B97F4A7C15)
-
-
-@njit(parallel=True, cache=True)
-def hop_counts(indptr, rows, fanout, replace):
-    """How many neighbours each row gets: all (fanout < 0), min(deg, fanout), or fanout with
-    replacement (0 for an isolated row)."""
-    counts = np.empty(rows.size, np.int64)
-    for i in prange(rows.size):
-        d = indptr[rows[i] + 1] - indptr[rows[i]]
-        if fanout < 0:
-            counts[i] = d
-        elif replace:
-            counts[i] = fanout if d > 0 else 0
-        else:
-            counts[i] = min(d, fanout)
-    return counts
-
-
-@njit(parallel=True, cache=True)
-def hop_fill(indptr, indices, rows, ids, offsets, fanout, replace, seed, salt, out):
-    """Sample the neighbours of `rows` (CSR rows; `ids` are their global ids, which key the
-    random streams) into out[offsets[i]:offsets[i+1]]."""
-    for i in prange(rows.size):
-        start = indptr[rows[i]]
-        d = indptr[rows[i] + 1] - start
-        o = offsets[i]
-        c = offsets[i + 1] - o
-        if fanout < 0 or (not replace and c == d):
-            for j in range(c):
-                out[o + j] = indices[start + j]
-            continue
-        s = stream_key(seed, salt, ids[i], 0)
-        if replace:
-            for j in range(c):
-                out[o + j] = indices[start + draw_below(s, j, d)]
-        else:
-            floyd_choose(s, c, d, out, o)
-            for j in range(c):
-                out[o + j] = indices[start + out[o + j]]
 
 
 def sample_rows(indptr: np.ndarray, indices: np.ndarray, rows: np.ndarray, ids: np.ndarray, fanout: int,
@@ -70,32 +28,6 @@ def sample_rows(indptr: np.ndarray, indices: np.ndarray, rows: np.ndarray, ids: 
     out = np.empty(int(offsets[-1]), np.int64)
     hop_fill(indptr, indices, rows, ids, offsets, fanout, replace, as_seed(seed), salt, out)
     return counts, out
-
-
-@njit(cache=True)
-def _map_ids(keys, vals, nodes, n, ids, local, shift):
-    """Map `ids` to local ids, appending unseen ones to `nodes[n:]` in first-seen order.
-    Open addressing with Fibonacci hashing (`shift` = 64 - log2(table size)); returns the new
-    node count."""
-    bits = np.uint64(shift)
-    mask = keys.size - 1
-    for i in range(ids.size):
-        v = ids[i]
-        h = np.int64((np.uint64(v) * _FIB) >> bits)
-        while True:
-            k = keys[h]
-            if k == v:
-                local[i] = vals[h]
-                break
-            if k == -1:
-                keys[h] = v
-                vals[h] = n
-                nodes[n] = v
-                local[i] = n
-                n += 1
-                break
-            h = (h + 1) & mask
-    return n
 
 
 class Relabeler:
@@ -119,9 +51,9 @@ class Relabeler:
             self.nodes = np.concatenate([self.nodes[: self.n], np.empty(max(need, 2 * self.nodes.size) - self.n, np.int64)])
         if 2 * need > self.keys.size:
             self._alloc(need)
-            _map_ids(self.keys, self.vals, self.nodes.copy(), 0, self.nodes[: self.n], np.empty(self.n, np.int64), self.shift)
+            map_ids(self.keys, self.vals, self.nodes.copy(), 0, self.nodes[: self.n], np.empty(self.n, np.int64), self.shift)
         local = np.empty(ids.size, np.int64)
-        self.n = _map_ids(self.keys, self.vals, self.nodes, self.n, ids, local, self.shift)
+        self.n = map_ids(self.keys, self.vals, self.nodes, self.n, ids, local, self.shift)
         return local
 
 

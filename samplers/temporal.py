@@ -12,49 +12,12 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
-from numba import njit, prange
 
 from gnndist.errors import GnndistError
 from gnndist.graph import TemporalGraph, _as_ids
-from gnndist.samplers.rng import as_seed, floyd_choose, stream_key
+from gnndist.samplers.kernels import as_seed, tcsr_sample
 
 STRATEGIES = ("recent", "uniform")
-
-
-@njit(parallel=True, cache=True)
-def tcsr_sample(indptr, nbr, eid, ts, rows, ids, times, k, uniform, seed, salt,
-                out_nbr, out_eid, out_ts, out_cnt):
-    """Fill out_*[q, :out_cnt[q]] for query q = (T-CSR row rows[q], global id ids[q], times[q]),
-    most recent first. Each row's list must be sorted by time. Padding is left untouched."""
-    tbits = times.view(np.int64)
-    for q in prange(rows.size):
-        s = indptr[rows[q]]
-        lo, hi = s, indptr[rows[q] + 1]
-        t = times[q]
-        while lo < hi:  # first entry with ts >= t
-            mid = (lo + hi) >> 1
-            if ts[mid] < t:
-                lo = mid + 1
-            else:
-                hi = mid
-        p = lo - s
-        c = min(p, k)
-        out_cnt[q] = c
-        if uniform and p > k:
-            pos = np.empty(c, np.int64)
-            floyd_choose(stream_key(seed, salt, ids[q], tbits[q]), c, p, pos, 0)
-            pos.sort()
-            for j in range(c):
-                e = s + pos[c - 1 - j]
-                out_nbr[q, j] = nbr[e]
-                out_eid[q, j] = eid[e]
-                out_ts[q, j] = ts[e]
-        else:
-            for j in range(c):
-                e = lo - 1 - j
-                out_nbr[q, j] = nbr[e]
-                out_eid[q, j] = eid[e]
-                out_ts[q, j] = ts[e]
 
 
 @dataclass(eq=False)

@@ -1,0 +1,157 @@
+"""All numba kernels of the samplers, in one module so that numba's on-disk cache (keyed
+on this file) is invalidated whenever any of them, or the helpers they inline, change.
+
+Random numbers are counter-based: a draw is a hash of (seed, salt, key, draw index), so a
+sample depends only on what is sampled, never on thread count, query order or which rank
+computes it.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_MASK64 = (1 << 64) - 1
+
+
+def as_seed(seed: int) -> np.uint64:
+    """Any Python int as the uint64 the kernels take."""
+    return np.uint64(int(seed) & _MASK64)
+
+
+@njit(inline="always", cache=True)
+def mix64(x):
+    """splitmix64 finaliser: a bijective, well-mixed hash of a uint64."""
+    x = (x ^ (x >> np.uint64(30))) * _M1
+    x = (x ^ (x >> np.uint64(27))) * _M2
+    return x ^ (x >> np.uint64(31))
+
+
+@njit(inline="always", cache=True)
+def stream_key(seed, salt, key, extra):
+    """The random stream of one sampled item: `key` (a node id) and `extra` (e.g. time bits)."""
+    s = mix64(seed + np.uint64(salt) * _GOLDEN)
+    return mix64(s ^ mix64(np.uint64(key) * _GOLDEN ^ np.uint64(extra)))
+
+
+@njit(inline="always", cache=True)
+def draw_below(stream, j, n):
+    """Draw `j` of `stream`: a uniform integer in [0, n), n < 2**32."""
+    h = mix64(stream + np.uint64(j + 1) * _GOLDEN)
+    return np.int64(((h >> np.uint64(32)) * np.uint64(n)) >> np.uint64(32))
+
+
+@njit(inline="always", cache=True)
+def floyd_choose(stream, c, d, out, o):
+    """Write `c` distinct positions in [0, d) to out[o:o+c] (Floyd's algorithm)."""
+    for j in range(c):
+        m = d - c + j
+        t = draw_below(stream, j, m + 1)
+        for q in range(j):
+            if out[o + q] == t:
+                t = m
+                break
+        out[o + j] = t
+
+
+@njit(parallel=True, cache=True)
+def hop_counts(indptr, rows, fanout, replace):
+    """How many neighbours each row gets: all (fanout < 0), min(deg, fanout), or fanout with
+    replacement (0 for an isolated row)."""
+    counts = np.empty(rows.size, np.int64)
+    for i in prange(rows.size):
+        d = indptr[rows[i] + 1] - indptr[rows[i]]
+        if fanout < 0:
+            counts[i] = d
+        elif replace:
+            counts[i] = fanout if d > 0 else 0
+        else:
+            counts[i] = min(d, fanout)
+    return counts
+
+
+@njit(parallel=True, cache=True)
+def hop_fill(indptr, indices, rows, ids, offsets, fanout, replace, seed, salt, out):
+    """Sample the neighbours of `rows` (CSR rows; `ids` are their global ids, which key the
+    random streams) into out[offsets[i]:offsets[i+1]]."""
+    for i in prange(rows.size):
+        start = indptr[rows[i]]
+        d = indptr[rows[i] + 1] - start
+        o = offsets[i]
+        c = offsets[i + 1] - o
+        if fanout < 0 or (not replace and c == d):
+            for j in range(c):
+                out[o + j] = indices[start + j]
+            continue
+        s = stream_key(seed, salt, ids[i], 0)
+        if replace:
+            for j in range(c):
+                out[o + j] = indices[start + draw_below(s, j, d)]
+        else:
+            floyd_choose(s, c, d, out, o)
+            for j in range(c):
+                out[o + j] = indices[start + out[o + j]]
+
+
+@njit(cache=True)
+def map_ids(keys, vals, nodes, n, ids, local, shift):
+    """Map `ids` to local ids, appending unseen ones to `nodes[n:]` in first-seen order.
+    Open addressing with Fibonacci hashing (`shift` = 64 - log2(table size)); returns the new
+    node count."""
+    bits = np.uint64(shift)
+    mask = keys.size - 1
+    for i in range(ids.size):
+        v = ids[i]
+        h = np.int64((np.uint64(v) * _GOLDEN) >> bits)
+        while True:
+            k = keys[h]
+            if k == v:
+                local[i] = vals[h]
+                break
+            if k == -1:
+                keys[h] = v
+                vals[h] = n
+                nodes[n] = v
+                local[i] = n
+                n += 1
+                break
+            h = (h + 1) & mask
+    return n
+
+
+@njit(parallel=True, cache=True)
+def tcsr_sample(indptr, nbr, eid, ts, rows, ids, times, k, uniform, seed, salt,
+                out_nbr, out_eid, out_ts, out_cnt):
+    """Fill out_*[q, :out_cnt[q]] for query q = (T-CSR row rows[q], global id ids[q], times[q]),
+    most recent first. Each row's list must be sorted by time. Padding is left untouched."""
+    tbits = times.view(np.int64)
+    for q in prange(rows.size):
+        s = indptr[rows[q]]
+        lo, hi = s, indptr[rows[q] + 1]
+        t = times[q]
+        while lo < hi:  # first entry with ts >= t
+            mid = (lo + hi) >> 1
+            if ts[mid] < t:
+                lo = mid + 1
+            else:
+                hi = mid
+        p = lo - s
+        c = min(p, k)
+        out_cnt[q] = c
+        if uniform and p > k:
+            pos = np.empty(c, np.int64)
+            floyd_choose(stream_key(seed, salt, ids[q], tbits[q]), c, p, pos, 0)
+            pos.sort()
+            for j in range(c):
+                e = s + pos[c - 1 - j]
+                out_nbr[q, j] = nbr[e]
+                out_eid[q, j] = eid[e]
+                out_ts[q, j] = ts[e]
+        else:
+            for j in range(c):
+                e = lo - 1 - j
+                out_nbr[q, j] = nbr[e]
+                out_eid[q, j] = eid[e]
+                out_ts[q, j] = ts[e]
