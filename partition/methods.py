@@ -79,6 +79,81 @@ def metis_kway(xadj: np.ndarray, adjncy: np.ndarray, num_parts: int, vwgt: Optio
     return int(scalars[3][0]), part.astype(np.int64, copy=False)
 
 
+@numba.njit(cache=True)
+def _fits(load, q, vwgt, v, caps):  # pragma: no cover - compiled
+    """Whether part q stays within caps after receiving node v."""
+    for c in range(caps.size):
+        if load[q, c] + vwgt[v, c] > caps[c] + 1e-9:
+            return False
+    return True
+
+
+@numba.njit(cache=True)
+def _rebalance(xadj, adjncy, adjwgt, vwgt, part, k, caps):  # pragma: no cover - compiled
+    """Move nodes out of parts whose weight exceeds `caps` (per constraint) into parts that
+    stay within caps, best cut gain first. Returns True when every part is within caps."""
+    n, ncon = vwgt.shape
+    load = np.zeros((k, ncon))
+    for v in range(n):
+        for c in range(ncon):
+            load[part[v], c] += vwgt[v, c]
+    conn = np.zeros(k)
+    for _ in range(100 * k * ncon):
+        wp, wc, worst = -1, -1, 1.0
+        for p in range(k):
+            for c in range(ncon):
+                if load[p, c] > caps[c] * worst + 1e-9:
+                    wp, wc, worst = p, c, load[p, c] / caps[c]
+        if wp < 0:
+            return True
+        cand_v = np.empty(n, dtype=np.int64)
+        cand_q = np.empty(n, dtype=np.int64)
+        cand_gain = np.empty(n)
+        m = 0
+        for v in range(n):
+            if part[v] != wp or vwgt[v, wc] == 0:
+                continue
+            conn[:] = 0.0
+            for j in range(xadj[v], xadj[v + 1]):
+                conn[part[adjncy[j]]] += adjwgt[j] if adjwgt.size else 1.0
+            best_q, best_gain = -1, -np.inf
+            for q in range(k):
+                if q != wp and conn[q] > best_gain and _fits(load, q, vwgt, v, caps):
+                    best_q, best_gain = q, conn[q]
+            if best_q >= 0:
+                cand_v[m], cand_q[m], cand_gain[m] = v, best_q, best_gain - conn[wp]
+                m += 1
+        if m == 0:
+            return False
+        moved = 0
+        for i in np.argsort(-cand_gain[:m]):
+            if load[wp, wc] <= caps[wc] + 1e-9:
+                break
+            v, q = cand_v[i], cand_q[i]
+            if _fits(load, q, vwgt, v, caps):
+                for c in range(ncon):
+                    load[wp, c] -= vwgt[v, c]
+                    load[q, c] += vwgt[v, c]
+                part[v] = q
+                moved += 1
+        if moved == 0:
+            return False
+    return False
+
+
+def balanced_kway(xadj: np.ndarray, adjncy: np.ndarray, num_parts: int, vwgt: Optional[np.ndarray],
+                  adjwgt: Optional[np.ndarray], imbalance_tol: float, seed: int) -> np.ndarray:
+    """METIS k-way, then greedy moves that bring any part METIS left above `imbalance_tol`
+    (max/mean, per constraint) back within it where possible."""
+    part = metis_kway(xadj, adjncy, num_parts, vwgt, adjwgt, metis_options(imbalance_tol, seed))[1]
+    w = np.ones((xadj.size - 1, 1)) if vwgt is None else vwgt.reshape(xadj.size - 1, -1).astype(np.float64)
+    caps = imbalance_tol * w.sum(axis=0) / num_parts
+    if num_parts > 1 and caps.size and np.all(caps > 0):
+        _rebalance(xadj, adjncy, np.zeros(0) if adjwgt is None else adjwgt.astype(np.float64), w, part,
+                   num_parts, caps)
+    return part
+
+
 # ---------------------------------------------------------------- graph for METIS
 
 @numba.njit(cache=True)
@@ -190,11 +265,8 @@ def check_balance(balance: Sequence[str]) -> list[str]:
 
 
 def metis_membership(graph: Union[Graph, TemporalGraph], num_parts: int, balance: Sequence[str] = ("nodes",),
-                     imbalance_tol: float = 1.03, seed: int = 0) -> tuple[np.ndarray, int]:
-    """METIS k-way on the symmetrized graph (a temporal graph: its unweighted projection).
-
-    Returns (membership, METIS edge cut in undirected node pairs).
-    """
+                     imbalance_tol: float = 1.03, seed: int = 0) -> np.ndarray:
+    """METIS k-way on the symmetrized graph (a temporal graph: its unweighted projection)."""
     if isinstance(graph, Graph):
         src, dst = graph.edges()
         vwgt = _static_weights(graph, check_balance(balance))
@@ -203,13 +275,12 @@ def metis_membership(graph: Union[Graph, TemporalGraph], num_parts: int, balance
         vwgt = _temporal_weights(graph, check_balance(balance))
     xadj, adjncy, _ = symmetric_adjacency(src, dst, graph.num_nodes)
     del src, dst
-    cut, part = metis_kway(xadj, adjncy, num_parts, vwgt, None, metis_options(imbalance_tol, seed))
-    return part, cut
+    return balanced_kway(xadj, adjncy, num_parts, vwgt, None, imbalance_tol, seed)
 
 
 def temporal_membership(graph: TemporalGraph, num_parts: int, num_windows: int = 4, recency: float = 1.0,
                         imbalance_tol: float = 1.03, seed: int = 0, hubs: Optional[np.ndarray] = None
-                        ) -> tuple[np.ndarray, int]:
+                        ) -> np.ndarray:
     """The temporal partitioner: METIS on the recency-weighted event projection.
 
     Pair weight = sum over its events of `1 + recency * (t - t_first) / (t_last - t_first)`
@@ -217,7 +288,6 @@ def temporal_membership(graph: TemporalGraph, num_parts: int, num_windows: int =
     weights = events the node owns in each of `num_windows` equal-length time windows, so
     every part gets its share of events in every window. Events touching a replicated hub
     (`hubs`) are left out of the pair weights: they are local reads in every part.
-    Returns (membership, METIS weighted cut).
     """
     if num_windows < 1:
         raise GnndistError(f"--time-windows must be >= 1, got {num_windows}")
@@ -236,5 +306,4 @@ def temporal_membership(graph: TemporalGraph, num_parts: int, num_windows: int =
     del src, dst, w
     vwgt = event_owner_counts(graph, num_windows)
     vwgt = vwgt[:, vwgt.sum(axis=0) > 0]
-    return metis_kway(xadj, adjncy, num_parts, vwgt if vwgt.shape[1] else None, adjwgt,
-                      metis_options(imbalance_tol, seed))[::-1]
+    return balanced_kway(xadj, adjncy, num_parts, vwgt if vwgt.shape[1] else None, adjwgt, imbalance_tol, seed)

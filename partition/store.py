@@ -269,10 +269,10 @@ def partition_graph(graph: Union[Graph, TemporalGraph], num_parts: int, method: 
         membership = methods.random_membership(graph.num_nodes, num_parts, seed)
     elif method == "metis":
         params["balance"] = balance
-        membership, _ = methods.metis_membership(graph, num_parts, balance, imbalance_tol, seed)
+        membership = methods.metis_membership(graph, num_parts, balance, imbalance_tol, seed)
     else:
         params.update(time_windows=time_windows, recency=recency)
-        membership, _ = methods.temporal_membership(graph, num_parts, time_windows, recency, imbalance_tol,
+        membership = methods.temporal_membership(graph, num_parts, time_windows, recency, imbalance_tol,
                                                     seed, hubs)
     if temporal:
         params["replicate_hubs"] = replicate_hubs

@@ -1,0 +1,295 @@
+"""Static partitioning and the partition store: exact round trips, METIS vs pymetis, balance,
+checksums, atomic writes."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import networkx as nx
+import numpy as np
+import pymetis
+import pytest
+
+from gnndist import Graph, GnndistError
+from gnndist.datasets import load
+from gnndist.partition import (
+    load_id_maps,
+    load_partition,
+    partition_graph,
+    read_store_meta,
+    relabel,
+    verify_store,
+)
+from gnndist.partition import stats as pstats
+from gnndist.partition import store as pstore
+from gnndist.partition.methods import metis_kway, random_membership, symmetric_adjacency
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "datasets"
+
+
+@pytest.fixture(scope="module")
+def graph() -> Graph:
+    """A small generated graph with features, labels and masks, plus a directed extra edge,
+    a self-loop and a duplicate edge so symmetrization has work to do."""
+    g = load("synthetic-static", num_nodes=600, num_edges=2500, seed=3)
+    src, dst = g.edges()
+    src = np.concatenate([src, [5, 7, 7]])
+    dst = np.concatenate([dst, [9, 7, 7]])
+    return Graph.from_edges(src, dst, num_nodes=g.num_nodes, x=g.x, y=g.y, train_mask=g.train_mask,
+                            val_mask=g.val_mask, test_mask=g.test_mask)
+
+
+def edge_keys(src: np.ndarray, dst: np.ndarray, n: int) -> np.ndarray:
+    return np.sort(src.astype(np.int64) * n + dst)
+
+
+def brute_metis_adjacency(g: Graph) -> tuple[np.ndarray, np.ndarray]:
+    """The simple undirected graph, built with networkx, rows sorted."""
+    nxg = nx.Graph()
+    nxg.add_nodes_from(range(g.num_nodes))
+    src, dst = g.edges()
+    nxg.add_edges_from((int(a), int(b)) for a, b in zip(src, dst) if a != b)
+    rows = [sorted(nxg.neighbors(v)) for v in range(g.num_nodes)]
+    xadj = np.cumsum([0] + [len(r) for r in rows])
+    return xadj, np.array([u for r in rows for u in r], dtype=np.int64)
+
+
+@pytest.mark.parametrize("method,halo", [("metis", 0), ("metis", 1), ("random", 1)])
+def test_static_round_trip_is_exact(graph, tmp_path, method, halo):
+    n = graph.num_nodes
+    store = partition_graph(graph, 4, method=method, halo=halo, out=tmp_path / "s")
+    meta = read_store_meta(tmp_path / "s")
+    new_to_orig, orig_to_new = load_id_maps(tmp_path / "s")
+    # id maps: inverse permutations
+    assert np.array_equal(np.sort(new_to_orig), np.arange(n))
+    assert np.array_equal(new_to_orig[orig_to_new], np.arange(n))
+    assert np.array_equal(orig_to_new[new_to_orig], np.arange(n))
+    parts = [load_partition(tmp_path / "s", p, world_size=4) for p in range(4)]
+    # every node in exactly one part, contiguous new-id ranges in part order
+    assert np.array_equal(np.concatenate([p.orig_ids for p in parts]), new_to_orig)
+    assert np.array_equal(np.sort(np.concatenate([p.orig_ids for p in parts])), np.arange(n))
+    assert meta["node_offsets"] == [0] + np.cumsum([p.num_local for p in parts]).tolist()
+    # the union of the parts' rows is exactly the input edge multiset
+    src_all, dst_all = [], []
+    for p in parts:
+        rows = np.repeat(np.arange(p.start, p.stop), np.diff(p.indptr))
+        assert np.array_equal(p.owner(rows), np.full(rows.size, p.part_id))
+        src_all.append(new_to_orig[p.indices])
+        dst_all.append(new_to_orig[rows])
+        for name in ("x", "y", "train_mask", "val_mask", "test_mask"):
+            got, want = getattr(p, name), getattr(graph, name)[p.orig_ids]
+            assert got.dtype == want.dtype and np.array_equal(got, want), name
+            assert got.tobytes() == want.tobytes()
+        if halo:
+            nbrs = set(p.indices.tolist())
+            expect = sorted(v for v in nbrs if not p.start <= v < p.stop)
+            assert p.halo_ids.tolist() == expect
+            assert np.array_equal(p.halo_x, graph.x[new_to_orig[p.halo_ids]])
+        else:
+            assert p.halo_ids is None and p.halo_x is None
+        # the in-memory part equals the loaded one
+        mem = store.part(p.part_id)
+        assert np.array_equal(mem.indices, p.indices) and np.array_equal(mem.indptr, p.indptr)
+    gs, gd = graph.edges()
+    assert np.array_equal(edge_keys(np.concatenate(src_all), np.concatenate(dst_all), n), edge_keys(gs, gd, n))
+    # within a row, neighbour order is the input's
+    v = 11
+    p = parts[parts[0].owner(np.array([orig_to_new[v]]))[0]]
+    i = orig_to_new[v] - p.start
+    assert np.array_equal(new_to_orig[p.indices[p.indptr[i]:p.indptr[i + 1]]],
+                          graph.indices[graph.indptr[v]:graph.indptr[v + 1]])
+
+
+def test_static_figures_match_brute_force(graph):
+    store = partition_graph(graph, 3, method="metis", halo=1, balance=["nodes", "edges", "train"])
+    f, m = store.figures, store.membership
+    src, dst = graph.edges()
+    assert f["nodes_per_part"] == [int((m == p).sum()) for p in range(3)]
+    assert f["edges_per_part"] == [int((m[dst] == p).sum()) for p in range(3)]
+    assert f["train_nodes_per_part"] == [int(graph.train_mask[m == p].sum()) for p in range(3)]
+    assert f["edge_cut_fraction"] == pytest.approx(np.mean(m[src] != m[dst]))
+    halo = [{int(s) for s, d in zip(src, dst) if m[d] == p and m[s] != p} for p in range(3)]
+    assert f["halo_nodes_per_part"] == [len(h) for h in halo]
+    assert f["replication_factor"] == pytest.approx((graph.num_nodes + sum(map(len, halo))) / graph.num_nodes)
+    counts = np.array(f["edges_per_part"])
+    assert f["imbalance"]["edges"] == pytest.approx(counts.max() / counts.mean())
+
+
+def test_symmetric_adjacency_matches_networkx(graph):
+    xadj, adjncy = brute_metis_adjacency(graph)
+    src, dst = graph.edges()
+    got_x, got_a, _ = symmetric_adjacency(src, dst, graph.num_nodes)
+    assert np.array_equal(got_x, xadj) and np.array_equal(got_a, adjncy)
+
+
+@pytest.mark.parametrize("k,tol,seed", [(2, 1.03, 0), (4, 1.05, 7), (5, 1.03, 1)])
+def test_metis_equals_pymetis(graph, k, tol, seed):
+    xadj, adjncy = brute_metis_adjacency(graph)
+    opts = pymetis.Options(ufactor=int(round((tol - 1) * 1000)), seed=seed)
+    ref = pymetis.part_graph(k, pymetis.CSRAdjacency(xadj, adjncy), options=opts, recursive=False)
+    store = partition_graph(graph, k, method="metis", imbalance_tol=tol, seed=seed)
+    assert np.array_equal(store.membership, np.asarray(ref.vertex_part))
+    m = store.membership
+    cut_pairs = sum(m[u] != m[v] for u in range(graph.num_nodes) for v in adjncy[xadj[u]:xadj[u + 1]] if u < v)
+    assert cut_pairs == ref.edge_cuts
+
+
+def test_metis_kway_weighted_equals_pymetis(graph):
+    """The direct METIS call with vertex and edge weights (one constraint) equals pymetis."""
+    rng = np.random.default_rng(0)
+    src, dst = graph.edges()
+    xadj, adjncy, adjwgt = symmetric_adjacency(src, dst, graph.num_nodes, weights=rng.uniform(1, 9, src.size))
+    vw = rng.integers(0, 5, graph.num_nodes)
+    opts = pymetis.Options(ufactor=50, seed=2)
+    ref = pymetis.part_graph(3, pymetis.CSRAdjacency(xadj, adjncy), vweights=vw, eweights=adjwgt, options=opts,
+                             recursive=False)
+    cut, part = metis_kway(xadj, adjncy, 3, vw, adjwgt, pymetis.Options(ufactor=50, seed=2))
+    assert cut == ref.edge_cuts and np.array_equal(part, np.asarray(ref.vertex_part))
+
+
+@pytest.mark.parametrize("tol", [1.02, 1.05, 1.10])
+def test_multi_constraint_balance_within_tolerance(tol):
+    g = load("synthetic-static", num_nodes=3000, num_edges=15000, seed=1)
+    store = partition_graph(g, 4, method="metis", balance=["nodes", "edges", "train"], imbalance_tol=tol)
+    imb = store.figures["imbalance"]
+    for key in ("nodes", "edges", "train"):
+        assert imb[key] <= tol + 1e-9, (key, imb)
+    assert store.figures["edge_cut_fraction"] < 0.5  # random would cut ~3/4
+
+
+def test_single_constraint_leaves_other_weights_unbalanced():
+    """Shows the constraints are real: balancing nodes only does not balance training nodes."""
+    g = load("synthetic-static", num_nodes=3000, num_edges=15000, seed=1)
+    store = partition_graph(g, 4, method="metis", balance=["nodes"], imbalance_tol=1.02)
+    assert store.figures["imbalance"]["nodes"] <= 1.02 + 1e-9
+    assert store.figures["imbalance"]["train"] > 1.02
+
+
+@pytest.mark.skipif(not (DATA / "cora").exists(), reason="shared datasets absent")
+def test_cora_round_trip_and_balance(tmp_path):
+    g = load(str(DATA / "cora"))
+    store = partition_graph(g, 4, method="metis", balance=["nodes", "train"], imbalance_tol=1.05, halo=1,
+                            out=tmp_path / "c")
+    assert store.figures["imbalance"]["nodes"] <= 1.05 + 1e-9
+    assert store.figures["imbalance"]["train"] <= 1.05 + 1e-9
+    assert store.figures["edge_cut_fraction"] < 0.2
+    parts = [load_partition(tmp_path / "c", p) for p in range(4)]
+    x = np.concatenate([p.x for p in parts])
+    assert x.tobytes() == g.x[np.concatenate([p.orig_ids for p in parts])].tobytes()
+    new_g = relabel(g, store.orig_to_new)
+    for p in parts:  # the parts are slices of the relabelled graph
+        a, b = new_g.indptr[p.start], new_g.indptr[p.stop]
+        assert np.array_equal(p.indices, new_g.indices[a:b])
+        assert np.array_equal(p.indptr, new_g.indptr[p.start:p.stop + 1] - a)
+
+
+def test_random_method_hashes_ids():
+    m = random_membership(10_000, 4, seed=0)
+    assert np.array_equal(m, random_membership(10_000, 4, seed=0))
+    assert not np.array_equal(m, random_membership(10_000, 4, seed=1))
+    assert pstats.imbalance(np.bincount(m)) < 1.05
+    assert np.array_equal(random_membership(20_000, 4, seed=0)[:10_000], m)  # a function of the id only
+
+
+def test_corruption_truncation_and_missing_files_are_detected(graph, tmp_path):
+    out = tmp_path / "s"
+    partition_graph(graph, 2, method="metis", out=out)
+    assert verify_store(out) == len(read_store_meta(out)["files"])
+    f = out / "part1" / "indices.npy"
+    good = f.read_bytes()
+    flipped = bytearray(good)
+    flipped[-3] ^= 0x01
+    f.write_bytes(bytes(flipped))
+    with pytest.raises(GnndistError, match="sha256"):
+        load_partition(out, 1)
+    with pytest.raises(GnndistError, match="sha256"):
+        verify_store(out)
+    load_partition(out, 0)  # the other part is intact
+    f.write_bytes(good[: len(good) // 2])
+    with pytest.raises(GnndistError, match="corrupted"):
+        load_partition(out, 1)
+    f.unlink()
+    with pytest.raises(GnndistError, match="missing part1/indices.npy"):
+        load_partition(out, 1)
+
+
+def test_store_meta_errors(graph, tmp_path):
+    out = tmp_path / "s"
+    partition_graph(graph, 2, method="random", out=out)
+    with pytest.raises(GnndistError, match="world size is 3"):
+        load_partition(out, 0, world_size=3)
+    with pytest.raises(GnndistError, match="out of range"):
+        load_partition(out, 2)
+    meta = json.loads((out / "meta.json").read_text())
+    meta["format_version"] = 999
+    (out / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(GnndistError, match="format 999"):
+        load_partition(out, 0)
+    (out / "meta.json").write_text("{not json")
+    with pytest.raises(GnndistError, match="not valid JSON"):
+        read_store_meta(out)
+    with pytest.raises(GnndistError, match="no meta.json"):
+        load_partition(tmp_path, 0)
+
+
+def test_writes_are_atomic(graph, tmp_path, monkeypatch):
+    out = tmp_path / "s"
+    partition_graph(graph, 2, method="random", out=out)
+    before = read_store_meta(out)
+    calls = {"n": 0}
+    real_save = np.save
+
+    def failing_save(path, arr):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise OSError("disk full")
+        real_save(path, arr)
+
+    monkeypatch.setattr(pstore.np, "save", failing_save)
+    with pytest.raises(OSError, match="disk full"):
+        partition_graph(graph, 3, method="metis", out=out)
+    monkeypatch.undo()
+    assert read_store_meta(out) == before and verify_store(out) > 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s"]  # no temp folders left
+    other = tmp_path / "notastore"
+    other.mkdir()
+    (other / "precious.txt").write_text("keep me")
+    with pytest.raises(GnndistError, match="not a partition store"):
+        partition_graph(graph, 2, method="random", out=other)
+    assert (other / "precious.txt").read_text() == "keep me"
+
+
+def test_memory_estimate_refuses_cleanly(monkeypatch):
+    n, e = 50_000, 1_200_000
+    rng = np.random.default_rng(0)
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    indptr[1:] = np.cumsum(np.bincount(rng.integers(0, n, e), minlength=n))
+    g = Graph(indptr, rng.integers(0, n, e))
+    need = pstore.check_memory(g, "random")
+    assert need > pstats.graph_bytes(g)
+    assert pstore.check_memory(Graph(np.zeros(3, np.int64), np.zeros(0, np.int64)), "metis") is None
+    monkeypatch.setattr(pstats, "available_memory_bytes", lambda: need - 1)
+    with pytest.raises(GnndistError, match=r"needs an estimated .* only .* available; pass --force"):
+        partition_graph(g, 2, method="random")
+    assert partition_graph(g, 2, method="random", force=True).figures["nodes_per_part"][0] > 0
+
+
+def test_bad_arguments(graph):
+    with pytest.raises(GnndistError, match="--parts"):
+        partition_graph(graph, graph.num_nodes + 1)
+    with pytest.raises(GnndistError, match="temporal graph"):
+        partition_graph(graph, 2, method="temporal")
+    with pytest.raises(GnndistError, match="unknown --balance"):
+        partition_graph(graph, 2, balance=["weird"])
+    with pytest.raises(GnndistError, match="temporal graphs only"):
+        partition_graph(graph, 2, replicate_hubs=3)
+    with pytest.raises(GnndistError, match="imbalance-tol"):
+        partition_graph(graph, 2, imbalance_tol=0.9)
+    no_train = Graph(graph.indptr, graph.indices)
+    with pytest.raises(GnndistError, match="training nodes"):
+        partition_graph(no_train, 2, balance=["train"])
+
+
+def test_single_part(graph):
+    store = partition_graph(graph, 1, method="metis")
+    assert store.figures["nodes_per_part"] == [graph.num_nodes] and store.figures["edge_cut_fraction"] == 0.0
