@@ -1,0 +1,134 @@
+"""Feature store, cache policies and the prefetch loader in one process (the 2- and 4-rank
+checks are in test_samplers_dist.py)."""
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+from gnndist.errors import GnndistError
+from gnndist.samplers import FeatureStore, PrefetchLoader, degree_scores, visit_scores
+from gnndist.samplers.cache import AdaptiveCache, StaticCache, capacity_rows
+
+
+def test_single_rank_store_reads_rows_in_place():
+    x = np.random.default_rng(0).standard_normal((50, 4)).astype(np.float32)
+    store = FeatureStore(x, [0, 50])
+    ids = np.array([3, 3, 49, 0, 17])
+    assert torch.equal(store.fetch(ids), torch.from_numpy(x[ids]))
+    s = store.stats()
+    assert s["requests"] == s["hits"] == s["misses"] == s["bytes_fetched"] == 0 and s["local"] == 5
+    store.set_cache("degree", 0.5, np.ones(50))  # nothing is remote: an empty cache
+    assert store.stats()["cached_rows"] == 0
+    store.reset_counters()
+    assert store.counters["local"] == 0
+    edges = FeatureStore.for_ids(x[::-1].copy(), np.arange(50)[::-1].copy())
+    assert torch.equal(edges.fetch(ids), torch.from_numpy(x[ids]))
+
+
+def test_store_rejects_bad_input():
+    x = np.zeros((10, 2), np.float32)
+    with pytest.raises(GnndistError):
+        FeatureStore(x, [0, 9])
+    with pytest.raises(GnndistError):
+        FeatureStore(x, [0, 5, 10])  # two ranges, one rank
+    store = FeatureStore(x, [0, 10])
+    with pytest.raises(GnndistError):
+        store.fetch([10])
+    with pytest.raises(GnndistError):
+        store.set_cache("lru", 0.1)
+    with pytest.raises(GnndistError):
+        store.set_cache("presample", 0.1)
+    with pytest.raises(GnndistError):
+        store.set_cache("degree", 0.1, np.ones(3))
+    with pytest.raises(GnndistError):
+        store.set_cache("degree", -1, np.ones(10))
+
+
+def test_capacity_is_a_fraction_or_bytes():
+    assert capacity_rows(0.1, 1000, 128) == 100
+    assert capacity_rows(1.0, 1000, 128) == 1000
+    assert capacity_rows(12800, 1000, 128) == 100
+    assert capacity_rows(1e9, 1000, 128) == 1000
+
+
+def test_scores_count_degrees_and_visits():
+    rng = np.random.default_rng(1)
+    indices = rng.integers(0, 30, 200)
+    assert np.array_equal(degree_scores(indices, 30), np.bincount(indices, minlength=30))
+    batches = [rng.permutation(30)[:10] for _ in range(7)]
+    assert np.array_equal(visit_scores(batches, 30), np.bincount(np.concatenate(batches), minlength=30))
+
+
+def test_static_cache_keeps_the_top_scores():
+    cache = StaticCache(100, 10, 2, np.float32)
+    scores = np.random.default_rng(2).permutation(100).astype(float)
+    remote = np.arange(40, 100)
+    chosen = cache.choose(scores, remote)
+    assert sorted(chosen.tolist()) == sorted(remote[np.argsort(-scores[remote])[:10]].tolist())
+    scores[:] = 0
+    scores[[50, 60]] = 1
+    assert cache.choose(scores, remote).tolist() == [50, 60]  # never-seen ids are not cached
+
+
+def test_adaptive_cache_tracks_a_moving_hot_set_and_keeps_rows_right():
+    n, cap, dim = 1000, 50, 3
+    rows_of = np.arange(n * dim, dtype=np.float32).reshape(n, dim)
+    cache = AdaptiveCache(n, cap, dim, np.float32, half_life=20)
+    rng = np.random.default_rng(3)
+    for phase, hot in enumerate((np.arange(0, 50), np.arange(500, 550))):
+        for _ in range(150):
+            req = np.unique(np.concatenate([rng.choice(hot, 30, replace=False), rng.integers(0, n, 30)]))
+            miss = req[cache.slot[req] < 0]
+            before = set(cache.ids[:cache.size].tolist())
+            cache.observe(req, miss, rows_of[miss])
+            held = cache.ids[:cache.size]
+            # contents: the top of (previous contents + this step's misses) by decayed count
+            pool = np.array(sorted(before | set(miss.tolist())), dtype=np.int64)
+            out = np.setdiff1d(pool, held)
+            if out.size and held.size:
+                assert cache.score[held].min() >= cache.score[out].max()
+            assert np.array_equal(cache.rows[cache.slot[held]], rows_of[held])
+            assert sorted(cache.slot[held].tolist()) == list(range(cache.size))
+        assert cache.size == cap
+        assert np.isin(cache.ids[:cap], hot).mean() >= 0.9, phase
+    assert (cache.slot >= 0).sum() == cap
+
+
+def test_prefetch_runs_ahead_in_order_and_can_be_disabled():
+    started = [threading.Event() for _ in range(6)]
+
+    def fn(i):
+        started[i].set()
+        return i * i
+
+    got = []
+    for i, v in enumerate(PrefetchLoader(range(5), fn)):
+        got.append(v)
+        if i < 4:  # while item i is in use, item i+1 is being made
+            assert started[i + 1].wait(10)
+    assert got == [0, 1, 4, 9, 16]
+
+    started = [threading.Event() for _ in range(6)]
+    for i, v in enumerate(PrefetchLoader(range(5), fn, enabled=False)):
+        assert v == i * i and not started[i + 1].is_set()
+
+
+def test_prefetch_raises_errors_in_the_caller_and_stops_early():
+    def boom(i):
+        if i == 2:
+            raise GnndistError("bad batch 2")
+        return i
+
+    with pytest.raises(GnndistError, match="bad batch 2"):
+        list(PrefetchLoader(range(5), boom))
+    made, threads = [], threading.active_count()
+
+    def record(i):
+        made.append(i)
+        return i
+
+    for v in PrefetchLoader(range(1000), record):
+        if v == 3:
+            break
+    assert len(made) < 10 and threading.active_count() == threads

@@ -1,0 +1,213 @@
+"""Distributed sampling and feature fetching on 2 and 4 local gloo ranks, against the
+single-process samplers and the global feature rows.
+
+Each rank builds the same random global graph and keeps its own contiguous id range (unequal
+sizes), as a partition store would give it. One launch per world size runs every check; the
+tests below read its results.
+"""
+import numpy as np
+import pytest
+import torch
+
+from gnndist import dist
+from gnndist.samplers import (POLICIES, DistNeighborSampler, DistTemporalSampler, FeatureStore, PrefetchLoader,
+                              degree_scores, sample_neighbors, sample_temporal_multihop,
+                              sample_temporal_neighbors, visit_scores)
+from test_samplers import random_graph, random_tgraph
+
+N, F = 300, 5
+FANOUTS = [4, 3]
+
+
+def offsets_for(n, w, seed=0):
+    """Unequal contiguous ranges: rank r owns ids offsets[r] .. offsets[r+1]-1."""
+    cuts = np.sort(np.random.default_rng(seed).choice(np.arange(10, n - 10), w - 1, replace=False))
+    return np.concatenate([[0], cuts, [n]]).astype(np.int64)
+
+
+def seeds_of(r, n):
+    """Rank 0 has no seeds (it still takes part in every exchange); others own and remote ones."""
+    return np.empty(0, np.int64) if r == 0 else np.random.default_rng(r).permutation(n)[:25 + 5 * r]
+
+
+def queries_of(r, n):
+    rng = np.random.default_rng(100 + r)
+    q = 0 if r == 1 else 40
+    return rng.integers(0, n, q), rng.uniform(0, 210, q)
+
+
+def features(n, dim, seed=0):
+    return np.random.default_rng(seed).standard_normal((n, dim)).astype(np.float32)
+
+
+def fetch_batches(r, n, steps=4):
+    rng = np.random.default_rng(200 + r)
+    return [rng.integers(0, n, 60) for _ in range(steps)]
+
+
+def worker():
+    dist.setup("cpu")
+    r = dist.rank()
+    out = {}
+    g = random_graph(n=N)
+    off = offsets_for(N, dist.world_size())
+    lo, hi = int(off[r]), int(off[r + 1])
+    sampler = DistNeighborSampler(g.indptr[lo:hi + 1] - g.indptr[lo], g.indices[g.indptr[lo]:g.indptr[hi]], off)
+    seeds = seeds_of(r, N)
+    for replace in (False, True):
+        b = sampler.sample(seeds, FANOUTS, replace, seed=5)
+        out["static", replace] = (b.node_ids, b.num_nodes_per_hop, b.edge_index)
+    b = sampler.sample(seeds, [-1, -1])
+    out["static", "full"] = (b.node_ids, b.num_nodes_per_hop, b.edge_index)
+
+    tg = random_tgraph()
+    toff = offsets_for(tg.num_nodes, dist.world_size(), seed=1)
+    tlo, thi = int(toff[r]), int(toff[r + 1])
+    touch = ((tg.src >= tlo) & (tg.src < thi)) | ((tg.dst >= tlo) & (tg.dst < thi))
+    eids = np.flatnonzero(touch)
+    tsampler = DistTemporalSampler.from_events(tg.src[eids], tg.dst[eids], tg.t[eids], eids, toff)
+    nodes, times = queries_of(r, tg.num_nodes)
+    for strategy in ("recent", "uniform"):
+        s = tsampler.sample(nodes, times, 5, strategy, seed=3)
+        out["temporal", strategy] = (s.nbr, s.eid, s.ts, s.dt, s.mask)
+        out["multihop", strategy] = [(h.nbr, h.eid, h.ts, h.mask)
+                                     for h in tsampler.sample_multihop(nodes, times, [3, 2], strategy, seed=3)]
+
+    x = features(N, F)
+    store = FeatureStore(x[lo:hi], off)
+    deg = degree_scores(sampler.indices, N)
+    visits = visit_scores((sampler.sample(s, FANOUTS, seed=99).node_ids for s in np.array_split(seeds, 3)), N)
+    scores = {"none": None, "degree": deg, "presample": visits, "adaptive": deg}
+    remote = np.setdiff1d(np.arange(N), np.arange(lo, hi))
+    for policy in POLICIES:
+        for capacity in (0.3, 1.0, 40 * F * 4):  # fractions of remote ids, and bytes (40 rows)
+            store.set_cache(policy, capacity, scores[policy])
+            store.reset_counters()
+            cached = None if store.cache is None else store.cache.ids[:store.cache.size].copy()
+            exact = all(torch.equal(store.fetch(ids), torch.from_numpy(x[ids])) for ids in fetch_batches(r, N))
+            out["features", policy, capacity] = (exact, store.stats(), cached, remote.size)
+    ones = np.ones(N)
+    store.set_cache("degree", 1.0, ones)
+    store.reset_counters()
+    exact = all(torch.equal(store.fetch(ids), torch.from_numpy(x[ids])) for ids in fetch_batches(r, N))
+    out["features", "all-cached"] = (exact, store.stats())
+
+    ef = features(tg.num_events, 3, seed=1)
+    estore = FeatureStore.for_ids(ef[eids], eids)
+    batch = np.random.default_rng(r).integers(0, tg.num_events, 200)
+    out["edge-features"] = torch.equal(estore.fetch(batch), torch.from_numpy(ef[batch]))
+
+    # prefetching: sample + fetch in the background thread while the main thread all-reduces
+    store.set_cache("adaptive", 0.2, deg)
+    work = np.array_split(np.random.default_rng(300 + r).permutation(N)[:90], 6)
+
+    def step(batch_seeds):
+        b = sampler.sample(batch_seeds, FANOUTS, seed=7)
+        return b.node_ids, store.fetch(b.node_ids)
+
+    inline = list(PrefetchLoader(work, step, enabled=False))
+    ahead = []
+    for item in PrefetchLoader(work, step):
+        dist.all_reduce(torch.ones(3))
+        ahead.append(item)
+    out["prefetch"] = all(np.array_equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(inline, ahead)) \
+        and len(ahead) == len(work) and all(torch.equal(f, torch.from_numpy(x[i])) for i, f in ahead)
+    return out
+
+
+@pytest.fixture(scope="module", params=[2, 4])
+def run(request):
+    mp = pytest.MonkeyPatch()
+    mp.setenv("GNNDIST_TIMEOUT", "60")
+    try:
+        yield request.param, dist.launch(request.param, worker)
+    finally:
+        mp.undo()
+
+
+def same_blocks(got, b):
+    node_ids, sizes, edges = got
+    return (np.array_equal(node_ids, b.node_ids) and sizes == b.num_nodes_per_hop
+            and all(np.array_equal(e, f) for e, f in zip(edges, b.edge_index)))
+
+
+def test_static_distributed_equals_single_process(run):
+    w, outs = run
+    g = random_graph(n=N)
+    for r, out in enumerate(outs):
+        seeds = seeds_of(r, N)
+        for replace in (False, True):
+            assert same_blocks(out["static", replace], sample_neighbors(g, seeds, FANOUTS, replace, seed=5))
+        assert same_blocks(out["static", "full"], sample_neighbors(g, seeds, [-1, -1]))
+
+
+def test_static_distributed_samples_true_neighbours_and_full_neighbourhoods(run):
+    _, outs = run
+    g = random_graph(n=N)
+    nbrs = [sorted(g.indices[g.indptr[v]:g.indptr[v + 1]].tolist()) for v in range(N)]
+    for r, out in enumerate(outs):
+        for key in (False, True, "full"):
+            node_ids, sizes, edges = out["static", key]
+            assert sizes[0] == seeds_of(r, N).size
+            for ei in edges:
+                src, dst = node_ids[ei[0]], node_ids[ei[1]]
+                for v in set(dst.tolist()):
+                    mine = sorted(src[dst == v].tolist())
+                    if key == "full":
+                        assert mine == nbrs[v]
+                    else:
+                        assert set(mine) <= set(nbrs[v])
+
+
+def test_temporal_distributed_equals_single_process_and_is_strictly_earlier(run):
+    _, outs = run
+    tg = random_tgraph()
+    for r, out in enumerate(outs):
+        nodes, times = queries_of(r, tg.num_nodes)
+        for strategy in ("recent", "uniform"):
+            ref = sample_temporal_neighbors(tg, nodes, times, 5, strategy, seed=3)
+            nbr, eid, ts, dt, mask = out["temporal", strategy]
+            for a, b in zip((nbr, eid, ts, dt, mask), (ref.nbr, ref.eid, ref.ts, ref.dt, ref.mask)):
+                assert np.array_equal(a, b)
+            assert np.all(ts[mask] < np.broadcast_to(times[:, None], ts.shape)[mask])
+            assert np.all((tg.src[eid[mask]] == nbr[mask]) | (tg.dst[eid[mask]] == nbr[mask]))
+            hops = sample_temporal_multihop(tg, nodes, times, [3, 2], strategy, seed=3)
+            for got, h in zip(out["multihop", strategy], hops):
+                assert all(np.array_equal(a, b) for a, b in zip(got, (h.nbr, h.eid, h.ts, h.mask)))
+
+
+def test_fetched_features_are_bit_exact_with_every_cache(run):
+    _, outs = run
+    for out in outs:
+        for policy in POLICIES:
+            for capacity in (0.3, 1.0, 40 * F * 4):
+                exact, stats, cached, n_remote = out["features", policy, capacity]
+                assert exact, (policy, capacity)
+                assert stats["hits"] + stats["misses"] == stats["requests"] > 0
+                assert stats["bytes_fetched"] == stats["misses"] * F * 4
+                assert stats["bytes_saved"] == stats["hits"] * F * 4
+                if policy == "none":
+                    assert stats["hits"] == 0 and cached is None
+                else:
+                    limit = 40 if capacity > 1 else int(capacity * n_remote)
+                    assert stats["cached_rows"] <= limit
+        assert out["edge-features"]
+        exact, stats = out["features", "all-cached"]
+        assert exact and stats["misses"] == 0 and stats["hits"] == stats["requests"] > 0
+
+
+def test_static_caches_hold_the_top_scored_remote_ids(run):
+    w, outs = run
+    g = random_graph(n=N)
+    off = offsets_for(N, w)
+    deg = np.bincount(g.indices, minlength=N)
+    for r, out in enumerate(outs):
+        remote = np.setdiff1d(np.arange(N), np.arange(off[r], off[r + 1]))
+        _, stats, cached, _ = out["features", "degree", 0.3]
+        assert cached.size == int(0.3 * remote.size) and np.isin(cached, remote).all()
+        assert deg[cached].min() >= deg[np.setdiff1d(remote, cached)].max()
+
+
+def test_prefetch_with_concurrent_main_thread_collectives(run):
+    _, outs = run
+    assert all(out["prefetch"] for out in outs)
