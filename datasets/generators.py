@@ -38,13 +38,22 @@ class _GroupSampler:
         self.lo = np.concatenate([[0.0], self.cum])[bounds[:-1]]
         self.hi = np.concatenate([[0.0], self.cum])[bounds[1:]]
 
-    def draw(self, rng: np.random.Generator, groups: np.ndarray | None = None, size: int = 0) -> np.ndarray:
-        """One node per entry of `groups` from that group, or `size` nodes from all."""
-        if groups is None:
-            u = rng.random(size) * self.cum[-1]
-        else:
+    def draw(self, rng: np.random.Generator, groups: np.ndarray | None = None, size: int = 0,
+             shuffle: bool = True) -> np.ndarray:
+        """One node per entry of `groups` from that group, or `size` nodes from all; the latter
+        are looked up in sorted order (cache-friendly), then shuffled unless `shuffle` is False."""
+        if groups is not None:
             u = self.lo[groups] + rng.random(groups.size) * (self.hi[groups] - self.lo[groups])
-        return self.order[np.minimum(np.searchsorted(self.cum, u, side="right"), self.cum.size - 1)]
+        else:
+            u = np.sort(rng.random(size)) * self.cum[-1]
+        nodes = self.order[np.minimum(np.searchsorted(self.cum, u, side="right"), self.cum.size - 1)]
+        return rng.permutation(nodes) if groups is None and shuffle else nodes
+
+
+def _sorted_unique(a: np.ndarray) -> np.ndarray:
+    """np.unique for int64 keys (np.unique's hashing is far slower on these)."""
+    a = np.sort(a)
+    return a[np.concatenate([[True], a[1:] != a[:-1]])]
 
 
 def synthetic_static(num_nodes: int = 10_000, num_edges: int = 100_000, num_features: int = 32,
@@ -64,21 +73,25 @@ def synthetic_static(num_nodes: int = 10_000, num_edges: int = 100_000, num_feat
     keys = np.empty(0, dtype=np.int64)
     while keys.size < num_edges:  # draw, drop self-loops and repeats, top up until enough
         m = int((num_edges - keys.size) * 1.1) + 16
-        src = sampler.draw(rng, size=m)
+        src = sampler.draw(rng, size=m, shuffle=False)  # sorted: edge order does not matter
         inside = rng.random(m) < HOMOPHILY
-        dst = sampler.draw(rng, size=m)
+        dst = np.empty_like(src)
         dst[inside] = sampler.draw(rng, y[src[inside]])
+        dst[~inside] = sampler.draw(rng, size=int(m - inside.sum()))
         lo, hi = np.minimum(src, dst), np.maximum(src, dst)
-        keys = np.unique(np.concatenate([keys, (lo * n + hi)[lo != hi]]))
-    keys = rng.choice(keys, num_edges, replace=False) if keys.size > num_edges else keys
+        keys = _sorted_unique(np.concatenate([keys, (lo * n + hi)[lo != hi]]))
+    if keys.size > num_edges:
+        keys = np.sort(keys[rng.choice(keys.size, num_edges, replace=False)])
     means = rng.standard_normal((num_classes, num_features), dtype=np.float32) * np.float32(SIGNAL)
     x = rng.standard_normal((n, num_features), dtype=np.float32)
     x += means[y]
     split = rng.random(n)
     bounds = np.cumsum(SPLIT)
-    return Graph.from_edges(keys // n, keys % n, num_nodes=n, undirected=True, x=x, y=y,
-                            train_mask=split < bounds[0], val_mask=(split >= bounds[0]) & (split < bounds[1]),
-                            test_mask=(split >= bounds[1]) & (split < bounds[2]))
+    both = np.sort(np.concatenate([keys, (keys % n) * n + keys // n]))  # (row, col) keys, both directions
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(both // n, minlength=n), out=indptr[1:])
+    return Graph(indptr, both % n, x=x, y=y, train_mask=split < bounds[0],
+                 val_mask=(split >= bounds[0]) & (split < bounds[1]), test_mask=(split >= bounds[1]) & (split < bounds[2]))
 
 
 def _mix(*parts: np.ndarray) -> np.ndarray:
@@ -122,7 +135,7 @@ def synthetic_temporal(num_nodes: int = 1_000, num_events: int = 20_000, edge_di
     lengths[-1] -= lengths.sum() - e
     s = lengths.size
     who = sampler.draw(rng, size=s)
-    start = rng.random(s) * e
+    start = np.sort(rng.random(s)) * e  # sessions in start order: events come out nearly sorted
     main_slot = rng.integers(0, k_pref, s)
     sess = np.repeat(np.arange(s), lengths)
     offset = np.arange(e) - np.repeat(np.cumsum(lengths) - lengths, lengths)
