@@ -25,11 +25,23 @@ _ROLES = {
 }
 
 
+def _renumber(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted distinct ids, each id's position among them), as np.unique(return_inverse=True),
+    through a lookup table when the ids are not much sparser than their count (the common case)."""
+    top = int(ids.max(initial=-1)) + 1
+    if top > 4 * ids.size + (1 << 20):
+        return np.unique(ids, return_inverse=True)
+    present = np.zeros(top, dtype=bool)
+    present[ids] = True
+    position = np.cumsum(present) - 1
+    return np.flatnonzero(present), position[ids]
+
+
 def _temporal(src: np.ndarray, dst: np.ndarray, t: np.ndarray, edge_feat: Optional[np.ndarray] = None,
               edge_label: Optional[np.ndarray] = None, orig_ids: Optional[np.ndarray] = None) -> TemporalGraph:
     """A TemporalGraph with renumbered ids (`orig_ids` given: ids already renumbered)."""
     if orig_ids is None:
-        orig_ids, inverse = np.unique(np.concatenate([src, dst]), return_inverse=True)
+        orig_ids, inverse = _renumber(np.concatenate([src, dst]))
         src, dst = inverse[:src.size], inverse[src.size:]
     g = TemporalGraph(src, dst, t, edge_feat, edge_label, num_nodes=orig_ids.size, sort=True)
     g.orig_ids = orig_ids.astype(np.int64)
@@ -97,8 +109,7 @@ def load_csv(path: str) -> TemporalGraph:
         edge_feat = _tgn_edge_features(path, a[:, idx[0]].astype(np.int64), edge_feat)
     orig_ids = None
     if names[r["src"]].lower().startswith("user") and names[r["dst"]].lower().startswith("item"):
-        users, su = np.unique(src, return_inverse=True)
-        items, di = np.unique(dst, return_inverse=True)
+        (users, su), (items, di) = _renumber(src), _renumber(dst)
         src, dst, orig_ids = su, di + users.size, np.concatenate([users, items])
     return _temporal(src, dst, t, edge_feat, edge_label, orig_ids)
 

@@ -127,6 +127,8 @@ def test_snap_relabels_sparse_ids_and_sorts(tmp_path):
     assert g.num_nodes == 3 and g.orig_ids.tolist() == [5, 7, 10]
     assert g.orig_ids[g.src].tolist() == [7, 5, 10] and g.orig_ids[g.dst].tolist() == [10, 7, 5]
     assert g.t.tolist() == [1.0, 2.0, 3.5]
+    sparse = load(write(tmp_path, "s.txt", "1000000000000 5 1\n5 7 2\n"))  # ids too sparse for a lookup table
+    assert sparse.orig_ids.tolist() == [5, 7, 10**12] and sparse.src.tolist() == [2, 0]
 
 
 def test_chunked_parse_equals_whole_parse_and_keeps_line_numbers(tmp_path, monkeypatch):
