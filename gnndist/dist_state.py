@@ -1,0 +1,187 @@
+"""Node state of memory-based TGNNs across ranks, with the interface of `NodeState`.
+
+`ReplicatedNodeState`: every rank holds all rows; after each batch the ranks all-gather the
+rows they wrote and apply them in global event order. `PartitionedNodeState`: each rank holds
+only the rows of the node ids it owns (a contiguous range); `read` fetches remote rows from
+their owners in one batched exchange, `write` sends rows to their owners.
+
+Several ranks may write the same node in one batch (it took part in events of each). Before
+`write`, the trainer names the batch's events on this rank with `begin_batch(src, dst, eid)`;
+each written row is keyed by its node's last event there (`2 * eid + side`), and the row with
+the largest key over all ranks wins: the node's globally last event, as in one process.
+
+Rows travel as raw bytes: one uint8 row per node holding its id, key, memory, last-update time,
+mails and mail times. Traffic counters (`rows_fetched`, `bytes_sent`) count what this rank sent
+to or fetched from other ranks, not what it moved to itself.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Optional, Sequence
+
+import torch
+from torch import Tensor
+
+from gnndist import dist as gdist
+from gnndist.node_state import NodeState
+
+_INT = torch.int64
+
+
+def pack(cols: Sequence[Tensor]) -> Tensor:
+    """Rows of tensors sharing their first dimension, side by side as raw bytes [R, total]."""
+    r = cols[0].shape[0]
+    return torch.cat([c.contiguous().reshape(r, math.prod(c.shape[1:])).view(torch.uint8) for c in cols], 1)
+
+
+def unpack(buf: Tensor, like: Sequence[tuple[torch.dtype, tuple[int, ...]]]) -> list[Tensor]:
+    """Inverse of `pack`: columns of the given (dtype, per-row shape), in order."""
+    out, at, r = [], 0, buf.shape[0]
+    for dtype, shape in like:
+        width = math.prod(shape) * torch.empty(0, dtype=dtype).element_size()
+        out.append(buf[:, at:at + width].contiguous().view(dtype).reshape(r, *shape))
+        at += width
+    return out
+
+
+def last_event_rows(ids: Tensor, key: Tensor) -> Tensor:
+    """Mask of the rows to keep: for each distinct id, the row with the largest (unique) key."""
+    if ids.numel() == 0:
+        return torch.zeros(0, dtype=torch.bool, device=ids.device)
+    uniq, inv = torch.unique(ids, return_inverse=True)
+    best = torch.full((uniq.numel(),), -1, dtype=key.dtype, device=key.device)
+    best.scatter_reduce_(0, inv, key, reduce="amax")
+    return key == best[inv]
+
+
+class _Keyed:
+    """Keys of the nodes written this batch: the position of each one's last event on this rank."""
+
+    _nodes: Optional[Tensor] = None
+    _keys: Optional[Tensor] = None
+
+    def begin_batch(self, src: Tensor, dst: Tensor, eid: Tensor) -> None:
+        """Name the events this rank processes in the current batch (global event ids)."""
+        ends = torch.stack([src, dst], 1).reshape(-1)
+        keys = torch.stack([2 * eid, 2 * eid + 1], 1).reshape(-1)
+        keep = last_event_rows(ends, keys)
+        ends, keys = ends[keep], keys[keep]
+        order = torch.argsort(ends)
+        self._nodes, self._keys = ends[order], keys[order]
+
+    def key_of(self, ids: Tensor) -> Tensor:
+        """The key of each written id (ids must be endpoints named by `begin_batch`)."""
+        if self._nodes is None:
+            raise RuntimeError("begin_batch must name the batch's events before write")
+        if ids.numel() == 0:
+            return torch.zeros(0, dtype=_INT, device=ids.device)
+        pos = torch.searchsorted(self._nodes, ids).clamp_(max=max(self._nodes.numel() - 1, 0))
+        if self._nodes.numel() == 0 or not torch.equal(self._nodes[pos], ids):
+            raise RuntimeError("write of a node that is no endpoint of this rank's events")
+        return self._keys[pos]
+
+
+def _layout(state: NodeState) -> list[tuple[torch.dtype, tuple[int, ...]]]:
+    """(dtype, row shape) of (id, key, memory, last_update, mail, mail_time)."""
+    return [(_INT, ()), (_INT, ())] + [(t.dtype, tuple(t.shape[1:])) for t in
+                                       (state.memory, state.last_update, state.mail, state.mail_time)]
+
+
+class ReplicatedNodeState(_Keyed, NodeState):
+    """All rows on every rank; writes are all-gathered and applied in global event order."""
+
+    def __init__(self, num_nodes: int, memory_dim: int, mail_dim: int, mailbox_size: int = 1,
+                 start_time: float = 0.0, device: torch.device | str = "cpu") -> None:
+        super().__init__(num_nodes, memory_dim, mail_dim, mailbox_size, start_time, device)
+        self.rows_fetched, self.bytes_sent = 0, 0
+
+    def write(self, ids: Tensor, memory: Tensor, last_update: Tensor, mail: Tensor, mail_time: Tensor) -> None:
+        """Apply this batch's rows from every rank (a collective: every rank calls it once per batch)."""
+        buf = pack([ids, self.key_of(ids), memory.detach(), last_update, mail.detach(), mail_time])
+        parts = gdist.all_gather_varsize(buf)
+        me = gdist.rank()
+        self.bytes_sent += buf.numel() * (len(parts) - 1)
+        self.rows_fetched += sum(p.shape[0] for r, p in enumerate(parts) if r != me)
+        ids, key, *rows = unpack(torch.cat(parts), _layout(self))
+        keep = last_event_rows(ids, key)
+        super().write(ids[keep], *(x[keep] for x in rows))
+
+
+class PartitionedNodeState(_Keyed):
+    """The rows of the nodes this rank owns: node v is row `renumber[v]` (default v) and rank r
+    owns rows `node_offsets[r] .. node_offsets[r+1]-1` (a partition store's `orig_to_new` and
+    `node_offsets`). Other rows are fetched from their owners per batch and never kept here."""
+
+    def __init__(self, node_offsets: Sequence[int], memory_dim: int, mail_dim: int, mailbox_size: int = 1,
+                 start_time: float = 0.0, device: torch.device | str = "cpu",
+                 renumber: Optional[Tensor] = None, group: Any = None) -> None:
+        self.rank, self.group = gdist.rank(), group
+        self.renumber = None if renumber is None else torch.as_tensor(renumber, dtype=_INT, device=device)
+        self.offsets = torch.as_tensor(list(node_offsets), dtype=_INT, device=device)
+        if self.offsets.numel() != gdist.world_size() + 1:
+            raise ValueError(f"node_offsets has {self.offsets.numel()} entries; the world of "
+                             f"{gdist.world_size()} ranks needs {gdist.world_size() + 1}")
+        self.lo, self.hi = int(self.offsets[self.rank]), int(self.offsets[self.rank + 1])
+        self.num_nodes = int(self.offsets[-1])
+        self.local = NodeState(self.hi - self.lo, memory_dim, mail_dim, mailbox_size, start_time, device)
+        self.rows_fetched, self.bytes_sent = 0, 0
+        self.fetched = torch.zeros(0, dtype=_INT, device=device)  # remote ids of the last read
+
+    def reset(self) -> None:
+        self.local.reset()
+
+    def row(self, ids: Tensor) -> Tensor:
+        """Global row of each node id."""
+        return ids if self.renumber is None else self.renumber[ids]
+
+    def owner(self, ids: Tensor) -> Tensor:
+        """Owning rank of each node id."""
+        return torch.searchsorted(self.offsets, self.row(ids), right=True) - 1
+
+    def _to_owners(self, owner: Tensor, rows: Tensor) -> tuple[list[Tensor], Tensor, list[int]]:
+        """Send `rows` to the ranks `owner`; returns (what each rank sent here, the send order,
+        rows sent per rank). Counts the bytes that leave this rank."""
+        order = torch.argsort(owner, stable=True)
+        sizes = torch.bincount(owner, minlength=len(self.offsets) - 1).tolist()
+        recv = gdist.exchange(rows[order].split(sizes), self.group)
+        per_row = rows[0].numel() * rows.element_size() if rows.shape[0] else 0
+        self.bytes_sent += per_row * (sum(sizes) - sizes[self.rank])
+        return recv, order, sizes
+
+    def read(self, ids: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """(memory, last_update, mail, mail_time) rows of the global ids `ids` (a collective:
+        every rank calls it once per batch, with or without ids)."""
+        owner = self.owner(ids)
+        asked, order, sizes = self._to_owners(owner, ids.unsqueeze(1))
+        recv_sizes = [a.shape[0] for a in asked]
+        mine = self.row(torch.cat(asked).squeeze(1)) - self.lo
+        rows = pack(self.local.read(mine))
+        back = gdist.exchange(rows.split(recv_sizes), self.group)
+        self.bytes_sent += rows.shape[1] * (sum(recv_sizes) - recv_sizes[self.rank])
+        remote = owner != self.rank
+        self.fetched = ids[remote]
+        self.rows_fetched += int(remote.sum())
+        out = torch.empty((ids.numel(), rows.shape[1]), dtype=torch.uint8, device=ids.device)
+        out[order] = torch.cat(back)
+        return tuple(unpack(out, _layout(self.local)[2:]))
+
+    def write(self, ids: Tensor, memory: Tensor, last_update: Tensor, mail: Tensor, mail_time: Tensor) -> None:
+        """Send each row to its owner, which keeps per node the row of the globally last event
+        (a collective: every rank calls it once per batch)."""
+        buf = pack([ids, self.key_of(ids), memory.detach(), last_update, mail.detach(), mail_time])
+        recv, _, _ = self._to_owners(self.owner(ids), buf)
+        ids, key, *rows = unpack(torch.cat(recv), _layout(self.local))
+        keep = last_event_rows(ids, key)
+        self.local.write(self.row(ids[keep]) - self.lo, *(x[keep] for x in rows))
+
+    def state_dict(self) -> dict[str, Tensor]:
+        """This rank's rows, with the id range they belong to."""
+        return {**self.local.state_dict(), "node_range": torch.tensor([self.lo, self.hi])}
+
+    def load_state_dict(self, state: dict[str, Tensor]) -> None:
+        state = dict(state)
+        got = state.pop("node_range").tolist()
+        if got != [self.lo, self.hi]:
+            raise ValueError(f"node state rows are of ids {got[0]}..{got[1] - 1}, this rank owns "
+                             f"{self.lo}..{self.hi - 1}")
+        self.local.load_state_dict(state)
