@@ -84,12 +84,13 @@ def _csv_check(values: np.ndarray, names: Optional[list[str]]) -> Optional[tuple
 
 
 def load_csv(path: str) -> TemporalGraph:
-    """Temporal CSV, with a header (without one, columns are src, dst, t, features...): JODIE (`user_id,item_id,timestamp,state_label,features...`),
-    TGN (`,u,i,ts,label,idx`, with edge features from `ml_NAME.npy` beside it when present) or
+    """Temporal CSV: JODIE (`user_id,item_id,timestamp,state_label,features...`), TGN
+    (`,u,i,ts,label,idx`, with edge features from `ml_NAME.npy` beside it when present) or
     Bitcoin (`from,to,weight,time`: the weight becomes a 1-d edge feature, its sign the label).
 
-    Columns with other names, and columns past the header (JODIE), are edge features.
-    JODIE's `user_id`/`item_id` are separate id spaces: items are numbered after users.
+    Columns with other names, and columns past the header (JODIE), are edge features; without
+    a header the columns are src, dst, t, features. JODIE's `user_id`/`item_id` are separate
+    id spaces: items are numbered after users.
     """
     names, a = read_table(path, sep=",", header=True, check=_csv_check, header_problem=_header_problem)
     names = names or _NO_HEADER

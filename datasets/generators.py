@@ -108,7 +108,8 @@ def _mix(*parts: np.ndarray) -> np.ndarray:
 
 def synthetic_temporal(num_nodes: int = 1_000, num_events: int = 20_000, edge_dim: int = 8,
                        seed: int = 0) -> TemporalGraph:
-    """Temporal interaction graph with exactly `num_events` events over times in [0, num_events).
+    """Temporal interaction graph with exactly `num_events` events at times from 0 to about
+    `num_events` (one event per time unit on average).
 
     Nodes (power-law activity) open sessions: bursts of events at short gaps. In a session a node
     mostly messages one of its K preferred partners (drawn from its community, each replaced
@@ -138,10 +139,11 @@ def synthetic_temporal(num_nodes: int = 1_000, num_events: int = 20_000, edge_di
     start = np.sort(rng.random(s)) * e  # sessions in start order: events come out nearly sorted
     main_slot = rng.integers(0, k_pref, s)
     sess = np.repeat(np.arange(s), lengths)
-    offset = np.arange(e) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    begin = np.cumsum(lengths) - lengths  # position of each session's first event
     gaps = rng.exponential(0.02 * mean_session, e)  # within-session gaps, far below the mean spacing 1
-    gaps[offset == 0] = 0.0
-    t = start[sess] + (np.cumsum(gaps) - np.repeat(np.cumsum(gaps)[np.cumsum(lengths) - lengths], lengths))
+    gaps[begin] = 0.0
+    run = np.cumsum(gaps)
+    t = start[sess] + (run - run[begin][sess])
     src = who[sess]
     # partner: the session's main slot (60%), another slot (30%), or anyone (10%)
     u = rng.random(e)

@@ -7,15 +7,19 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
+import sys
 import warnings
 import zlib
 from typing import Callable, Iterator, Optional
 
 import numpy as np
+from tqdm import tqdm
 
 from gnndist.errors import GnndistError
 
 CHUNK_BYTES = 16 << 20
+PROGRESS_BYTES = 64 << 20  # files at least this large show a progress bar
 # check(values of a chunk, header names) -> (row within the chunk, message) of its first bad row, or None
 RowCheck = Callable[[np.ndarray, Optional[list[str]]], Optional[tuple[int, str]]]
 
@@ -31,14 +35,19 @@ def open_bytes(path: str):
 
 
 def _chunks(path: str) -> Iterator[bytes]:
-    """The file's bytes in pieces of about CHUNK_BYTES that end at a line end."""
+    """The file's bytes in pieces of about CHUNK_BYTES that end at a line end, with a progress
+    bar over the bytes on disk for large files when stderr is a terminal."""
     rest = b""
-    with open_bytes(path) as f:
+    size = os.path.getsize(path)
+    with open_bytes(path) as f, tqdm(total=size, unit="B", unit_scale=True, desc=os.path.basename(path),
+                                      disable=size < PROGRESS_BYTES or not sys.stderr.isatty()) as bar:
+        raw = getattr(f, "fileobj", f)  # a gzip file's compressed stream
         while True:
             try:
                 block = f.read(CHUNK_BYTES)
             except (OSError, EOFError, zlib.error) as e:
                 raise GnndistError(f"{path}: cannot read: {e}") from None
+            bar.update(raw.tell() - bar.n)
             if not block:
                 break
             block = rest + block
