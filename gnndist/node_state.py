@@ -1,0 +1,58 @@
+"""Per-node state of memory-based temporal GNNs, held as tensors.
+
+`memory` [N, d], `last_update` [N] (time of the last mail folded into the memory), and a
+mailbox of the last M mails per node: `mail` [N, M, m] with `mail_time` [N, M] (an empty slot
+has time -inf). Times are float64 so that unix-second timestamps keep their resolution.
+The trainer only goes through `read` and `write`; a distributed version replaces this class.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from gnndist.errors import GnndistError
+
+EMPTY = float("-inf")
+
+
+class NodeState:
+    """Memory, last-update time and mailbox rows of `num_nodes` nodes on one device."""
+
+    def __init__(self, num_nodes: int, memory_dim: int, mail_dim: int, mailbox_size: int = 1,
+                 start_time: float = 0.0, device: torch.device | str = "cpu") -> None:
+        self.num_nodes, self.start_time = int(num_nodes), float(start_time)
+        self.memory = torch.zeros(num_nodes, memory_dim, device=device)
+        self.last_update = torch.zeros(num_nodes, dtype=torch.float64, device=device)
+        self.mail = torch.zeros(num_nodes, mailbox_size, mail_dim, device=device)
+        self.mail_time = torch.zeros(num_nodes, mailbox_size, dtype=torch.float64, device=device)
+        self.reset()
+
+    def reset(self) -> None:
+        """Zero memory, no mails; every node last updated at `start_time`."""
+        self.memory.zero_()
+        self.last_update.fill_(self.start_time)
+        self.mail.zero_()
+        self.mail_time.fill_(EMPTY)
+
+    def read(self, ids: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """(memory, last_update, mail, mail_time) rows of the global node ids `ids`."""
+        return (self.memory.index_select(0, ids), self.last_update.index_select(0, ids),
+                self.mail.index_select(0, ids), self.mail_time.index_select(0, ids))
+
+    def write(self, ids: Tensor, memory: Tensor, last_update: Tensor, mail: Tensor, mail_time: Tensor) -> None:
+        """Overwrite the rows of the unique node ids `ids`."""
+        self.memory.index_copy_(0, ids, memory.detach())
+        self.last_update.index_copy_(0, ids, last_update)
+        self.mail.index_copy_(0, ids, mail.detach())
+        self.mail_time.index_copy_(0, ids, mail_time)
+
+    def state_dict(self) -> dict[str, Tensor]:
+        return {"memory": self.memory, "last_update": self.last_update, "mail": self.mail,
+                "mail_time": self.mail_time}
+
+    def load_state_dict(self, state: dict[str, Tensor]) -> None:
+        for name, mine in self.state_dict().items():
+            value = state[name]
+            if value.shape != mine.shape:
+                raise GnndistError(f"node state {name} has shape {tuple(value.shape)}, expected {tuple(mine.shape)}")
+            mine.copy_(value)
