@@ -4,9 +4,9 @@
   (policy `degree`, as PaGraph) or visit counts from one epoch of real sampling (policy
   `presample`, as GNNLab).
 - `AdaptiveCache` (policy `adaptive`) starts like `degree` (or empty) and re-ranks at run
-  time: every fetch adds to an exponentially decayed visit count of the requested ids, and
-  rows that just missed replace cached rows with a lower count. Admission costs no traffic:
-  the rows are already here from the miss.
+  time: every fetch adds to an exponentially decayed visit count of the requested ids (the
+  fill scores enter as a calibrated prior), and rows that just missed replace cached rows
+  with a lower count. Admission costs no traffic: the rows are already here from the miss.
 """
 from __future__ import annotations
 
@@ -56,13 +56,40 @@ class StaticCache:
 
 
 class AdaptiveCache(StaticCache):
-    """A static cache that re-ranks by decayed visit counts at run time (half-life in fetches)."""
+    """A cache that re-ranks by exponentially decayed visit counts at run time (half-life in
+    fetches). The fill scores act as a prior: at the first fetch they are turned into expected
+    visit probabilities 1 - exp(-lam * score), lam fitted so that they add up to the number
+    of ids that fetch requested, and enter the counts as what such a node would have
+    accumulated. Evidence then takes over at the pace of the decay, without flushing a good
+    first fill on the noise of the first few batches."""
 
     def __init__(self, num_ids: int, capacity: int, dim: int, dtype: np.dtype, half_life: float = 100.0) -> None:
         super().__init__(num_ids, capacity, dim, dtype)
         self.score = np.zeros(num_ids, np.float64)
         self.growth = 2.0 ** (1.0 / half_life)
         self.weight = 1.0
+        self.prior: Optional[tuple[np.ndarray, np.ndarray]] = None
+
+    def choose(self, scores: np.ndarray, remote: np.ndarray) -> np.ndarray:
+        self.prior = (remote, np.asarray(scores[remote], dtype=np.float64))
+        return super().choose(scores, remote)
+
+    def _apply_prior(self, n_requested: int) -> None:
+        ids, s = self.prior
+        self.prior = None
+        keep = s > 0
+        ids, s = ids[keep], s[keep]
+        if s.size == 0:
+            return
+        lo, hi = np.log(1e-12 / s.mean()), np.log(1e12 / s.mean())
+        for _ in range(60):  # bisection on log(lam): expected requests are increasing in lam
+            mid = (lo + hi) / 2
+            if -np.expm1(-np.exp(mid) * s).sum() < n_requested:
+                lo = mid
+            else:
+                hi = mid
+        p = -np.expm1(-np.exp(lo) * s)
+        self.score[ids] += p / (1.0 - 1.0 / self.growth) * self.weight  # steady-state decayed count
 
     def observe(self, requested: np.ndarray, miss_ids: np.ndarray, miss_rows: np.ndarray) -> None:
         # decay is applied by growing the weight of new visits; rescale before overflow
@@ -70,6 +97,8 @@ class AdaptiveCache(StaticCache):
         if self.weight > 1e200:
             self.score /= self.weight
             self.weight = 1.0
+        if self.prior is not None and requested.size:
+            self._apply_prior(requested.size)
         self.score[requested] += self.weight
         if self.capacity == 0 or miss_ids.size == 0:
             return

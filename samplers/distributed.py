@@ -122,13 +122,17 @@ class DistNeighborSampler:
     def _hop(self, targets: np.ndarray, fanout: int, h: int, replace: bool, seed: int) -> tuple[np.ndarray, np.ndarray]:
         req = Requests(targets, owners(targets, self.node_offsets), self.group)
         ids = req.received
-        counts, nbrs = sample_rows(self.indptr, self.indices, ids - self.lo, ids, fanout, replace, seed, h)
-        return req.reply_var(counts, nbrs)
+        counts, edges = sample_rows(self.indptr, self.indices, ids - self.lo, ids, fanout, replace, seed, h)
+        counts, nbrs = req.reply_var(counts, edges[0])
+        edges = np.empty((2, nbrs.size), np.int64)
+        edges[0] = nbrs
+        return counts, edges
 
     def sample(self, seeds, fanouts: Sequence[int], replace: bool = False, seed: int = 0) -> Blocks:
         """Blocks for `seeds` (global ids, owned by any rank); a collective."""
         seeds = _as_ids("seeds", seeds, self.num_nodes)
-        return build_blocks(seeds, check_fanouts(fanouts), lambda t, f, h: self._hop(t, f, h, replace, seed))
+        return build_blocks(seeds, check_fanouts(fanouts), lambda t, f, h: self._hop(t, f, h, replace, seed),
+                            self.num_nodes)
 
 
 def local_tcsr(src: np.ndarray, dst: np.ndarray, t: np.ndarray, eid: np.ndarray, lo: int, hi: int

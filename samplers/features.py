@@ -6,8 +6,8 @@ call, in one batched exchange of ids and one of rows, behind an optional cache
 
 Counters count UNIQUE REMOTE ids per `fetch` call; rows held locally are counted apart
 (`local`) and never in requests/hits/misses, so hits + misses == requests.
-`bytes_fetched` / `bytes_saved` are feature payload bytes of misses / hits; `bytes_filled`
-is what filling a static cache cost (once, not per epoch).
+`bytes_fetched` / `bytes_saved` are feature payload bytes of misses / hits. `stats()` adds
+`fill_bytes`: what filling the cache cost (once per `set_cache`, not per epoch).
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from gnndist.errors import GnndistError
 from gnndist.samplers.cache import capacity_rows, make_cache
 from gnndist.samplers.distributed import Requests, check_offsets, owners, sampler_group
 
-COUNTERS = ("requests", "hits", "misses", "local", "bytes_fetched", "bytes_saved", "bytes_filled")
+COUNTERS = ("requests", "hits", "misses", "local", "bytes_fetched", "bytes_saved")
 
 
 class _RangeBook:
@@ -78,7 +78,7 @@ class FeatureStore:
             raise GnndistError(f"rank {self.book.rank}: {self.local_rows.shape[0]} feature rows, "
                                f"its id range has {self.book.hi - self.book.lo}")
         self.row_bytes = int(self.local_rows.shape[1] * self.local_rows.itemsize)
-        self.policy, self.cache = "none", None
+        self.policy, self.cache, self.fill_bytes = "none", None, 0
         self.reset_counters()
 
     @classmethod
@@ -118,6 +118,7 @@ class FeatureStore:
         c["hit_rate"] = c["hits"] / c["requests"] if c["requests"] else 0.0
         c["policy"] = self.policy
         c["cached_rows"] = 0 if self.cache is None else self.cache.size
+        c["fill_bytes"] = self.fill_bytes
         return c
 
     def _remote(self, ids: np.ndarray) -> np.ndarray:
@@ -183,7 +184,7 @@ class FeatureStore:
         if cache is not None:
             cache.fill(fill, rows)
         self.policy, self.cache = policy, cache
-        self.counters["bytes_filled"] += fill.size * self.row_bytes
+        self.fill_bytes = fill.size * self.row_bytes
 
 
 def degree_scores(indices: np.ndarray, num_nodes: int) -> np.ndarray:

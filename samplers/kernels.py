@@ -56,102 +56,126 @@ def floyd_choose(stream, c, d, out, o):
         out[o + j] = t
 
 
-@njit(parallel=True, cache=True)
-def hop_counts(indptr, rows, fanout, replace):
-    """How many neighbours each row gets: all (fanout < 0), min(deg, fanout), or fanout with
-    replacement (0 for an isolated row)."""
-    counts = np.empty(rows.size, np.int64)
-    for i in prange(rows.size):
-        d = indptr[rows[i] + 1] - indptr[rows[i]]
-        if fanout < 0:
-            counts[i] = d
-        elif replace:
-            counts[i] = fanout if d > 0 else 0
-        else:
-            counts[i] = min(d, fanout)
-    return counts
+# below this many output items a kernel runs on one thread: a parallel launch costs more
+PARALLEL_MIN = 1 << 15
 
 
-@njit(parallel=True, cache=True)
-def hop_fill(indptr, indices, rows, ids, offsets, fanout, replace, seed, salt, out):
-    """Sample the neighbours of `rows` (CSR rows; `ids` are their global ids, which key the
-    random streams) into out[offsets[i]:offsets[i+1]]."""
-    for i in prange(rows.size):
-        start = indptr[rows[i]]
-        d = indptr[rows[i] + 1] - start
-        o = offsets[i]
-        c = offsets[i + 1] - o
-        if fanout < 0 or (not replace and c == d):
-            for j in range(c):
-                out[o + j] = indices[start + j]
-            continue
+@njit(inline="always", cache=True)
+def _fill_row(i, indptr, indices, rows, ids, offsets, replace, all_, seed, salt, out):
+    start = indptr[rows[i]]
+    d = indptr[rows[i] + 1] - start
+    o = offsets[i]
+    c = offsets[i + 1] - o
+    if all_ or (not replace and c == d):
+        for j in range(c):
+            out[o + j] = indices[start + j]
+    elif replace:
         s = stream_key(seed, salt, ids[i], 0)
-        if replace:
-            for j in range(c):
-                out[o + j] = indices[start + draw_below(s, j, d)]
-        else:
-            floyd_choose(s, c, d, out, o)
-            for j in range(c):
-                out[o + j] = indices[start + out[o + j]]
+        for j in range(c):
+            out[o + j] = indices[start + draw_below(s, j, d)]
+    else:
+        floyd_choose(stream_key(seed, salt, ids[i], 0), c, d, out, o)
+        for j in range(c):
+            out[o + j] = indices[start + out[o + j]]
 
 
 @njit(cache=True)
-def map_ids(keys, vals, nodes, n, ids, local, shift):
-    """Map `ids` to local ids, appending unseen ones to `nodes[n:]` in first-seen order.
-    Open addressing with Fibonacci hashing (`shift` = 64 - log2(table size)); returns the new
-    node count."""
-    bits = np.uint64(shift)
-    mask = keys.size - 1
-    for i in range(ids.size):
-        v = ids[i]
-        h = np.int64((np.uint64(v) * _GOLDEN) >> bits)
-        while True:
-            k = keys[h]
-            if k == v:
-                local[i] = vals[h]
-                break
-            if k == -1:
-                keys[h] = v
-                vals[h] = n
-                nodes[n] = v
-                local[i] = n
-                n += 1
-                break
-            h = (h + 1) & mask
-    return n
+def _hop_fill_serial(indptr, indices, rows, ids, offsets, replace, all_, seed, salt, out):
+    for i in range(rows.size):
+        _fill_row(i, indptr, indices, rows, ids, offsets, replace, all_, seed, salt, out)
 
 
 @njit(parallel=True, cache=True)
-def tcsr_sample(indptr, nbr, eid, ts, rows, ids, times, k, uniform, seed, salt,
-                out_nbr, out_eid, out_ts, out_cnt):
-    """Fill out_*[q, :out_cnt[q]] for query q = (T-CSR row rows[q], global id ids[q], times[q]),
-    most recent first. Each row's list must be sorted by time. Padding is left untouched."""
+def _hop_fill_parallel(indptr, indices, rows, ids, offsets, replace, all_, seed, salt, out):
+    for i in prange(rows.size):
+        _fill_row(i, indptr, indices, rows, ids, offsets, replace, all_, seed, salt, out)
+
+
+def hop_fill(indptr, indices, rows, ids, offsets, replace, all_, seed, salt, out) -> None:
+    """Sample offsets[i+1]-offsets[i] neighbours of each CSR row rows[i] (all of them if
+    `all_`) into out[offsets[i]:offsets[i+1]]; random streams are keyed by the global ids `ids`."""
+    fn = _hop_fill_parallel if out.size >= PARALLEL_MIN else _hop_fill_serial
+    fn(indptr, indices, rows, ids, offsets, replace, all_, seed, salt, out)
+
+
+@njit(cache=True)
+def fill_targets(out, counts, start):
+    """out = repeat(start + arange(counts.size), counts)."""
+    o = 0
+    for i in range(counts.size):
+        for j in range(counts[i]):
+            out[o + j] = start + i
+        o += counts[i]
+
+
+@njit(cache=True)
+def map_ids(mark, nodes, n, ids, local):
+    """Map global `ids` to local ids through the dense table `mark` (global id -> local id, -1
+    if unseen), appending unseen ids to `nodes[n:]` in first-seen order; returns the new
+    node count. `local` may be `ids` itself."""
+    for i in range(ids.size):
+        v = ids[i]
+        m = mark[v]
+        if m < 0:
+            m = n
+            mark[v] = n
+            nodes[n] = v
+            n += 1
+        local[i] = m
+    return n
+
+
+@njit(inline="always", cache=True)
+def _tcsr_row(q, indptr, nbr, eid, ts, rows, ids, times, tbits, k, uniform, seed, salt,
+              out_nbr, out_eid, out_ts, out_cnt):
+    s = indptr[rows[q]]
+    lo, hi = s, indptr[rows[q] + 1]
+    t = times[q]
+    while lo < hi:  # first entry with ts >= t
+        mid = (lo + hi) >> 1
+        if ts[mid] < t:
+            lo = mid + 1
+        else:
+            hi = mid
+    p = lo - s
+    c = min(p, k)
+    out_cnt[q] = c
+    if uniform and p > k:
+        pos = np.empty(c, np.int64)
+        floyd_choose(stream_key(seed, salt, ids[q], tbits[q]), c, p, pos, 0)
+        pos.sort()
+        for j in range(c):
+            e = s + pos[c - 1 - j]
+            out_nbr[q, j] = nbr[e]
+            out_eid[q, j] = eid[e]
+            out_ts[q, j] = ts[e]
+    else:
+        for j in range(c):
+            e = lo - 1 - j
+            out_nbr[q, j] = nbr[e]
+            out_eid[q, j] = eid[e]
+            out_ts[q, j] = ts[e]
+
+
+@njit(cache=True)
+def _tcsr_serial(indptr, nbr, eid, ts, rows, ids, times, k, uniform, seed, salt, out_nbr, out_eid, out_ts, out_cnt):
+    tbits = times.view(np.int64)
+    for q in range(rows.size):
+        _tcsr_row(q, indptr, nbr, eid, ts, rows, ids, times, tbits, k, uniform, seed, salt,
+                  out_nbr, out_eid, out_ts, out_cnt)
+
+
+@njit(parallel=True, cache=True)
+def _tcsr_parallel(indptr, nbr, eid, ts, rows, ids, times, k, uniform, seed, salt, out_nbr, out_eid, out_ts, out_cnt):
     tbits = times.view(np.int64)
     for q in prange(rows.size):
-        s = indptr[rows[q]]
-        lo, hi = s, indptr[rows[q] + 1]
-        t = times[q]
-        while lo < hi:  # first entry with ts >= t
-            mid = (lo + hi) >> 1
-            if ts[mid] < t:
-                lo = mid + 1
-            else:
-                hi = mid
-        p = lo - s
-        c = min(p, k)
-        out_cnt[q] = c
-        if uniform and p > k:
-            pos = np.empty(c, np.int64)
-            floyd_choose(stream_key(seed, salt, ids[q], tbits[q]), c, p, pos, 0)
-            pos.sort()
-            for j in range(c):
-                e = s + pos[c - 1 - j]
-                out_nbr[q, j] = nbr[e]
-                out_eid[q, j] = eid[e]
-                out_ts[q, j] = ts[e]
-        else:
-            for j in range(c):
-                e = lo - 1 - j
-                out_nbr[q, j] = nbr[e]
-                out_eid[q, j] = eid[e]
-                out_ts[q, j] = ts[e]
+        _tcsr_row(q, indptr, nbr, eid, ts, rows, ids, times, tbits, k, uniform, seed, salt,
+                  out_nbr, out_eid, out_ts, out_cnt)
+
+
+def tcsr_sample(indptr, nbr, eid, ts, rows, ids, times, k, uniform, seed, salt,
+                out_nbr, out_eid, out_ts, out_cnt) -> None:
+    """Fill out_*[q, :out_cnt[q]] for query q = (T-CSR row rows[q], global id ids[q], times[q]),
+    most recent first. Each row's list must be sorted by time. Padding is left untouched."""
+    fn = _tcsr_parallel if rows.size * k >= PARALLEL_MIN else _tcsr_serial
+    fn(indptr, nbr, eid, ts, rows, ids, times, k, uniform, seed, salt, out_nbr, out_eid, out_ts, out_cnt)

@@ -6,6 +6,7 @@ same for any thread count, batch composition or rank layout (see `DistNeighborSa
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Sequence
 
@@ -13,7 +14,7 @@ import numpy as np
 
 from gnndist.errors import GnndistError
 from gnndist.graph import Graph, _as_ids
-from gnndist.samplers.kernels import as_seed, hop_counts, hop_fill, map_ids
+from gnndist.samplers.kernels import as_seed, fill_targets, hop_fill, map_ids
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -21,40 +22,47 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def sample_rows(indptr: np.ndarray, indices: np.ndarray, rows: np.ndarray, ids: np.ndarray, fanout: int,
                 replace: bool, seed: int, salt: int) -> tuple[np.ndarray, np.ndarray]:
-    """(counts, flat neighbours) for the given CSR rows, streams keyed by `ids`."""
-    counts = hop_counts(indptr, rows, fanout, replace)
+    """(counts, edges) for the given CSR rows, streams keyed by `ids`: edges is int64 [2, E]
+    with the sampled neighbours in row 0 (row 1 is left for the caller). Each row gets all its
+    neighbours (fanout -1), min(degree, fanout), or fanout with replacement (0 if isolated)."""
+    counts = indptr[rows + 1] - indptr[rows]
+    if fanout >= 0:
+        counts = np.where(counts > 0, fanout, 0) if replace else np.minimum(counts, fanout)
     offsets = np.zeros(rows.size + 1, np.int64)
     np.cumsum(counts, out=offsets[1:])
-    out = np.empty(int(offsets[-1]), np.int64)
-    hop_fill(indptr, indices, rows, ids, offsets, fanout, replace, as_seed(seed), salt, out)
-    return counts, out
+    edges = np.empty((2, int(offsets[-1])), np.int64)
+    hop_fill(indptr, indices, rows, ids, offsets, replace, fanout < 0, as_seed(seed), salt, edges[0])
+    return counts, edges
+
+
+_marks = threading.local()
 
 
 class Relabeler:
-    """Global ids -> consecutive local ids in first-seen order (a growing hash table)."""
+    """Global ids -> consecutive local ids in first-seen order, through a dense int32 table of
+    all ids kept per thread (reset after each use, so a batch costs time in its own size)."""
 
-    def __init__(self, capacity: int = 1024) -> None:
-        self.n = 0
-        self.nodes = np.empty(max(capacity, 16), np.int64)
-        self._alloc(max(capacity, 16))
+    def __init__(self, num_nodes: int) -> None:
+        mark, nodes = getattr(_marks, "buffers", None) or (np.empty(0, np.int32), np.empty(1024, np.int64))
+        if mark.size < num_nodes:
+            mark = np.full(num_nodes, -1, np.int32)
+        _marks.buffers = None  # held by this relabeler until release()
+        self.mark, self.nodes, self.n = mark, nodes, 0
 
-    def _alloc(self, capacity: int) -> None:
-        size = 1 << int(2 * capacity - 1).bit_length()
-        self.shift = 65 - size.bit_length()
-        self.keys = np.full(size, -1, np.int64)
-        self.vals = np.empty(size, np.int64)
-
-    def add(self, ids: np.ndarray) -> np.ndarray:
-        """Local ids of `ids`; new ones are appended."""
+    def add(self, ids: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """Local ids of `ids` (written to `out`, which may be `ids` itself); new ones are appended."""
         need = self.n + ids.size
         if need > self.nodes.size:
             self.nodes = np.concatenate([self.nodes[: self.n], np.empty(max(need, 2 * self.nodes.size) - self.n, np.int64)])
-        if 2 * need > self.keys.size:
-            self._alloc(need)
-            map_ids(self.keys, self.vals, self.nodes.copy(), 0, self.nodes[: self.n], np.empty(self.n, np.int64), self.shift)
-        local = np.empty(ids.size, np.int64)
-        self.n = map_ids(self.keys, self.vals, self.nodes, self.n, ids, local, self.shift)
-        return local
+        out = np.empty(ids.size, np.int64) if out is None else out
+        self.n = map_ids(self.mark, self.nodes, self.n, ids, out)
+        return out
+
+    def release(self) -> np.ndarray:
+        """The node ids seen, in order; resets the table and hands the buffers back to this thread."""
+        self.mark[self.nodes[: self.n]] = -1
+        _marks.buffers = (self.mark, self.nodes)
+        return self.nodes[: self.n].copy()
 
 
 @dataclass(eq=False)
@@ -90,6 +98,7 @@ class Blocks:
         return torch.from_numpy(self.node_ids), torch.from_numpy(ei)
 
 
+# hop(targets, fanout, h) -> (counts per target, int64 [2, E] edges with neighbours in row 0)
 HopFn = Callable[[np.ndarray, int, int], tuple[np.ndarray, np.ndarray]]
 
 
@@ -100,21 +109,25 @@ def check_fanouts(fanouts: Sequence[int]) -> list[int]:
     return out
 
 
-def build_blocks(seeds: np.ndarray, fanouts: Sequence[int], hop: HopFn) -> Blocks:
-    """Run `hop(targets, fanout, h) -> (counts, flat neighbours)` once per hop and relabel.
-    Every hop runs even with no targets (distributed hops are collectives)."""
-    rel = Relabeler(seeds.size * 4)
-    rel.add(seeds)
-    if rel.n != seeds.size:
-        raise GnndistError("seeds must be unique node ids")
-    sizes, edges, start = [seeds.size], [], 0
-    for h, fanout in enumerate(fanouts):
-        targets = np.arange(start, start + sizes[-1], dtype=np.int64)
-        counts, nbrs = hop(rel.nodes[start: start + sizes[-1]], fanout, h)
-        start += sizes[-1]
-        edges.append(np.stack([rel.add(nbrs), np.repeat(targets, counts)]))
-        sizes.append(rel.n - start)
-    return Blocks(rel.nodes[: rel.n].copy(), sizes, edges)
+def build_blocks(seeds: np.ndarray, fanouts: Sequence[int], hop: HopFn, num_nodes: int) -> Blocks:
+    """Run `hop` once per hop and relabel the edges in place. Every hop runs even with no
+    targets (distributed hops are collectives)."""
+    rel = Relabeler(num_nodes)
+    try:
+        rel.add(seeds)
+        if rel.n != seeds.size:
+            raise GnndistError("seeds must be unique node ids")
+        sizes, edges, start = [seeds.size], [], 0
+        for h, fanout in enumerate(fanouts):
+            counts, ei = hop(rel.nodes[start: start + sizes[-1]], fanout, h)
+            rel.add(ei[0], out=ei[0])
+            fill_targets(ei[1], counts, start)
+            start += sizes[-1]
+            edges.append(ei)
+            sizes.append(rel.n - start)
+    finally:
+        node_ids = rel.release()
+    return Blocks(node_ids, sizes, edges)
 
 
 def sample_neighbors(graph: Graph, seeds, fanouts: Sequence[int], replace: bool = False, seed: int = 0) -> Blocks:
@@ -125,4 +138,4 @@ def sample_neighbors(graph: Graph, seeds, fanouts: Sequence[int], replace: bool 
     def hop(targets: np.ndarray, fanout: int, h: int) -> tuple[np.ndarray, np.ndarray]:
         return sample_rows(graph.indptr, graph.indices, targets, targets, fanout, replace, seed, h)
 
-    return build_blocks(seeds, fanouts, hop)
+    return build_blocks(seeds, fanouts, hop, graph.num_nodes)

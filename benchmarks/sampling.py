@@ -1,0 +1,197 @@
+"""Sampling and feature-traffic benchmark: prints figures and ratios against peers measured
+in the same run (not pass/fail).
+
+1. static uniform sampling, fanouts [15, 10] without replacement, on a generated power-law
+   graph, against an exact vectorized numpy sampler on the same batches;
+2. temporal `recent` sampling, k = 10, over a training pass of synthetic events;
+3. remote feature bytes over one training epoch on W partitions (W local gloo ranks,
+   contiguous ranges of randomly permuted ids), for each cache policy.
+
+    python benchmarks/sampling.py                 # 1M nodes / 10M edges, 10M events, 4 parts
+    python benchmarks/sampling.py --scale 0.1     # everything 10x smaller
+
+Throughput is wall-clock sampled neighbours per second; the CPU seconds the process got are
+printed too, since on a shared machine wall time also counts waiting for a core.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import numba
+import numpy as np
+
+from gnndist import dist
+from gnndist.datasets.generators import synthetic_static, synthetic_temporal
+from gnndist.graph import Graph
+from gnndist.samplers import (POLICIES, DistNeighborSampler, FeatureStore, degree_scores, sample_neighbors,
+                              sample_tcsr, visit_scores)
+
+
+def timed(fn):
+    """(result, wall seconds, process CPU seconds)."""
+    w, c = time.perf_counter(), time.process_time()
+    out = fn()
+    return out, time.perf_counter() - w, time.process_time() - c
+
+
+def numpy_sample(g: Graph, seeds: np.ndarray, fanouts: list[int], rng: np.random.Generator, mark: np.ndarray
+                 ) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Exact uniform sampling without replacement, vectorized numpy: give every candidate edge
+    a random key, sort by (target, key), keep the first `fanout` per target. Same output as
+    `sample_neighbors` (node ids, per-hop local edge_index); `mark` is all -1 on entry and exit."""
+    nodes, edges = [seeds], []
+    mark[seeds] = np.arange(seeds.size)
+    n, frontier, first = seeds.size, seeds, 0
+    for f in fanouts:
+        deg = g.indptr[frontier + 1] - g.indptr[frontier]
+        starts = np.cumsum(deg) - deg
+        tgt = np.repeat(np.arange(frontier.size), deg)
+        pos = np.repeat(g.indptr[frontier] - starts, deg) + np.arange(tgt.size)
+        order = np.argsort(tgt + rng.random(tgt.size))
+        keep = order[(np.arange(tgt.size) - starts[tgt]) < f]  # rank within the target after sorting
+        nbr, t = g.indices[pos[keep]], tgt[keep]
+        new = np.unique(nbr[mark[nbr] < 0])
+        mark[new] = np.arange(n, n + new.size)
+        edges.append(np.stack([mark[nbr], first + t]))
+        nodes.append(new)
+        first, n, frontier = n, n + new.size, new
+    node_ids = np.concatenate(nodes)
+    mark[node_ids] = -1
+    return node_ids, edges
+
+
+def bench_static(g: Graph, num_seeds: int, numpy_seeds: int, batch: int) -> None:
+    fanouts = [15, 10]
+    seeds = np.random.default_rng(0).permutation(g.num_nodes)[:num_seeds]
+    batches = [seeds[i:i + batch] for i in range(0, seeds.size, batch)]
+    sample_neighbors(g, batches[0], fanouts)  # compile / load the kernels
+    n_np = max(1, numpy_seeds // batch)
+    ours, w, c = timed(lambda: sum(sample_neighbors(g, b, fanouts, seed=i).num_sampled for i, b in enumerate(batches)))
+    print(f"static [15,10] w/o replacement, {seeds.size:,} seeds in batches of {batch}: {ours:,} sampled "
+          f"in {w:.2f} s = {ours / w / 1e6:.1f} M/s wall ({c:.2f} CPU s)")
+    sub, ws, cs = timed(lambda: sum(sample_neighbors(g, b, fanouts, seed=i).num_sampled for i, b in enumerate(batches[:n_np])))
+    mark, rng = np.full(g.num_nodes, -1, np.int64), np.random.default_rng(1)
+    ref, wn, cn = timed(lambda: sum(sum(e.shape[1] for e in numpy_sample(g, b, fanouts, rng, mark)[1]) for b in batches[:n_np]))
+    print(f"  vs exact vectorized numpy on the first {n_np * batch:,} seeds: gnndist {sub / ws / 1e6:.1f} M/s, "
+          f"numpy {ref / wn / 1e6:.2f} M/s -> {(sub / ws) / (ref / wn):.1f}x wall "
+          f"({(sub / cs) / (ref / cn):.1f}x per CPU s); sampled {sub:,} vs {ref:,}")
+
+
+def bench_temporal(num_nodes: int, num_events: int, batch: int) -> None:
+    tg, wg, _ = timed(lambda: synthetic_temporal(num_nodes, num_events, edge_dim=1))
+    tcsr, wt, _ = timed(tg.tcsr)
+    print(f"temporal: {num_events:,} synthetic events over {num_nodes:,} nodes (generated in {wg:.1f} s, "
+          f"T-CSR in {wt:.1f} s)")
+    sample_tcsr(*tcsr, tg.src[:8], tg.t[:8], 10)
+
+    def run() -> int:
+        total = 0
+        for i in range(0, tg.num_events, batch):
+            nodes = np.concatenate([tg.src[i:i + batch], tg.dst[i:i + batch]])
+            times = np.concatenate([tg.t[i:i + batch], tg.t[i:i + batch]])
+            total += int(sample_tcsr(*tcsr, nodes, times, 10).mask.sum())
+        return total
+
+    n, w, c = timed(run)
+    print(f"  recent k=10, both endpoints of every event, batches of {batch} events: {n:,} sampled in "
+          f"{w:.2f} s = {n / w / 1e6:.1f} M/s wall ({c:.2f} CPU s)")
+
+
+def traffic_rank(folder: str, batch: int, capacity: float, dim: int) -> dict:
+    """One rank: an epoch over its training nodes per cache policy; returns its counters."""
+    dist.setup("cpu")
+    r, w = dist.rank(), dist.world_size()
+    d = Path(folder)
+    indptr, indices = np.load(d / "indptr.npy", mmap_mode="r"), np.load(d / "indices.npy", mmap_mode="r")
+    train, off = np.load(d / "train.npy"), np.load(d / "offsets.npy")
+    lo, hi = int(off[r]), int(off[r + 1])
+    sampler = DistNeighborSampler(np.asarray(indptr[lo:hi + 1]) - indptr[lo], np.asarray(indices[indptr[lo]:indptr[hi]]), off)
+    x = np.random.default_rng(r).standard_normal((hi - lo, dim), dtype=np.float32)
+    store = FeatureStore(x, off)
+    own = train[(train >= lo) & (train < hi)]
+    steps = dist.agree_max(-(-own.size // batch))
+
+    def epoch(seed: int, fetch: bool) -> list[np.ndarray]:
+        order = np.random.default_rng(1000 * seed + r).permutation(own)
+        seen = []
+        for s in range(steps):
+            b = sampler.sample(order[s * batch:(s + 1) * batch], [15, 10], seed=seed * 100_003 + s)
+            seen.append(b.node_ids)
+            if fetch:
+                store.fetch(b.node_ids)
+        return seen
+
+    deg = degree_scores(sampler.indices, sampler.num_nodes)
+    visits = visit_scores(epoch(0, fetch=False), sampler.num_nodes)  # presampling epoch (other shuffle, seed)
+    out = {}
+    for policy in POLICIES:
+        store.set_cache(policy, capacity, {"degree": deg, "presample": visits, "adaptive": deg}.get(policy))
+        store.reset_counters()
+        t = time.perf_counter()
+        epoch(1, fetch=True)
+        out[policy] = dict(store.stats(), seconds=time.perf_counter() - t)
+    return out
+
+
+def bench_traffic(g: Graph, parts: int, batch: int, capacity: float, dim: int) -> None:
+    rng = np.random.default_rng(2)
+    perm = rng.permutation(g.num_nodes)  # old id -> new id: random contiguous ranges
+    inv = np.argsort(perm)
+    deg = g.degrees()[inv]
+    indptr = np.zeros(g.num_nodes + 1, np.int64)
+    np.cumsum(deg, out=indptr[1:])
+    starts = np.repeat(g.indptr[inv] - indptr[:-1], deg)
+    indices = perm[g.indices[starts + np.arange(indptr[-1])]]
+    train = np.sort(perm[np.flatnonzero(g.train_mask)])
+    off = np.linspace(0, g.num_nodes, parts + 1).astype(np.int64)
+    with tempfile.TemporaryDirectory(prefix="gnndist-bench-") as folder:
+        for name, a in (("indptr", indptr), ("indices", indices), ("train", train), ("offsets", off)):
+            np.save(Path(folder) / f"{name}.npy", a)
+        os.environ.setdefault("GNNDIST_TIMEOUT", "600")
+        os.environ["NUMBA_NUM_THREADS"] = "1"  # W ranks share the cores; counts do not depend on it
+        res, w, _ = timed(lambda: dist.launch(parts, traffic_rank, folder, batch, capacity, dim))
+    print(f"feature traffic: one epoch over {train.size:,} training nodes on {parts} ranks (random ranges), "
+          f"batch {batch}/rank, [15,10], {dim} float32 features, cache {capacity:g} of remote nodes ({w:.0f} s)")
+    base = sum(r["none"]["bytes_fetched"] for r in res)
+    for policy in POLICIES:
+        tot = {k: sum(r[policy][k] for r in res) for k in ("requests", "hits", "bytes_fetched", "fill_bytes")}
+        print(f"  {policy:10s} remote bytes {tot['bytes_fetched'] / 2**20:9.1f} MiB = {tot['bytes_fetched'] / base:6.1%} "
+              f"of no cache; hit rate {tot['hits'] / max(tot['requests'], 1):6.1%}; "
+              f"cache fill {tot['fill_bytes'] / 2**20:.1f} MiB once; "
+              f"epoch {max(r[policy]['seconds'] for r in res):.1f} s")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--scale", type=float, default=1.0, help="multiply every size by this")
+    p.add_argument("--threads", type=int, default=2, help="numba threads for the sampling benchmarks")
+    p.add_argument("--batch", type=int, default=1024, help="seed nodes per static batch")
+    p.add_argument("--numpy-seeds", type=int, default=100_000, help="seeds the numpy peer samples (before --scale)")
+    p.add_argument("--parts", type=int, default=4, help="ranks for the traffic benchmark")
+    p.add_argument("--capacity", type=float, default=0.1, help="cache capacity, fraction of remote nodes")
+    p.add_argument("--dim", type=int, default=64, help="feature width for the traffic benchmark")
+    p.add_argument("--only", choices=("static", "temporal", "traffic"), action="append", help="run only these parts")
+    a = p.parse_args()
+    only = set(a.only or ("static", "temporal", "traffic"))
+    numba.set_num_threads(a.threads)
+    n, e, ev = int(1_000_000 * a.scale), int(10_000_000 * a.scale), int(10_000_000 * a.scale)
+    print(f"numba {numba.__version__}, {numba.get_num_threads()} threads, {os.cpu_count()} cores, "
+          f"load average {os.getloadavg()[0]:.1f} at start")
+    if only & {"static", "traffic"}:
+        g, w, _ = timed(lambda: synthetic_static(n, e // 2, num_features=1))
+        print(f"graph: synthetic-static power law, {g.num_nodes:,} nodes, {g.num_edges:,} directed edges "
+              f"(max degree {g.degrees().max():,}; generated in {w:.1f} s)")
+        if "static" in only:
+            bench_static(g, n, int(a.numpy_seeds * a.scale), a.batch)
+        if "traffic" in only:
+            bench_traffic(g, a.parts, a.batch, a.capacity, a.dim)
+    if "temporal" in only:
+        bench_temporal(max(n // 10, 100), ev, 600)
+
+
+if __name__ == "__main__":
+    main()
