@@ -80,6 +80,20 @@ class LinkTask:
     def _bar(self, total: int, desc: str) -> tqdm:
         return tqdm(total=total, desc=desc, unit="ev", leave=False, disable=not self.progress)
 
+    # per-batch steps, replaced by the distributed task (gnndist.temporal_dist.DistLinkTask)
+    def batch(self, index: int, start: int, stop: int, neg: np.ndarray) -> Batch:
+        """The events of global batch `index` ([start, stop)) this process scores, with `neg`."""
+        return Batch.from_graph(self.tg, start, stop, neg, self.device)
+
+    def forward(self, batch: Batch) -> Forward:
+        return self.model(self.state, batch, self.sample, self.edge_feat)
+
+    def write(self, batch: Batch, fw: Forward) -> None:
+        self.model.write(self.state, batch, fw, self.edge_feat)
+
+    def sync_gradients(self) -> None:
+        """Between backward and the optimizer step: nothing in one process (ranks sum theirs)."""
+
     def train_epoch(self, epoch: int) -> float:
         """One pass over the training events from a reset state; the mean loss per event."""
         self.model.train()
@@ -89,16 +103,17 @@ class LinkTask:
         with self._bar(self.train_end, f"epoch {epoch}") as bar:
             for index, s, e in self.batches(0, self.train_end):
                 neg = train_negatives(self.seed, epoch, index, self.tg.dst[s:e], self.tg.num_nodes)
-                batch = Batch.from_graph(self.tg, s, e, neg, self.device)
-                fw = self.model(self.state, batch, self.sample, self.edge_feat)
+                batch = self.batch(index, s, e, neg)
+                fw = self.forward(batch)
                 loss = batch_loss(fw, e - s)
                 if not torch.isfinite(loss):
                     raise GnndistError(f"training loss became {loss.item()} at epoch {epoch}, batch {index}; "
                                        "try a smaller --lr")
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
+                self.sync_gradients()
                 self.optimizer.step()
-                self.model.write(self.state, batch, fw, self.edge_feat)
+                self.write(batch, fw)
                 total += loss.item() * (e - s)
                 bar.update(e - s)
         return total / max(self.train_end, 1)
@@ -110,10 +125,10 @@ class LinkTask:
         self.model.eval()
         pos, neg = [], []
         with self._bar(stop - start, desc) as bar:
-            for _, s, e in self.batches(start, stop):
-                batch = Batch.from_graph(self.tg, s, e, negatives[s - start:e - start], self.device)
-                fw = self.model(self.state, batch, self.sample, self.edge_feat)
-                self.model.write(self.state, batch, fw, self.edge_feat)
+            for index, s, e in self.batches(start, stop):
+                batch = self.batch(index, s, e, negatives[s - start:e - start])
+                fw = self.forward(batch)
+                self.write(batch, fw)
                 pos.append(fw.pos.cpu().numpy())
                 neg.append(fw.neg.cpu().numpy())
                 bar.update(e - s)
@@ -150,14 +165,24 @@ def _defaults(args: argparse.Namespace) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    """Train, evaluate, print the table, and write --metrics-out and --checkpoint."""
+    """`gnndist train --task link`: one process, --nproc local ranks, or one rank of a torchrun world."""
     from gnndist import dist
-    from gnndist.datasets import chronological_split, load_from_args, new_nodes_after
+    from gnndist.datasets import load_from_args
 
     _defaults(args)
     if args.nproc > 1 or dist.in_torchrun():
-        raise GnndistError("link prediction runs on one process for now; drop --nproc / torchrun")
-    tg = load_from_args(args)
+        from gnndist.temporal_dist import main as run_distributed
+        return run_distributed(args)
+    run(args, load_from_args(args))
+    return 0
+
+
+def run(args: argparse.Namespace, tg: TemporalGraph, world: Optional[Any] = None) -> dict[str, Any]:
+    """Train, evaluate, print the table, and write --metrics-out and --checkpoint; returns the
+    metrics. With `world` (a `gnndist.temporal_dist.World`) this is one rank of a distributed run."""
+    from gnndist import dist
+    from gnndist.datasets import chronological_split, new_nodes_after
+
     if not isinstance(tg, TemporalGraph):
         raise GnndistError(f"{args.data} is a static graph: use --task node (link prediction needs timestamped events)")
     train_end, val_end = chronological_split(tg)
@@ -170,15 +195,18 @@ def main(args: argparse.Namespace) -> int:
                  time_scale=time_scale(tg, train_end)).to(device)
     edge_feat = (torch.from_numpy(tg.edge_feat) if tg.edge_feat is not None
                  else torch.zeros(tg.num_events, 0)).to(device)
-    task = LinkTask(tg, model, model.new_state(float(tg.t[0]), device),
-                    torch.optim.Adam(model.parameters(), lr=args.lr), make_sampler(tg, spec.strategy, args.seed),
-                    edge_feat, train_end, val_end, args.batch_size, args.seed, device,
-                    progress=not args.quiet and sys.stderr.isatty())
-    config = _config(args, tg, args.model)
+    lead = world is None or world.rank == 0  # prints and writes the metrics
+    state = model.new_state(float(tg.t[0]), device) if world is None else world.new_state(model, float(tg.t[0]), device)
+    task = (LinkTask if world is None else world.task)(
+        tg, model, state, torch.optim.Adam(model.parameters(), lr=args.lr), make_sampler(tg, spec.strategy, args.seed),
+        edge_feat, train_end, val_end, args.batch_size, args.seed, device,
+        progress=lead and not args.quiet and sys.stderr.isatty())
+    config = _config(args, tg, args.model) | ({} if world is None else world.summary())
+    ckpt_dir = args.checkpoint if world is None or not args.checkpoint else world.checkpoint_dir(args.checkpoint)
     history: list[dict[str, Any]] = []
     first = 1
     if args.resume:
-        ckpt = checkpoint.load(args.checkpoint)
+        ckpt = checkpoint.load(ckpt_dir)
         for key, value in config.items():
             if ckpt["config"].get(key) != value:
                 raise GnndistError(f"checkpoint in {args.checkpoint} was written with {key}={ckpt['config'].get(key)}, "
@@ -189,6 +217,8 @@ def main(args: argparse.Namespace) -> int:
             task.state.load_state_dict(ckpt["node_state"])
         checkpoint.set_rng_state(ckpt["rng"])
         history, first = list(ckpt["history"]), int(ckpt["epoch"]) + 1
+        if world is not None:
+            world.check_resume(first)
 
     val_neg = eval_negatives(tg, train_end, val_end, args.neg, EVAL_NEGATIVES, args.seed)
     test_neg = eval_negatives(tg, val_end, tg.num_events, args.neg, EVAL_NEGATIVES, args.seed)
@@ -198,12 +228,13 @@ def main(args: argparse.Namespace) -> int:
         seconds = time.perf_counter() - t0
         val = link_metrics(*task.evaluate(train_end, val_end, val_neg, "val"))
         history.append({"epoch": epoch, "loss": loss, "time_s": seconds, "events_per_s": train_end / seconds,
-                        "val_ap": val["ap"], "val_auc": val["auc"], "val_mrr": val["mrr"]})
-        if not args.quiet:
+                        "val_ap": val["ap"], "val_auc": val["auc"], "val_mrr": val["mrr"],
+                        **({} if world is None else task.figures())})
+        if lead and not args.quiet:
             print(f"epoch {epoch}: loss {loss:.4f}, {train_end / seconds:,.0f} events/s, "
                   f"val AP {val['ap']:.4f} AUC {val['auc']:.4f} MRR {val['mrr']:.4f}", file=sys.stderr)
         if args.checkpoint:
-            checkpoint.save(args.checkpoint, {
+            checkpoint.save(ckpt_dir, {
                 "config": config, "epoch": epoch, "model": model.state_dict(),
                 "optimizer": task.optimizer.state_dict(),
                 "node_state": None if task.state is None else task.state.state_dict(),
@@ -215,12 +246,13 @@ def main(args: argparse.Namespace) -> int:
     inductive = np.isin(tg.src[val_end:], new) | np.isin(tg.dst[val_end:], new)
     test, test_new = link_metrics(pos, neg), link_metrics(pos[inductive], neg[inductive])
     last = history[-1]
-    print(_table([("val", {"ap": last["val_ap"], "auc": last["val_auc"], "mrr": last["val_mrr"]}),
-                  ("test", test), (f"test new nodes ({int(inductive.sum())})", test_new)]))
-    if args.metrics_out:
-        write_json(args.metrics_out, {
-            "task": "link", "model": args.model, "world_size": 1, "neg": args.neg, "config": config,
-            "epochs": history,
-            "test": {**_json_safe(test), **{f"inductive_{k}": v for k, v in _json_safe(test_new).items()},
-                     "inductive_events": int(inductive.sum())}})
-    return 0
+    metrics = {"task": "link", "model": args.model, "world_size": 1, **({} if world is None else world.summary()),
+               "neg": args.neg, "config": config, "epochs": history,
+               "test": {**_json_safe(test), **{f"inductive_{k}": v for k, v in _json_safe(test_new).items()},
+                        "inductive_events": int(inductive.sum())}}
+    if lead:
+        print(_table([("val", {"ap": last["val_ap"], "auc": last["val_auc"], "mrr": last["val_mrr"]}),
+                      ("test", test), (f"test new nodes ({int(inductive.sum())})", test_new)]))
+        if args.metrics_out:
+            write_json(args.metrics_out, metrics)
+    return metrics

@@ -60,6 +60,9 @@ def configure(p: argparse.ArgumentParser) -> None:
                       help="negative sampling for evaluation")
     link.add_argument("--memory", choices=("replicated", "partitioned"), default="replicated",
                       help="how node memory is held across ranks")
+    link.add_argument("--share", choices=("owner", "slice"), default="owner",
+                      help="each rank's events of a global batch: those whose source node it owns, "
+                           "or a contiguous slice")
     link.add_argument("--checkpoint", default=None, metavar="DIR", help="write a checkpoint each epoch here")
     link.add_argument("--resume", action="store_true", help="continue from the checkpoint in --checkpoint")
     node = p.add_argument_group("node classification (static)")

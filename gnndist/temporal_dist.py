@@ -1,0 +1,353 @@
+"""Training memory-based TGNNs on W ranks with the semantics of one process.
+
+The events, in time order, are cut into global batches of B. Each rank processes its share of
+every batch: `owner` (the events whose source node it owns) or `slice` (a contiguous slice of
+the batch). Its loss is the sum over its events divided by the global B and the ranks' gradients
+are summed (one all-reduce per step), so every rank takes the step one process would take on the
+whole batch. Negatives are drawn per global batch and sliced; neighbours are sampled from the
+same events with random streams keyed by node and time, so they equal one process's. Node state
+is replicated or partitioned (`gnndist.dist_state`); node ownership comes from a temporal
+partition store.
+
+Every rank holds the event stream (src, dst, t, edge features) in the dataset's own node ids and
+samples locally: node state, not the event list, is what outgrows one machine (d = 100 memory
+plus 2d mails is about 1.2 KB a node, against 24 bytes an event).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Optional, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from gnndist import dist as gdist
+from gnndist.dist_state import PartitionedNodeState, ReplicatedNodeState
+from gnndist.errors import GnndistError
+from gnndist.graph import TemporalGraph
+from gnndist.partition import load_id_maps, load_partition, partition_graph, read_store_meta
+from gnndist.temporal_trainer import LinkTask, run
+from gnndist.tgnn import Batch, Forward
+
+SHARES = ("owner", "slice")
+MEMORY_MODES = ("replicated", "partitioned")
+
+
+def is_store(path: str) -> bool:
+    """True when `path` is a partition store folder."""
+    return (Path(path) / "meta.json").is_file()
+
+
+def partition_for(tg: TemporalGraph, world: int, out: str | Path, progress: bool = False) -> Path:
+    """Partition `tg` into `world` parts with the temporal method, written to `out`."""
+    partition_graph(tg, world, method="temporal", out=out, progress=progress)
+    return Path(out)
+
+
+def load_store_events(path: str | Path) -> tuple[TemporalGraph, np.ndarray, np.ndarray]:
+    """(the whole event stream in the original node ids, node_offsets, orig_to_new) of a temporal
+    partition store: each event is read from a part that holds it."""
+    meta = read_store_meta(path)
+    if meta["kind"] != "temporal":
+        raise GnndistError(f"{path} is a partition store of a static graph; --task link needs a temporal one")
+    new_to_orig, orig_to_new = load_id_maps(path)
+    e = int(meta["num_events"])
+    src, dst, t = np.zeros(e, np.int64), np.zeros(e, np.int64), np.zeros(e, np.float64)
+    feat = label = None
+    seen = np.zeros(e, bool)
+    for p in range(int(meta["num_parts"])):
+        part = load_partition(path, p)
+        src[part.eid], dst[part.eid], t[part.eid] = new_to_orig[part.src], new_to_orig[part.dst], part.t
+        if part.edge_feat is not None:
+            feat = np.zeros((e, *part.edge_feat.shape[1:]), np.float32) if feat is None else feat
+            feat[part.eid] = part.edge_feat
+        if part.edge_label is not None:
+            label = np.zeros(e, part.edge_label.dtype) if label is None else label
+            label[part.eid] = part.edge_label
+        seen[part.eid] = True
+    if not seen.all():
+        raise GnndistError(f"partition store {path} misses {int((~seen).sum())} events: re-run `gnndist partition`")
+    tg = TemporalGraph(src, dst, t, feat, label, num_nodes=int(meta["num_nodes"]))
+    return tg, np.asarray(meta["node_offsets"], np.int64), orig_to_new
+
+
+@dataclass
+class Share:
+    """Which events of a global batch this rank processes."""
+
+    mode: str
+    rank: int
+    world: int
+    owner: np.ndarray  # owning rank of each node id
+
+    def positions(self, src: np.ndarray, start: int) -> np.ndarray:
+        """Global event ids of this rank's share of the batch of events `start, start + len(src)`."""
+        b = src.size
+        if self.mode == "slice":
+            return np.arange(start + b * self.rank // self.world, start + b * (self.rank + 1) // self.world)
+        return start + np.flatnonzero(self.owner[src] == self.rank)
+
+
+def owner_of_nodes(node_offsets: np.ndarray, orig_to_new: np.ndarray) -> np.ndarray:
+    """Owning rank of every original node id."""
+    return (np.searchsorted(node_offsets, orig_to_new, side="right") - 1).astype(np.int32)
+
+
+def new_state(model: nn.Module, memory: str, node_offsets: np.ndarray, orig_to_new: np.ndarray,
+              start_time: float, device: torch.device):
+    """The node state of `model` held across ranks (None for a model without memory)."""
+    if not model.has_memory:
+        return None
+    args = (model.dim, model.mail_dim, model.spec.mailbox)
+    if memory == "replicated":
+        return ReplicatedNodeState(model.num_nodes, *args, start_time, device)
+    return PartitionedNodeState(node_offsets, *args, start_time, device, renumber=torch.from_numpy(orig_to_new))
+
+
+def sum_gradients(params: Sequence[nn.Parameter]) -> None:
+    """Replace each gradient by its sum over the ranks, in one all-reduce. A parameter without a
+    gradient on every rank keeps none (as in one process, the optimizer skips it)."""
+    if gdist.world_size() == 1:
+        return
+    flat = torch.cat([torch.zeros(p.numel(), device=p.device) if p.grad is None else p.grad.reshape(-1)
+                      for p in params] + [torch.tensor([p.grad is not None for p in params],
+                                                       dtype=torch.float32, device=params[0].device)])
+    gdist.all_reduce(flat)
+    at = 0
+    for p in params:
+        p.grad = flat[at:at + p.numel()].view_as(p).clone()
+        at += p.numel()
+    for p, has in zip(params, flat[at:].tolist()):
+        if not has:
+            p.grad = None
+
+
+PHASES = ("sample", "fetch", "compute", "sync")
+
+
+class Timers:
+    """Seconds per phase: sample, fetch (state reads), sync (gradient all-reduce, state writes);
+    compute is the rest of the epoch."""
+
+    def __init__(self) -> None:
+        self.seconds = dict.fromkeys(PHASES, 0.0)
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] += time.perf_counter() - t0
+
+
+class TimedState:
+    """A node state whose reads count as fetch time and writes as sync time."""
+
+    def __init__(self, state, timers: Timers) -> None:
+        self.state, self.timers = state, timers
+
+    def read(self, ids: Tensor):
+        with self.timers.phase("fetch"):
+            return self.state.read(ids)
+
+    def write(self, *rows: Tensor) -> None:
+        with self.timers.phase("sync"):
+            self.state.write(*rows)
+
+    def __getattr__(self, name: str):
+        return getattr(self.state, name)
+
+
+def gather_scores(eid: np.ndarray, pos: np.ndarray, neg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Positive [E] and negative [E, n] scores of every rank's events, in global event order."""
+    rows = torch.from_numpy(np.concatenate([eid[:, None].astype(np.float64), pos[:, None].astype(np.float64),
+                                            neg.reshape(pos.size, -1).astype(np.float64)], 1))
+    rows = torch.cat(gdist.all_gather_varsize(rows)).numpy()
+    rows = rows[np.argsort(rows[:, 0], kind="stable")]
+    return rows[:, 1].astype(pos.dtype), rows[:, 2:].astype(neg.dtype)
+
+
+@dataclass
+class DistLinkTask(LinkTask):
+    """`LinkTask` on one rank of W: its share of every global batch, gradients summed over the
+    ranks, scores gathered in event order, and per-epoch traffic and time figures."""
+
+    share: Optional[Share] = None
+    memory: str = "replicated"
+
+    def __post_init__(self) -> None:
+        self.timers = Timers()
+        sample = self.sample
+
+        def timed_sample(*a):
+            with self.timers.phase("sample"):
+                return sample(*a)
+        self.sample = timed_sample
+        if self.state is not None:
+            self.state = TimedState(self.state, self.timers)
+        self.params = list(self.model.parameters())
+        self._eids: list[np.ndarray] = []
+        self._figures: dict[str, float] = {}
+
+    def batch(self, index: int, start: int, stop: int, neg: np.ndarray) -> Batch:
+        pos = self.share.positions(self.tg.src[start:stop], start)
+        rows = pos - start
+
+        def tensor(a):
+            return torch.as_tensor(np.ascontiguousarray(a), device=self.device)
+        b = Batch(tensor(self.tg.src[pos]), tensor(self.tg.dst[pos]), tensor(self.tg.t[pos]), tensor(pos),
+                  tensor(np.asarray(neg).reshape(stop - start, -1)[rows]))
+        if self.state is not None:
+            self.state.begin_batch(b.src, b.dst, b.eid)
+        self._eids.append(pos)
+        return b
+
+    def forward(self, batch: Batch) -> Forward:
+        if batch.src.numel():
+            return super().forward(batch)
+        # no events here: take part in the state's read collective, score nothing
+        fw = Forward(pos=torch.zeros(0, device=self.device, requires_grad=True),
+                     neg=torch.zeros(batch.neg.shape, device=self.device, requires_grad=True))
+        if self.state is not None:
+            fw.ids = batch.src
+            fw.memory, fw.last_update, fw.mail, fw.mail_time = self.state.read(fw.ids)
+        return fw
+
+    def write(self, batch: Batch, fw: Forward) -> None:
+        if batch.src.numel():
+            super().write(batch, fw)
+        elif self.state is not None:
+            self.state.write(fw.ids, fw.memory, fw.last_update, fw.mail, fw.mail_time)
+
+    def sync_gradients(self) -> None:
+        with self.timers.phase("sync"):
+            sum_gradients(self.params)
+
+    def train_epoch(self, epoch: int) -> float:
+        self.timers = Timers()
+        for name in ("rows_fetched", "bytes_sent"):
+            if self.state is not None:
+                setattr(self.state.state, name, 0)
+        t0 = time.perf_counter()
+        loss = super().train_epoch(epoch)
+        seconds = time.perf_counter() - t0
+        spent = self.timers.seconds
+        spent["compute"] = seconds - spent["sample"] - spent["fetch"] - spent["sync"]
+        rows = (self.state.rows_fetched, self.state.bytes_sent) if self.state is not None else (0, 0)
+        total = gdist.all_reduce(torch.tensor([loss, *rows, *(spent[p] for p in PHASES)], dtype=torch.float64))
+        w = self.share.world
+        self._figures = {"remote_rows": int(total[1]), "state_bytes": int(total[2]),
+                         "grad_bytes": 4 * sum(p.numel() for p in self.params) * len(range(0, self.train_end, self.batch_size)) * w,
+                         **{f"{p}_s": float(total[3 + i]) / w for i, p in enumerate(PHASES)}}
+        return float(total[0])
+
+    def figures(self) -> dict[str, float]:
+        """Last training epoch: remote state rows and bytes (all ranks), gradient all-reduce
+        payload, and seconds per phase (mean over ranks)."""
+        return self._figures
+
+    def evaluate(self, start: int, stop: int, negatives: np.ndarray, desc: str) -> tuple[np.ndarray, np.ndarray]:
+        self._eids = []
+        pos, neg = super().evaluate(start, stop, negatives, desc)
+        eid = np.concatenate(self._eids) if self._eids else np.zeros(0, np.int64)
+        return gather_scores(eid, pos, neg)
+
+
+@dataclass
+class World:
+    """What makes `temporal_trainer.run` one rank of a distributed run."""
+
+    memory: str
+    share: Share
+    node_offsets: np.ndarray
+    orig_to_new: np.ndarray
+
+    @property
+    def rank(self) -> int:
+        return self.share.rank
+
+    def new_state(self, model: nn.Module, start_time: float, device: torch.device):
+        return new_state(model, self.memory, self.node_offsets, self.orig_to_new, start_time, device)
+
+    def task(self, *args, **kwargs) -> DistLinkTask:
+        return DistLinkTask(*args, **kwargs, share=self.share, memory=self.memory)
+
+    def summary(self) -> dict[str, object]:
+        return {"world_size": self.share.world, "memory": self.memory, "share": self.share.mode}
+
+    def checkpoint_dir(self, directory: str) -> Path:
+        """Each rank keeps its own checkpoint (its node state rows differ)."""
+        return Path(directory) / f"rank{self.rank}"
+
+    def check_resume(self, first_epoch: int) -> None:
+        """All ranks must resume from the same epoch."""
+        lo = -gdist.agree_max(-first_epoch)
+        if lo != gdist.agree_max(first_epoch):
+            raise GnndistError("the ranks' checkpoints are of different epochs (a run stopped while writing "
+                               "them); resume from an earlier copy or start afresh")
+
+
+def prepare(args: argparse.Namespace, world: int) -> str:
+    """The temporal partition store with `world` parts the ranks train on: DATA itself, or a
+    split of DATA made now (or earlier, found in the cache)."""
+    from gnndist.datasets import load_from_args
+    from gnndist.static_trainer import auto_partition_dir
+
+    if is_store(args.data):
+        meta = read_store_meta(args.data)
+        if meta["kind"] != "temporal":
+            raise GnndistError(f"partition store {args.data} holds a static graph; --task link needs a temporal one")
+        if int(meta["num_parts"]) != world:
+            raise GnndistError(f"partition store {args.data} has {meta['num_parts']} parts but {world} rank(s) run; "
+                               f"use --nproc {meta['num_parts']}")
+        return str(args.data)
+    out = auto_partition_dir(args, world)
+    if is_store(str(out)):
+        gdist.log(f"using the partition store {out} ({world} parts, made earlier)")
+        return str(out)
+    tg = load_from_args(args)
+    if not isinstance(tg, TemporalGraph):
+        raise GnndistError(f"{args.data} is a static graph: use --task node (link prediction needs timestamped events)")
+    gdist.log(f"partitioning {args.data} into {world} parts (temporal) at {out}")
+    partition_for(tg, world, out, progress=not args.quiet)
+    return str(out)
+
+
+def rank_main(args: argparse.Namespace, store: str) -> dict:
+    """One rank: join the process group, load the events and ownership, train."""
+    gdist.setup(args.device)
+    try:
+        tg, offsets, orig_to_new = load_store_events(store)
+        world = World(args.memory, Share(args.share, gdist.rank(), gdist.world_size(),
+                                         owner_of_nodes(offsets, orig_to_new)), offsets, orig_to_new)
+        return run(args, tg, world)
+    finally:
+        gdist.teardown()
+
+
+def main(args: argparse.Namespace) -> int:
+    """`gnndist train --task link` on --nproc local ranks, or as one rank of a torchrun world."""
+    if args.model == "apan":
+        raise GnndistError("--model apan delivers mails to sampled neighbours, which gnndist does not "
+                           "distribute yet; run it on one process (--nproc 1)")
+    if gdist.in_torchrun():
+        world = int(os.environ["WORLD_SIZE"])
+        if is_store(args.data):
+            store = prepare(args, world)
+        else:  # rank 0 partitions (or finds the cached store); the others wait for it
+            from gnndist.static_trainer import auto_partition_dir
+
+            gdist.setup(args.device)
+            store = prepare(args, world) if gdist.rank() == 0 else str(auto_partition_dir(args, world))
+            gdist.agree_max(0)
+        rank_main(args, store)
+    else:
+        gdist.launch(args.nproc, rank_main, args, prepare(args, args.nproc))
+    return 0
