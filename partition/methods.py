@@ -157,23 +157,63 @@ def balanced_kway(xadj: np.ndarray, adjncy: np.ndarray, num_parts: int, vwgt: Op
 # ---------------------------------------------------------------- graph for METIS
 
 @numba.njit(cache=True)
-def _fill_symmetric(u, v, w, xadj, adjncy, adjwgt):  # pragma: no cover - compiled
-    """Scatter sorted unique pairs u < v into both rows; every row comes out ascending."""
-    n = xadj.size - 1
+def _pair_keys(src, dst, n):  # pragma: no cover - compiled
+    """Key min*n+max of every edge that is not a self-loop."""
+    keys = np.empty(src.size, dtype=np.int64)
+    m = 0
+    for i in range(src.size):
+        a, b = src[i], dst[i]
+        if a != b:
+            keys[m] = min(a, b) * n + max(a, b)
+            m += 1
+    return keys[:m]
+
+
+@numba.njit(cache=True)
+def _csr_pair_keys(indptr, indices):  # pragma: no cover - compiled
+    """`_pair_keys` of the CSR entries (row, indices[j])."""
+    n = indptr.size - 1
+    keys = np.empty(indices.size, dtype=np.int64)
+    m = 0
+    for r in range(n):
+        for j in range(indptr[r], indptr[r + 1]):
+            c = indices[j]
+            if c != r:
+                keys[m] = min(r, c) * n + max(r, c)
+                m += 1
+    return keys[:m]
+
+
+@numba.njit(cache=True)
+def _adjacency_from_keys(keys, w, n):  # pragma: no cover - compiled
+    """Symmetric CSR from sorted pair keys (duplicates merged, weights `w` summed when given).
+    Row a lists its lower neighbours, then its higher ones, each ascending: rows come out sorted."""
+    deg = np.zeros(n, dtype=np.int64)
     low = np.zeros(n, dtype=np.int64)
-    for b in v:
-        low[b] += 1
+    for i in range(keys.size):
+        if i == 0 or keys[i] != keys[i - 1]:
+            a, b = keys[i] // n, keys[i] % n
+            deg[a] += 1
+            deg[b] += 1
+            low[b] += 1
+    xadj = np.zeros(n + 1, dtype=np.int64)
+    for r in range(n):
+        xadj[r + 1] = xadj[r] + deg[r]
+    adjncy = np.empty(xadj[n], dtype=np.int64)
+    wsum = np.zeros(xadj[n] if w.size else 0)
     up = xadj[:-1] + low
     lo = xadj[:-1].copy()
-    for i in range(u.size):
-        a, b = u[i], v[i]
-        adjncy[up[a]] = b
-        adjncy[lo[b]] = a
+    for i in range(keys.size):
+        a, b = keys[i] // n, keys[i] % n
+        if i == 0 or keys[i] != keys[i - 1]:
+            adjncy[up[a]] = b
+            adjncy[lo[b]] = a
+            up[a] += 1
+            lo[b] += 1
         if w.size:
-            adjwgt[up[a]] = w[i]
-            adjwgt[lo[b]] = w[i]
-        up[a] += 1
-        lo[b] += 1
+            wsum[up[a] - 1] += w[i]
+            wsum[lo[b] - 1] += w[i]
+    return xadj, adjncy, wsum
 
 
 def symmetric_adjacency(src: np.ndarray, dst: np.ndarray, num_nodes: int,
@@ -184,25 +224,22 @@ def symmetric_adjacency(src: np.ndarray, dst: np.ndarray, num_nodes: int,
     Self-loops are dropped and parallel or opposite edges merged; with `weights` (one per
     edge) the merged weight is their sum, rounded to an integer >= 1.
     """
-    keep = src != dst
-    lo, hi = np.minimum(src[keep], dst[keep]), np.maximum(src[keep], dst[keep])
-    key = lo * np.int64(num_nodes) + hi
-    del lo, hi
     if weights is None:
-        key = np.unique(key)
-        w = np.zeros(0, dtype=_IDX)
-    else:
-        key, inv = np.unique(key, return_inverse=True)
-        w = np.maximum(1, np.rint(np.bincount(inv, weights=weights[keep], minlength=key.size))).astype(_IDX)
-        del inv
-    u, v = np.divmod(key, np.int64(num_nodes))
-    del key
-    xadj = np.zeros(num_nodes + 1, dtype=_IDX)
-    np.cumsum(np.bincount(u, minlength=num_nodes) + np.bincount(v, minlength=num_nodes), out=xadj[1:])
-    adjncy = np.empty(2 * u.size, dtype=_IDX)
-    adjwgt = np.empty(2 * u.size if w.size else 0, dtype=_IDX)
-    _fill_symmetric(u, v, w, xadj, adjncy, adjwgt)
-    return xadj, adjncy, (adjwgt if weights is not None else None)
+        keys = _pair_keys(src, dst, np.int64(num_nodes))
+        keys.sort()
+        return _adjacency_from_keys(keys, np.zeros(0), num_nodes)[:2] + (None,)
+    keep = src != dst
+    keys = np.minimum(src[keep], dst[keep]) * np.int64(num_nodes) + np.maximum(src[keep], dst[keep])
+    order = np.argsort(keys)
+    xadj, adjncy, wsum = _adjacency_from_keys(keys[order], weights[keep][order].astype(np.float64), num_nodes)
+    return xadj, adjncy, np.maximum(1, np.rint(wsum)).astype(_IDX)
+
+
+def csr_symmetric_adjacency(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
+    """`symmetric_adjacency` of a static graph's edges, straight from its CSR."""
+    keys = _csr_pair_keys(graph.indptr, graph.indices)
+    keys.sort()
+    return _adjacency_from_keys(keys, np.zeros(0), graph.num_nodes)[:2]
 
 
 # ---------------------------------------------------------------- methods
@@ -268,13 +305,11 @@ def metis_membership(graph: Union[Graph, TemporalGraph], num_parts: int, balance
                      imbalance_tol: float = 1.03, seed: int = 0) -> np.ndarray:
     """METIS k-way on the symmetrized graph (a temporal graph: its unweighted projection)."""
     if isinstance(graph, Graph):
-        src, dst = graph.edges()
         vwgt = _static_weights(graph, check_balance(balance))
+        xadj, adjncy = csr_symmetric_adjacency(graph)
     else:
-        src, dst = graph.src, graph.dst
         vwgt = _temporal_weights(graph, check_balance(balance))
-    xadj, adjncy, _ = symmetric_adjacency(src, dst, graph.num_nodes)
-    del src, dst
+        xadj, adjncy, _ = symmetric_adjacency(graph.src, graph.dst, graph.num_nodes)
     return balanced_kway(xadj, adjncy, num_parts, vwgt, None, imbalance_tol, seed)
 
 

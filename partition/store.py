@@ -160,7 +160,7 @@ class PartitionStore:
             out.update({k: getattr(g, k)[rows] for k in _NODE_ARRAYS if getattr(g, k) is not None})
             if halo:
                 idx = out["indices"]
-                out["halo_ids"] = np.unique(idx[(idx < self.node_offsets[p]) | (idx >= self.node_offsets[p + 1])])
+                out["halo_ids"] = stats.unique_ints(idx[(idx < self.node_offsets[p]) | (idx >= self.node_offsets[p + 1])])
                 if g.x is not None:
                     out["halo_x"] = g.x[self.new_to_orig[out["halo_ids"]]]
             return out
@@ -176,7 +176,7 @@ class PartitionStore:
         out.update({k: getattr(g, k)[eid] for k in _EVENT_ARRAYS if getattr(g, k) is not None})
         if halo:
             ends = np.concatenate([g.src[mine], g.dst[mine]])
-            out["halo_ids"] = np.unique(o2n[ends[self.membership[ends] != p]])
+            out["halo_ids"] = stats.unique_ints(o2n[ends[self.membership[ends] != p]])
         return out
 
     def part(self, p: int) -> Partition:
