@@ -4,8 +4,9 @@ in the same run (not pass/fail).
 1. static uniform sampling, fanouts [15, 10] without replacement, on a generated power-law
    graph, against an exact vectorized numpy sampler on the same batches;
 2. temporal `recent` sampling, k = 10, over a training pass of synthetic events;
-3. remote feature bytes over one training epoch on W partitions (W local gloo ranks,
-   contiguous ranges of randomly permuted ids), for each cache policy.
+3. remote feature bytes over one training epoch on W partitions (`gnndist.partition`,
+   METIS by default; W local gloo ranks), for each cache policy; the `presample` counts come
+   from an earlier epoch with another shuffle and seed.
 
     python benchmarks/sampling.py                 # 1M nodes / 10M edges, 10M events, 4 parts
     python benchmarks/sampling.py --scale 0.1     # everything 10x smaller
@@ -19,7 +20,6 @@ import argparse
 import os
 import tempfile
 import time
-from pathlib import Path
 
 import numba
 import numpy as np
@@ -101,18 +101,16 @@ def bench_temporal(num_nodes: int, num_events: int, batch: int) -> None:
           f"{w:.2f} s = {n / w / 1e6:.1f} M/s wall ({c:.2f} CPU s)")
 
 
-def traffic_rank(folder: str, batch: int, capacity: float, dim: int) -> dict:
+def traffic_rank(folder: str, batch: int, capacity: float) -> dict:
     """One rank: an epoch over its training nodes per cache policy; returns its counters."""
+    from gnndist.partition import load_partition
+
     dist.setup("cpu")
     r, w = dist.rank(), dist.world_size()
-    d = Path(folder)
-    indptr, indices = np.load(d / "indptr.npy", mmap_mode="r"), np.load(d / "indices.npy", mmap_mode="r")
-    train, off = np.load(d / "train.npy"), np.load(d / "offsets.npy")
-    lo, hi = int(off[r]), int(off[r + 1])
-    sampler = DistNeighborSampler(np.asarray(indptr[lo:hi + 1]) - indptr[lo], np.asarray(indices[indptr[lo]:indptr[hi]]), off)
-    x = np.random.default_rng(r).standard_normal((hi - lo, dim), dtype=np.float32)
-    store = FeatureStore(x, off)
-    own = train[(train >= lo) & (train < hi)]
+    part = load_partition(folder, r, world_size=w)
+    sampler = DistNeighborSampler.from_partition(part)
+    store = FeatureStore.from_partition(part)
+    own = part.start + np.flatnonzero(part.train_mask)
     steps = dist.agree_max(-(-own.size // batch))
 
     def epoch(seed: int, fetch: bool) -> list[np.ndarray]:
@@ -133,29 +131,22 @@ def traffic_rank(folder: str, batch: int, capacity: float, dim: int) -> dict:
         store.reset_counters()
         t = time.perf_counter()
         epoch(1, fetch=True)
-        out[policy] = dict(store.stats(), seconds=time.perf_counter() - t)
+        out[policy] = dict(store.stats(), seconds=time.perf_counter() - t, steps=steps)
     return out
 
 
-def bench_traffic(g: Graph, parts: int, batch: int, capacity: float, dim: int) -> None:
-    rng = np.random.default_rng(2)
-    perm = rng.permutation(g.num_nodes)  # old id -> new id: random contiguous ranges
-    inv = np.argsort(perm)
-    deg = g.degrees()[inv]
-    indptr = np.zeros(g.num_nodes + 1, np.int64)
-    np.cumsum(deg, out=indptr[1:])
-    starts = np.repeat(g.indptr[inv] - indptr[:-1], deg)
-    indices = perm[g.indices[starts + np.arange(indptr[-1])]]
-    train = np.sort(perm[np.flatnonzero(g.train_mask)])
-    off = np.linspace(0, g.num_nodes, parts + 1).astype(np.int64)
+def bench_traffic(g: Graph, parts: int, method: str, batch: int, capacity: float) -> None:
+    from gnndist.partition import partition_graph
+
     with tempfile.TemporaryDirectory(prefix="gnndist-bench-") as folder:
-        for name, a in (("indptr", indptr), ("indices", indices), ("train", train), ("offsets", off)):
-            np.save(Path(folder) / f"{name}.npy", a)
+        _, wp, _ = timed(lambda: partition_graph(g, parts, method=method, out=folder))
         os.environ.setdefault("GNNDIST_TIMEOUT", "600")
         os.environ["NUMBA_NUM_THREADS"] = "1"  # W ranks share the cores; counts do not depend on it
-        res, w, _ = timed(lambda: dist.launch(parts, traffic_rank, folder, batch, capacity, dim))
-    print(f"feature traffic: one epoch over {train.size:,} training nodes on {parts} ranks (random ranges), "
-          f"batch {batch}/rank, [15,10], {dim} float32 features, cache {capacity:g} of remote nodes ({w:.0f} s)")
+        res, w, _ = timed(lambda: dist.launch(parts, traffic_rank, folder, batch // parts, capacity))
+    print(f"feature traffic: one epoch over {int(g.train_mask.sum()):,} training nodes on {parts} ranks "
+          f"({method} partition, {wp:.0f} s), global batch {batch} ({batch // parts}/rank, "
+          f"{res[0]['none']['steps']} steps), [15,10], {g.num_features} float32 features, "
+          f"cache {capacity:g} of remote nodes ({w:.0f} s)")
     base = sum(r["none"]["bytes_fetched"] for r in res)
     for policy in POLICIES:
         tot = {k: sum(r[policy][k] for r in res) for k in ("requests", "hits", "bytes_fetched", "fill_bytes")}
@@ -169,9 +160,11 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--scale", type=float, default=1.0, help="multiply every size by this")
     p.add_argument("--threads", type=int, default=2, help="numba threads for the sampling benchmarks")
-    p.add_argument("--batch", type=int, default=1024, help="seed nodes per static batch")
+    p.add_argument("--batch", type=int, default=1024,
+                   help="seed nodes per static batch; global batch (split over ranks) for the traffic part")
     p.add_argument("--numpy-seeds", type=int, default=100_000, help="seeds the numpy peer samples (before --scale)")
     p.add_argument("--parts", type=int, default=4, help="ranks for the traffic benchmark")
+    p.add_argument("--partition", choices=("metis", "random"), default="metis", help="partition method (traffic)")
     p.add_argument("--capacity", type=float, default=0.1, help="cache capacity, fraction of remote nodes")
     p.add_argument("--dim", type=int, default=64, help="feature width for the traffic benchmark")
     p.add_argument("--only", choices=("static", "temporal", "traffic"), action="append", help="run only these parts")
@@ -182,13 +175,13 @@ def main() -> None:
     print(f"numba {numba.__version__}, {numba.get_num_threads()} threads, {os.cpu_count()} cores, "
           f"load average {os.getloadavg()[0]:.1f} at start")
     if only & {"static", "traffic"}:
-        g, w, _ = timed(lambda: synthetic_static(n, e // 2, num_features=1))
+        g, w, _ = timed(lambda: synthetic_static(n, e // 2, num_features=a.dim))
         print(f"graph: synthetic-static power law, {g.num_nodes:,} nodes, {g.num_edges:,} directed edges "
               f"(max degree {g.degrees().max():,}; generated in {w:.1f} s)")
         if "static" in only:
             bench_static(g, n, int(a.numpy_seeds * a.scale), a.batch)
         if "traffic" in only:
-            bench_traffic(g, a.parts, a.batch, a.capacity, a.dim)
+            bench_traffic(g, a.parts, a.partition, a.batch, a.capacity)
     if "temporal" in only:
         bench_temporal(max(n // 10, 100), ev, 600)
 

@@ -61,9 +61,10 @@ class AdaptiveCache(StaticCache):
     visit probabilities 1 - exp(-lam * score), lam fitted so that they add up to the number
     of ids that fetch requested, and enter the counts as what such a node would have
     accumulated. Evidence then takes over at the pace of the decay, without flushing a good
-    first fill on the noise of the first few batches."""
+    first fill on the noise of the first few batches. A missed id replaces the weakest cached
+    one only if it wins even without the visit that just brought it."""
 
-    def __init__(self, num_ids: int, capacity: int, dim: int, dtype: np.dtype, half_life: float = 100.0) -> None:
+    def __init__(self, num_ids: int, capacity: int, dim: int, dtype: np.dtype, half_life: float = 300.0) -> None:
         super().__init__(num_ids, capacity, dim, dtype)
         self.score = np.zeros(num_ids, np.float64)
         self.growth = 2.0 ** (1.0 / half_life)
@@ -119,7 +120,9 @@ class AdaptiveCache(StaticCache):
         held = self.score[self.ids[: self.size]]
         low = np.argpartition(held, m - 1)[:m] if m < self.size else np.arange(self.size)
         low = low[np.argsort(held[low], kind="stable")]  # weakest cached, ascending score
-        swap = cand_score[cand] > held[low]  # pairwise greedy gives the top of the union
+        # pairwise greedy gives the top of the union; a candidate must win even without the
+        # visit that just brought it, so one lucky visit never evicts anything
+        swap = cand_score[cand] - self.weight > held[low]
         slots, cand = low[swap], cand[swap]
         self.slot[self.ids[slots]] = -1
         self.ids[slots], self.rows[slots] = miss_ids[cand], miss_rows[cand]
