@@ -9,7 +9,6 @@ seeds of their own.
 """
 from __future__ import annotations
 
-import functools
 from typing import Any, Sequence
 
 import numpy as np
@@ -18,20 +17,25 @@ import torch.distributed as dist
 
 from gnndist import dist as gdist
 from gnndist.errors import GnndistError
-from gnndist.graph import _as_ids
+from gnndist.graph import TemporalGraph, _as_ids
 from gnndist.samplers.static import Blocks, build_blocks, check_fanouts, sample_rows
 from gnndist.samplers.temporal import TemporalSample, check_query, multihop, sample_tcsr
 
 
-@functools.cache
+_groups: dict[str, Any] = {}
+
+
 def sampler_group() -> Any:
     """The gloo process group the samplers and feature stores exchange on (None in a 1-process
-    world). Created on first use, which is a collective: all ranks must get here in the same
-    order. A separate group lets a prefetch thread exchange while the main thread runs its
-    own collectives (gradient all-reduce) on the default group, and works under NCCL."""
+    world). Created on first use in each process group world, which is a collective: all
+    ranks must get here in the same order. A separate group lets a prefetch thread exchange
+    while the main thread runs its own collectives (gradient all-reduce) on the default
+    group, and works under NCCL."""
     if not dist.is_initialized() or dist.get_world_size() == 1:
         return None
-    return dist.new_group(backend="gloo")
+    if _groups.get("world") is not dist.group.WORLD:
+        _groups.update(world=dist.group.WORLD, group=dist.new_group(backend="gloo"))
+    return _groups["group"]
 
 
 def owners(ids: np.ndarray, node_offsets: np.ndarray) -> np.ndarray:
@@ -135,22 +139,6 @@ class DistNeighborSampler:
                             self.num_nodes)
 
 
-def local_tcsr(src: np.ndarray, dst: np.ndarray, t: np.ndarray, eid: np.ndarray, lo: int, hi: int
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """T-CSR (indptr, nbr, eid, ts) of nodes lo..hi-1 from the events touching them; each list
-    sorted by event id (events are numbered in time order), like `TemporalGraph.tcsr`."""
-    node = np.concatenate([src, dst])
-    nbr = np.concatenate([dst, src])
-    eids = np.concatenate([eid, eid])
-    ts = np.concatenate([t, t])
-    keep = (node >= lo) & (node < hi)
-    node, nbr, eids, ts = node[keep] - lo, nbr[keep], eids[keep], ts[keep]
-    order = np.lexsort((eids, node))
-    indptr = np.zeros(hi - lo + 1, np.int64)
-    np.cumsum(np.bincount(node, minlength=hi - lo), out=indptr[1:])
-    return indptr, nbr[order], eids[order], ts[order]
-
-
 class DistTemporalSampler:
     """Temporal sampling over a temporal partition: `indptr, nbr, eid, ts` is the T-CSR of the
     nodes this rank owns (rows in id order; nbr and eid global). Results equal
@@ -170,12 +158,17 @@ class DistTemporalSampler:
 
     @classmethod
     def from_events(cls, src, dst, t, eid, node_offsets: Sequence[int], group: Any = None) -> "DistTemporalSampler":
-        """From the events touching this rank's nodes (global ids and event ids)."""
-        off = np.asarray(node_offsets, dtype=np.int64)
-        r = gdist.rank()
-        tcsr = local_tcsr(np.asarray(src, np.int64), np.asarray(dst, np.int64), np.asarray(t, np.float64),
-                          np.asarray(eid, np.int64), int(off[r]), int(off[r + 1]))
-        return cls(*tcsr, node_offsets, group)
+        """From the events touching this rank's nodes (global node and event ids; event ids
+        number events in time order)."""
+        off = check_offsets(node_offsets)
+        lo, hi = int(off[gdist.rank()]), int(off[gdist.rank() + 1])
+        eid = np.asarray(eid, np.int64)
+        order = np.argsort(eid, kind="stable")
+        local = TemporalGraph(np.asarray(src)[order], np.asarray(dst)[order], np.asarray(t)[order],
+                              num_nodes=int(off[-1]))
+        indptr, nbr, pos, ts = local.tcsr()
+        a, b = indptr[lo], indptr[hi]
+        return cls(indptr[lo:hi + 1] - a, nbr[a:b], eid[order][pos[a:b]], ts[a:b], off, group)
 
     @classmethod
     def from_partition(cls, part: Any, group: Any = None) -> "DistTemporalSampler":
