@@ -17,6 +17,7 @@ from test_samplers import random_graph, random_tgraph
 
 N, F = 300, 5
 FANOUTS = [4, 3]
+CAPACITIES = (0.3, 40 * F * 4)  # a fraction of the remote ids, and bytes (40 rows)
 
 
 def offsets_for(n, w, seed=0):
@@ -40,7 +41,7 @@ def features(n, dim, seed=0):
     return np.random.default_rng(seed).standard_normal((n, dim)).astype(np.float32)
 
 
-def fetch_batches(r, n, steps=4):
+def fetch_batches(r, n, steps=3):
     rng = np.random.default_rng(200 + r)
     return [rng.integers(0, n, 60) for _ in range(steps)]
 
@@ -80,7 +81,7 @@ def worker():
     scores = {"none": None, "degree": deg, "presample": visits, "adaptive": deg}
     remote = np.setdiff1d(np.arange(N), np.arange(lo, hi))
     for policy in POLICIES:
-        for capacity in (0.3, 1.0, 40 * F * 4):  # fractions of remote ids, and bytes (40 rows)
+        for capacity in CAPACITIES:
             store.set_cache(policy, capacity, scores[policy])
             store.reset_counters()
             cached = None if store.cache is None else store.cache.ids[:store.cache.size].copy()
@@ -180,7 +181,7 @@ def test_fetched_features_are_bit_exact_with_every_cache(run):
     _, outs = run
     for out in outs:
         for policy in POLICIES:
-            for capacity in (0.3, 1.0, 40 * F * 4):
+            for capacity in CAPACITIES:
                 exact, stats, cached, n_remote = out["features", policy, capacity]
                 assert exact, (policy, capacity)
                 assert stats["hits"] + stats["misses"] == stats["requests"] > 0
