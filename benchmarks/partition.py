@@ -168,7 +168,8 @@ def main() -> None:
     for name, r in (("pymetis.part_graph", pm), ("gnndist metis", gd)):
         print(f"{name:24}{r['time_s']:9.1f}s{mib(r['peak_bytes']):>14}{mib(r['loaded_bytes']):>14}"
               f"{r['edge_cut_fraction']:10.3f}")
-    print(f"gnndist/pymetis: time {gd['time_s'] / pm['time_s']:.2f}x, peak memory {gd['peak_bytes'] / pm['peak_bytes']:.2f}x"
+    print(f"gnndist/pymetis: time {gd['time_s'] / pm['time_s']:.2f}x, "
+          f"peak memory {gd['peak_bytes'] / pm['peak_bytes']:.2f}x"
           f" (above load: {(gd['peak_bytes'] - gd['loaded_bytes']) / (pm['peak_bytes'] - pm['loaded_bytes']):.2f}x)")
     print(f"gnndist imbalance {gd['imbalance']}; writing the store: {gd['save_s']:.1f} s, "
           f"peak with writing {mib(gd['peak_with_save_bytes'])}")
@@ -179,7 +180,8 @@ def main() -> None:
     for m in ("random", "temporal"):
         r = tr[m]
         print(f"  {m:10} {r['time_s']:7.1f} s   cross-partition events {r['cross']:.3f}   "
-              f"event imbalance {r['imbalance']['events']:.3f}   worst window {r['imbalance']['events_worst_window']:.3f}")
+              f"event imbalance {r['imbalance']['events']:.3f}   "
+              f"worst window {r['imbalance']['events_worst_window']:.3f}")
     print(f"  temporal cross / random cross: {tr['temporal']['cross'] / tr['random']['cross']:.2f}x")
     uci_table(a.parts)
 

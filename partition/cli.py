@@ -20,7 +20,7 @@ from gnndist.datasets import add_data_args, load_from_args
 from gnndist.graph import Graph
 from gnndist.partition.info import format_summary, summary
 from gnndist.partition.methods import METHODS
-from gnndist.partition.stats import available_memory_bytes, fmt_bytes
+from gnndist.partition.stats import available_memory_bytes, fmt_bytes, graph_bytes
 from gnndist.partition.store import check_memory, partition_graph, read_store_meta
 
 
@@ -54,8 +54,9 @@ def run(args: argparse.Namespace) -> int:
     need = check_memory(graph, method, force=True)
     if need is not None and not args.quiet:
         avail = available_memory_bytes()
-        print(f"estimated peak memory {fmt_bytes(need)}"
-              + (f" (available {fmt_bytes(avail)})" if avail is not None else ""), file=sys.stderr)
+        loaded = graph_bytes(graph)
+        print(f"estimated peak memory {fmt_bytes(loaded + need)}: the graph {fmt_bytes(loaded)} + {fmt_bytes(need)} "
+              "to partition" + (f" ({fmt_bytes(avail)} available)" if avail is not None else ""), file=sys.stderr)
     partition_graph(graph, args.parts, method=method, balance=[b.strip() for b in args.balance.split(",") if b.strip()],
                     imbalance_tol=args.imbalance_tol, halo=args.halo, replicate_hubs=args.replicate_hubs,
                     time_windows=args.time_windows, recency=args.recency, seed=args.seed, force=args.force,

@@ -265,31 +265,24 @@ def event_owner_counts(graph: TemporalGraph, num_windows: int = 1) -> np.ndarray
     return counts.reshape(graph.num_nodes, num_windows)
 
 
-def _static_weights(graph: Graph, balance: Sequence[str]) -> Optional[np.ndarray]:
-    """Vertex weight columns for `balance` (nodes, edges = CSR row length, train), or None."""
+def _vertex_weights(graph: Union[Graph, TemporalGraph], balance: Sequence[str]) -> Optional[np.ndarray]:
+    """Vertex weight columns for `balance`, or None for nodes only. nodes: 1 each; edges: the
+    CSR row length (static) or the events the node owns (temporal); train: training nodes."""
+    if list(balance) == ["nodes"]:
+        return None
     cols = []
     for key in balance:
         if key == "nodes":
             cols.append(np.ones(graph.num_nodes, dtype=np.int64))
         elif key == "edges":
-            cols.append(graph.degrees())
-        elif key == "train":
-            if graph.train_mask is None or not graph.train_mask.any():
-                raise GnndistError("--balance train needs a graph with training nodes (a train mask)")
-            cols.append(graph.train_mask.astype(np.int64))
-    return None if list(balance) == ["nodes"] else np.stack(cols, axis=1)
-
-
-def _temporal_weights(graph: TemporalGraph, balance: Sequence[str]) -> Optional[np.ndarray]:
-    cols = []
-    for key in balance:
-        if key == "nodes":
-            cols.append(np.ones(graph.num_nodes, dtype=np.int64))
-        elif key == "edges":
-            cols.append(event_owner_counts(graph)[:, 0])
-        else:
+            cols.append(graph.degrees() if isinstance(graph, Graph) else event_owner_counts(graph)[:, 0])
+        elif isinstance(graph, TemporalGraph):
             raise GnndistError(f"--balance {key} applies to static graphs only")
-    return None if list(balance) == ["nodes"] else np.stack(cols, axis=1)
+        elif graph.train_mask is None or not graph.train_mask.any():
+            raise GnndistError("--balance train needs a graph with training nodes (a train mask)")
+        else:
+            cols.append(graph.train_mask.astype(np.int64))
+    return np.stack(cols, axis=1)
 
 
 def check_balance(balance: Sequence[str]) -> list[str]:
@@ -304,11 +297,10 @@ def check_balance(balance: Sequence[str]) -> list[str]:
 def metis_membership(graph: Union[Graph, TemporalGraph], num_parts: int, balance: Sequence[str] = ("nodes",),
                      imbalance_tol: float = 1.03, seed: int = 0) -> np.ndarray:
     """METIS k-way on the symmetrized graph (a temporal graph: its unweighted projection)."""
+    vwgt = _vertex_weights(graph, check_balance(balance))
     if isinstance(graph, Graph):
-        vwgt = _static_weights(graph, check_balance(balance))
         xadj, adjncy = csr_symmetric_adjacency(graph)
     else:
-        vwgt = _temporal_weights(graph, check_balance(balance))
         xadj, adjncy, _ = symmetric_adjacency(graph.src, graph.dst, graph.num_nodes)
     return balanced_kway(xadj, adjncy, num_parts, vwgt, None, imbalance_tol, seed)
 

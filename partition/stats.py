@@ -11,6 +11,7 @@ from __future__ import annotations
 import resource
 from typing import Optional, Union
 
+import numba
 import numpy as np
 
 from gnndist.graph import Graph, TemporalGraph
@@ -46,26 +47,42 @@ def _replication_factor(membership: np.ndarray, num_parts: int, halo: np.ndarray
     return float((n + unique_ints(np.concatenate([halo, hub_keys])).size) / n)
 
 
+@numba.njit(cache=True)
+def _cut_and_halo(indptr, indices, membership, rows_by_part, node_offsets):  # pragma: no cover - compiled
+    """(CSR entries whose neighbour has another owner, distinct such neighbours per part)."""
+    k = node_offsets.size - 1
+    stamp = np.full(membership.size, -1, dtype=np.int64)
+    halo = np.zeros(k, dtype=np.int64)
+    cut = 0
+    for p in range(k):
+        for i in range(node_offsets[p], node_offsets[p + 1]):
+            r = rows_by_part[i]
+            for j in range(indptr[r], indptr[r + 1]):
+                c = indices[j]
+                if membership[c] != p:
+                    cut += 1
+                    if stamp[c] != p:
+                        stamp[c] = p
+                        halo[p] += 1
+    return cut, halo
+
+
 def static_figures(graph: Graph, membership: np.ndarray, num_parts: int, halo: int) -> dict:
     """Nodes, edges and training nodes per part, imbalances, edge cut, halo, replication."""
     n = graph.num_nodes
     deg = graph.degrees()
-    row_part = np.repeat(membership, deg)
-    nbr_part = membership[graph.indices]
     nodes = np.bincount(membership, minlength=num_parts)
     edges = np.bincount(membership, weights=deg, minlength=num_parts).astype(np.int64)
-    cross = row_part != nbr_part
-    halo_keys = unique_ints(row_part[cross] * np.int64(n) + graph.indices[cross])
-    del row_part, nbr_part
-    halo_counts = np.bincount(halo_keys // n, minlength=num_parts) if n else np.zeros(num_parts, np.int64)
+    offsets = np.concatenate([[0], np.cumsum(nodes)])
+    cut, halo_counts = _cut_and_halo(graph.indptr, graph.indices, membership,
+                                     np.argsort(membership, kind="stable"), offsets)
     fig = {
         "nodes_per_part": nodes.tolist(),
         "edges_per_part": edges.tolist(),
         "imbalance": {"nodes": imbalance(nodes), "edges": imbalance(edges)},
-        "edge_cut_fraction": float(cross.mean()) if cross.size else 0.0,
+        "edge_cut_fraction": cut / graph.num_edges if graph.num_edges else 0.0,
         "halo_nodes_per_part": halo_counts.tolist(),
-        "replication_factor": _replication_factor(
-            membership, num_parts, halo_keys if halo else np.zeros(0, np.int64), np.zeros(0, np.int64)),
+        "replication_factor": float((n + halo * halo_counts.sum()) / n) if n else 1.0,
     }
     if graph.train_mask is not None:
         train = np.bincount(membership, weights=graph.train_mask, minlength=num_parts).astype(np.int64)
@@ -149,18 +166,21 @@ def graph_bytes(graph: Union[Graph, TemporalGraph]) -> int:
     return sum(a.nbytes for a in vars(graph).values() if isinstance(a, np.ndarray))
 
 
-def estimate_peak_bytes(graph: Union[Graph, TemporalGraph], method: str) -> int:
-    """Estimated extra peak memory of partitioning `graph` with `method` (beyond the graph).
+# bytes per (edge or event, node) beyond the loaded graph, measured with VmHWM on generated
+# graphs (1M nodes / 20M CSR entries, 0.2-1M nodes / 4M entries, 0.1-1M nodes / 5M events), rounded up
+_PER_ITEM = {("static", "metis"): (140, 64), ("static", "random"): (16, 48),
+             ("temporal", "temporal"): (64, 240), ("temporal", "metis"): (64, 180), ("temporal", "random"): (64, 32)}
+_FIXED = 128 << 20  # numba/LLVM and METIS start-up
 
-    Per edge (CSR entry or event): the symmetrized METIS graph and its sort keys and METIS's
-    own coarsening levels; per node: membership, id maps and METIS vertex arrays. Calibrated
-    on measured runs (see benchmarks/partition.py), rounded up.
-    """
-    if isinstance(graph, Graph):
-        e, per_edge = graph.num_edges, 40 if method == "metis" else 24
-    else:
-        e, per_edge = graph.num_events, 64 if method != "random" else 32
-    return int(e * per_edge + graph.num_nodes * 160 + graph_bytes(graph) // 2)
+
+def estimate_extra_bytes(graph: Union[Graph, TemporalGraph], method: str) -> int:
+    """Estimated peak memory of partitioning `graph` with `method` and writing the store,
+    beyond the loaded graph: METIS's graph and coarsening levels, sort keys, figures, and one
+    part's copies while it is written."""
+    kind = "static" if isinstance(graph, Graph) else "temporal"
+    per_edge, per_node = _PER_ITEM[kind, method]
+    items = graph.num_edges if kind == "static" else graph.num_events
+    return _FIXED + items * per_edge + graph.num_nodes * per_node + graph_bytes(graph) // 2
 
 
 def fmt_bytes(n: float) -> str:

@@ -160,7 +160,8 @@ class PartitionStore:
             out.update({k: getattr(g, k)[rows] for k in _NODE_ARRAYS if getattr(g, k) is not None})
             if halo:
                 idx = out["indices"]
-                out["halo_ids"] = stats.unique_ints(idx[(idx < self.node_offsets[p]) | (idx >= self.node_offsets[p + 1])])
+                start, stop = self.node_offsets[p], self.node_offsets[p + 1]
+                out["halo_ids"] = stats.unique_ints(idx[(idx < start) | (idx >= stop)])
                 if g.x is not None:
                     out["halo_x"] = g.x[self.new_to_orig[out["halo_ids"]]]
             return out
@@ -210,18 +211,17 @@ class PartitionStore:
 
 
 def check_memory(graph: Union[Graph, TemporalGraph], method: str, force: bool = False) -> Optional[int]:
-    """For a graph above 1M edges or events: the estimated peak memory in bytes (graph included).
-
-    Raises GnndistError when it exceeds the available memory, unless `force`.
-    """
+    """For a graph above 1M edges or events: the estimated memory partitioning needs beyond
+    the loaded graph, in bytes. Raises GnndistError when it exceeds the available memory,
+    unless `force`."""
     size = graph.num_edges if isinstance(graph, Graph) else graph.num_events
     if size <= MEMORY_CHECK_EDGES:
         return None
-    need = stats.graph_bytes(graph) + stats.estimate_peak_bytes(graph, method)
+    need = stats.estimate_extra_bytes(graph, method)
     avail = stats.available_memory_bytes()
     if avail is not None and need > avail and not force:
-        raise GnndistError(f"partitioning needs an estimated {stats.fmt_bytes(need)} of memory but only "
-                           f"{stats.fmt_bytes(avail)} is available; pass --force to try anyway")
+        raise GnndistError(f"partitioning needs an estimated {stats.fmt_bytes(need)} of memory beyond the loaded "
+                           f"graph but only {stats.fmt_bytes(avail)} is available; pass --force to try anyway")
     return need
 
 
@@ -252,6 +252,8 @@ def partition_graph(graph: Union[Graph, TemporalGraph], num_parts: int, method: 
         raise GnndistError("--method temporal needs a temporal graph (timestamped events)")
     if not 1 <= num_parts <= max(graph.num_nodes, 1):
         raise GnndistError(f"--parts must be between 1 and the node count ({graph.num_nodes}), got {num_parts}")
+    if temporal and graph.num_events == 0:
+        raise GnndistError("the temporal graph has no events to partition")
     if halo not in (0, 1):
         raise GnndistError(f"--halo must be 0 or 1, got {halo}")
     if replicate_hubs and not temporal:
