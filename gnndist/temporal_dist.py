@@ -19,7 +19,7 @@ import argparse
 import os
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
@@ -168,7 +168,7 @@ class TimedState:
 def gather_scores(eid: np.ndarray, pos: np.ndarray, neg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Positive [E] and negative [E, n] scores of every rank's events, in global event order."""
     rows = torch.from_numpy(np.concatenate([eid[:, None].astype(np.float64), pos[:, None].astype(np.float64),
-                                            neg.reshape(pos.size, -1).astype(np.float64)], 1))
+                                            neg.astype(np.float64)], 1))
     rows = torch.cat(gdist.all_gather_varsize(rows)).numpy()
     rows = rows[np.argsort(rows[:, 0], kind="stable")]
     return rows[:, 1].astype(pos.dtype), rows[:, 2:].astype(neg.dtype)
@@ -213,8 +213,10 @@ class DistLinkTask(LinkTask):
         if batch.src.numel():
             return super().forward(batch)
         # no events here: take part in the state's read collective, score nothing
-        fw = Forward(pos=torch.zeros(0, device=self.device, requires_grad=True),
-                     neg=torch.zeros(batch.neg.shape, device=self.device, requires_grad=True))
+        fw = Forward(**{f.name: torch.zeros(0, device=self.device) for f in fields(Forward)
+                        if f.default is MISSING and f.default_factory is MISSING})
+        fw.pos = torch.zeros(0, device=self.device, requires_grad=True)
+        fw.neg = torch.zeros(batch.neg.shape, device=self.device, requires_grad=True)
         if self.state is not None:
             fw.ids = batch.src
             fw.memory, fw.last_update, fw.mail, fw.mail_time = self.state.read(fw.ids)
