@@ -156,6 +156,10 @@ def launch(nproc: int, entrypoint: Callable[..., Any], *args: Any) -> list[Any]:
     config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id="gnndist",
                           rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0", max_restarts=0,
                           monitor_interval=0.1, start_method="spawn")
+    # as torchrun does: ranks share the cores, so each gets its part (unless the user chose)
+    omp = os.environ.get("OMP_NUM_THREADS")
+    if omp is None:
+        os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // nproc))
     with tempfile.TemporaryDirectory(prefix="gnndist-err-") as errdir:
         try:
             out = elastic_launch(config, _run_rank)(errdir, entrypoint, *args)
@@ -166,6 +170,9 @@ def launch(nproc: int, entrypoint: Callable[..., Any], *args: Any) -> list[Any]:
                     raise GnndistError(f.read()) from None
             rank_, failure = e.get_first_failure()
             raise GnndistError(f"rank {rank_} exited with code {failure.exitcode}") from None
+        finally:
+            if omp is None:
+                del os.environ["OMP_NUM_THREADS"]
     return [out[r] for r in sorted(out)]
 
 

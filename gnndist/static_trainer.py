@@ -1,0 +1,449 @@
+"""Node classification (GraphSAGE, GCN, GAT) on one rank or across the parts of a store.
+
+One rank samples from the whole graph (`gnndist.samplers.sample_neighbors`). W ranks each own
+one part of a partition store (a raw dataset is first split with METIS, balancing nodes and
+training nodes, into a cached store), train on the training nodes they own, sample across
+parts and read remote features through the feature cache. The global batch is split across
+ranks; after each step one all-reduce sums the gradients, the loss and the seed count, and
+every rank divides by the global count: the update is the single-process update of the mean
+loss over the global batch, and the parameters stay identical on all ranks. Ranks with fewer
+batches run empty steps that still join every collective.
+
+Evaluation is distributed the same way (each rank classifies the val/test nodes it owns; the
+counts are summed), over full neighbourhoods unless --eval-fanouts says otherwise. The test
+accuracy is that of the parameters with the best validation accuracy. Cache figures (hit
+rate, remote bytes, counters) cover the remote feature rows of training steps.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import hashlib
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Optional, Union
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from gnndist import dist
+from gnndist.datasets import load_from_args
+from gnndist.errors import GnndistError
+from gnndist.graph import Graph, TemporalGraph
+from gnndist.io import write_json
+from gnndist.partition import load_partition, partition_graph, read_store_meta
+from gnndist.samplers import (DistNeighborSampler, FeatureStore, PrefetchLoader, degree_scores,
+                              sample_neighbors, visit_scores)
+from gnndist.static_models import MODELS, MiniBatch, StaticGNN
+
+
+# Per-model defaults, chosen to reach the published Cora/CiteSeer accuracies (see README).
+MODEL_DEFAULTS = {
+    "sage": dict(hidden=128, dropout=0.5, lr=0.01),
+    "gcn": dict(hidden=64, dropout=0.5, lr=0.01),
+    "gat": dict(hidden=64, dropout=0.6, lr=0.005),
+}
+COMMON_DEFAULTS = dict(epochs=50, batch_size=32, fanouts=[15, 10], weight_decay=5e-4)
+
+
+@dataclass
+class NodeConfig:
+    """Everything a rank needs to train; picklable so it can cross `dist.launch`."""
+
+    model: str = "sage"
+    epochs: int = COMMON_DEFAULTS["epochs"]
+    batch_size: int = COMMON_DEFAULTS["batch_size"]
+    fanouts: list[int] = field(default_factory=lambda: list(COMMON_DEFAULTS["fanouts"]))
+    eval_fanouts: Optional[list[int]] = None  # None: all neighbours at every hop
+    eval_batch_size: int = 1024  # global, like batch_size
+    lr: float = MODEL_DEFAULTS["sage"]["lr"]
+    weight_decay: float = COMMON_DEFAULTS["weight_decay"]
+    hidden: int = MODEL_DEFAULTS["sage"]["hidden"]
+    dropout: float = MODEL_DEFAULTS["sage"]["dropout"]
+    cache: str = "none"
+    cache_size: float = 0.1
+    device: str = "cpu"
+    seed: int = 0
+    quiet: bool = False
+
+    @classmethod
+    def for_model(cls, model: str = "sage", **overrides) -> "NodeConfig":
+        """The defaults of `model`, with `overrides` (None values ignored)."""
+        if model not in MODELS:
+            raise GnndistError(f"--task node supports --model {'|'.join(MODELS)}, got {model!r}")
+        values = {**COMMON_DEFAULTS, **MODEL_DEFAULTS[model],
+                  **{k: v for k, v in overrides.items() if v is not None}}
+        cfg = cls(model=model, **values)
+        if not 0 <= cfg.dropout < 1 or cfg.weight_decay < 0:
+            raise GnndistError(f"need 0 <= --dropout < 1 and --weight-decay >= 0, got {cfg.dropout}, {cfg.weight_decay}")
+        if cfg.eval_fanouts is not None and len(cfg.eval_fanouts) != len(cfg.fanouts):
+            raise GnndistError(f"--eval-fanouts needs {len(cfg.fanouts)} values (one per layer, like --fanouts)")
+        return cfg
+
+
+def config_from_args(args: argparse.Namespace) -> NodeConfig:
+    names = ("epochs", "batch_size", "fanouts", "eval_fanouts", "lr", "weight_decay", "hidden", "dropout",
+             "cache", "cache_size", "device", "seed", "quiet")
+    return NodeConfig.for_model(args.model or "sage", **{n: getattr(args, n, None) for n in names})
+
+
+def step_seed(*keys: int) -> int:
+    """A 63-bit sampling seed from integer keys (run seed, epoch, step, phase)."""
+    return int(np.random.SeedSequence([k & 0xFFFFFFFF for k in keys]).generate_state(2, np.uint64)[0] >> 1)
+
+
+# ----------------------------------------------------------------------------------------------
+# Shards: what one rank sees of the graph
+
+
+class GraphShard:
+    """The whole graph in one process: local sampling, features read in place."""
+
+    def __init__(self, graph: Graph) -> None:
+        check_node_graph(graph)
+        self.graph = graph
+        self.x = torch.from_numpy(graph.x)
+        self.num_features, self.num_classes = graph.num_features, graph.num_classes
+        self.train_ids, self.val_ids, self.test_ids = (np.flatnonzero(m) for m in
+                                                      (graph.train_mask, graph.val_mask, graph.test_mask))
+        self._deg = torch.from_numpy(graph.degrees())
+
+    def sample(self, seeds: np.ndarray, fanouts: list[int], seed: int):
+        return sample_neighbors(self.graph, seeds, fanouts, seed=seed)
+
+    def features(self, ids: np.ndarray) -> torch.Tensor:
+        return self.x[torch.from_numpy(ids)]
+
+    def degrees(self, ids: np.ndarray) -> torch.Tensor:
+        return self._deg[torch.from_numpy(ids)].float()
+
+    def labels(self, ids: np.ndarray) -> np.ndarray:
+        return self.graph.y[ids]
+
+    def set_cache(self, policy: str, capacity: float, visits: Callable[[], list[np.ndarray]]) -> None:
+        """No remote rows in one process: nothing to cache."""
+
+    def counters(self) -> dict[str, int]:
+        return {}
+
+    def reset_counters(self) -> None:
+        pass
+
+
+class PartitionShard:
+    """One part of a store: distributed sampling, remote features through the cache."""
+
+    def __init__(self, part, cfg: NodeConfig) -> None:
+        if part.kind != "static":
+            raise GnndistError(f"partition store holds a {part.kind} graph; --task node needs a static one")
+        if any(getattr(part, n) is None for n in ("x", "y", "train_mask", "val_mask", "test_mask")):
+            raise GnndistError("partition store has no node features, labels or split masks; --task node needs them")
+        self.part, self.offset = part, part.start
+        self.sampler = DistNeighborSampler.from_partition(part)
+        self.store = FeatureStore.from_partition(part)
+        self.num_features = int(part.x.shape[1])
+        self.num_classes = dist.agree_max(int(part.y.max(initial=-1)) + 1)
+        self.train_ids, self.val_ids, self.test_ids = (np.flatnonzero(m) + self.offset for m in
+                                                      (part.train_mask, part.val_mask, part.test_mask))
+        local_deg = torch.from_numpy(np.diff(part.indptr))
+        self._deg = torch.cat(dist.all_gather_varsize(local_deg)) if cfg.model == "gcn" else None
+
+    def set_cache(self, policy: str, capacity: float, visits: Callable[[], list[np.ndarray]]) -> None:
+        """Put the feature cache in front of remote rows; `visits()` runs one sampling epoch
+        (only called for `presample`). A collective."""
+        if policy == "none":
+            return
+        n = self.part.num_nodes
+        scores = visit_scores(visits(), n) if policy == "presample" else degree_scores(self.part.indices, n)
+        self.store.set_cache(policy, capacity, scores)
+
+    def sample(self, seeds: np.ndarray, fanouts: list[int], seed: int):
+        return self.sampler.sample(seeds, fanouts, seed=seed)
+
+    def features(self, ids: np.ndarray) -> torch.Tensor:
+        return self.store.fetch(ids)
+
+    def degrees(self, ids: np.ndarray) -> torch.Tensor:
+        return self._deg[torch.from_numpy(ids)].float()
+
+    def labels(self, ids: np.ndarray) -> np.ndarray:
+        return self.part.y[ids - self.offset]
+
+    def counters(self) -> dict[str, int]:
+        return dict(self.store.counters)
+
+    def reset_counters(self) -> None:
+        self.store.reset_counters()
+
+
+def check_node_graph(graph) -> None:
+    """A clear error unless `graph` is a static graph with features, labels and split masks."""
+    if isinstance(graph, TemporalGraph):
+        raise GnndistError("DATA is a temporal graph; --task node needs a static graph with node features "
+                           "and labels (use --task link)")
+    missing = [n for n in ("x", "y", "train_mask", "val_mask", "test_mask") if getattr(graph, n) is None]
+    if missing:
+        raise GnndistError(f"--task node needs node features, labels and split masks; DATA has no {', '.join(missing)}")
+
+
+# ----------------------------------------------------------------------------------------------
+# The trainer
+
+COUNTERS = ("requests", "hits", "misses", "bytes_fetched", "bytes_saved")
+
+
+def _share(total: int) -> int:
+    """This rank's part of a global batch of `total` seeds."""
+    w, r = dist.world_size(), dist.rank()
+    return total // w + (r < total % w)
+
+
+class NodeTrainer:
+    """Model, optimizer and the synchronous training / evaluation loops of one rank.
+
+    Batches are sampled and their features fetched one step ahead in a background thread
+    (`PrefetchLoader`; the samplers exchange on their own process group).
+    """
+
+    def __init__(self, shard: Union[GraphShard, PartitionShard], cfg: NodeConfig,
+                 device: torch.device = torch.device("cpu")) -> None:
+        self.shard, self.cfg, self.device = shard, cfg, device
+        torch.manual_seed(cfg.seed)  # identical initial parameters on every rank
+        self.model = StaticGNN(cfg.model, shard.num_features, cfg.hidden, shard.num_classes,
+                               num_layers=len(cfg.fanouts), dropout=cfg.dropout).to(device)
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        torch.manual_seed(cfg.seed + 1 + dist.rank())  # dropout masks differ between ranks
+        self.counter_totals = dict.fromkeys(COUNTERS, 0)
+        shard.set_cache(cfg.cache, cfg.cache_size, self._presample)
+
+    def batch(self, seeds: np.ndarray, fanouts: list[int], seed: int) -> MiniBatch:
+        """Sample around `seeds` and gather the sampled nodes' features (collectives)."""
+        blocks = self.shard.sample(seeds, fanouts, seed)
+        deg = self.shard.degrees(blocks.node_ids) if self.cfg.model == "gcn" else None
+        mb = MiniBatch(self.shard.features(blocks.node_ids), list(blocks.num_nodes_per_hop),
+                       [torch.from_numpy(e) for e in blocks.edge_index], deg)
+        return mb.to(self.device)
+
+    def _batches(self, ids: np.ndarray, b: int, fanouts: Optional[list[int]], key: tuple[int, ...],
+                 sample_only: bool = False) -> PrefetchLoader:
+        """(seeds, batch) for each of the globally agreed number of steps over `ids` in
+        chunks of `b` (empty chunks once this rank's ids run out); prefetched."""
+        steps = dist.agree_max(math.ceil(ids.size / b))
+        fanouts = fanouts or [-1] * self.model.num_layers
+
+        def make(step: int):
+            seeds, seed = ids[step * b:(step + 1) * b], step_seed(self.cfg.seed, *key, step)
+            if sample_only:
+                return seeds, self.shard.sample(seeds, fanouts, seed).node_ids
+            return seeds, self.batch(seeds, fanouts, seed)
+
+        return PrefetchLoader(range(steps), make)
+
+    def _epoch_order(self, epoch: int) -> tuple[np.ndarray, int]:
+        """This rank's training nodes in the epoch's seeded order, and its per-step share of the
+        global batch."""
+        order = np.random.default_rng([self.cfg.seed, epoch, dist.rank()]).permutation(self.shard.train_ids)
+        return order, max(_share(self.cfg.batch_size), 1)
+
+    def _presample(self) -> list[np.ndarray]:
+        """The node ids one training epoch samples on this rank (the `presample` cache's visits)."""
+        order, b = self._epoch_order(0)
+        return [ids for _, ids in self._batches(order, b, self.cfg.fanouts, (0, 1), sample_only=True)]
+
+    def logits(self, seeds: np.ndarray, fanouts: Optional[list[int]] = None, seed: int = 0) -> torch.Tensor:
+        """Logits of `seeds` (nodes this rank owns) in eval mode, full neighbourhoods unless
+        `fanouts` says otherwise; all ranks must call it together."""
+        self.model.eval()
+        with torch.no_grad():
+            return self.model(self.batch(seeds, fanouts or [-1] * self.model.num_layers, seed))
+
+    def compute_grads(self, seeds: np.ndarray, batch: MiniBatch) -> torch.Tensor:
+        """Set every parameter's .grad to the gradient of the mean loss over the global batch
+        (the union of all ranks' `seeds`); returns the global [loss sum, correct, count]."""
+        self.model.train()
+        out = self.model(batch)
+        y = torch.from_numpy(self.shard.labels(seeds)).to(self.device)
+        loss = F.cross_entropy(out, y, reduction="sum")
+        self.opt.zero_grad(set_to_none=False)
+        loss.backward()
+        params = list(self.model.parameters())
+        stats = torch.stack([loss.detach(), (out.argmax(1) == y).sum().to(loss.dtype),
+                             torch.tensor(float(len(seeds)), device=self.device)])
+        flat = dist.all_reduce(torch.cat([p.grad.reshape(-1) for p in params] + [stats]))
+        count = flat[-1].clamp(min=1)
+        for p, g in zip(params, flat[:-3].split([p.numel() for p in params])):
+            p.grad.copy_(g.view_as(p) / count)
+        return flat[-3:]
+
+    def train_epoch(self, epoch: int, on_step: Optional[Callable[[int, np.ndarray], None]] = None) -> dict:
+        """One epoch over this rank's training nodes (epochs count from 1); returns the
+        epoch's global figures. `on_step(step, seeds)` runs after each optimizer step."""
+        order, b = self._epoch_order(epoch)
+        self.shard.reset_counters()
+        totals = torch.zeros(3, dtype=torch.float64)
+        t0 = time.perf_counter()
+        batches = self._batches(order, b, self.cfg.fanouts, (epoch, 1))
+        for step, (seeds, batch) in enumerate(tqdm(batches, desc=f"epoch {epoch}", unit="step", leave=False,
+                                                   disable=self._quiet())):
+            totals += self.compute_grads(seeds, batch).double().cpu()
+            self.opt.step()
+            if on_step is not None:
+                on_step(step, seeds)
+        elapsed = time.perf_counter() - t0
+        loss, correct, count = totals.tolist()
+        counters = self._global_counters()
+        for k in COUNTERS:
+            self.counter_totals[k] += counters[k]
+        return {"epoch": epoch, "loss": loss / max(count, 1), "train_acc": correct / max(count, 1),
+                "time_s": elapsed, "nodes_per_s": count / elapsed if elapsed > 0 else 0.0,
+                "cache_hit_rate": hit_rate(counters), "remote_bytes": counters["bytes_fetched"]}
+
+    def evaluate(self, ids: np.ndarray, phase: int = 0) -> float:
+        """Global accuracy over the union of all ranks' `ids` (nodes each rank owns)."""
+        self.model.eval()
+        correct = torch.zeros(2, dtype=torch.float64)
+        with torch.no_grad():
+            b = max(_share(self.cfg.eval_batch_size), 1)
+            for seeds, batch in self._batches(ids, b, self.cfg.eval_fanouts, (phase, 2)):
+                pred = self.model(batch).argmax(1).cpu().numpy()
+                correct += torch.tensor([(pred == self.shard.labels(seeds)).sum(), seeds.size], dtype=torch.float64)
+        correct = dist.all_reduce(correct.to(self.device)).cpu()
+        return float(correct[0] / correct[1]) if correct[1] > 0 else float("nan")
+
+    def fit(self, log: Callable[[str], None] = dist.log) -> dict:
+        """Train `cfg.epochs` epochs, validating after each; test the best-validation parameters.
+        Returns the metrics dict (the same on every rank)."""
+        cfg = self.cfg
+        epochs, best, best_state, best_epoch = [], -1.0, None, 0
+        for epoch in range(1, cfg.epochs + 1):
+            rec = self.train_epoch(epoch)
+            rec["val_acc"] = self.evaluate(self.shard.val_ids, phase=epoch)
+            epochs.append(rec)
+            if rec["val_acc"] > best:
+                best, best_epoch, best_state = rec["val_acc"], epoch, copy.deepcopy(self.model.state_dict())
+            log(f"epoch {epoch:3d}  loss {rec['loss']:.4f}  val_acc {rec['val_acc']:.4f}  "
+                f"{rec['nodes_per_s']:,.0f} nodes/s" + cache_note(rec))
+        if best_state is not None:
+            self.model.load_state_dict(best_state)
+        test_acc = self.evaluate(self.shard.test_ids, phase=cfg.epochs + 1)
+        c = self.counter_totals
+        return {"task": "node", "model": cfg.model, "world_size": dist.world_size(),
+                "config": asdict(cfg), "epochs": epochs,
+                "test": {"acc": test_acc, "best_epoch": best_epoch, "best_val_acc": best},
+                "cache": {"policy": cfg.cache, "capacity": cfg.cache_size, **c, "hit_rate": hit_rate(c)}}
+
+    def _global_counters(self) -> dict[str, int]:
+        """This epoch's feature-store counters summed over ranks."""
+        local = self.shard.counters()
+        t = torch.tensor([int(local.get(k, 0)) for k in COUNTERS], dtype=torch.int64, device=self.device)
+        return dict(zip(COUNTERS, dist.all_reduce(t).cpu().tolist()))
+
+    def _quiet(self) -> bool:
+        return self.cfg.quiet or dist.rank() != 0 or not sys.stderr.isatty()
+
+
+def hit_rate(counters: dict) -> Optional[float]:
+    """Cache hits over remote row requests; None when there were none (one rank)."""
+    n = counters.get("hits", 0) + counters.get("misses", 0)
+    return counters["hits"] / n if n else None
+
+
+def cache_note(rec: dict) -> str:
+    if rec["cache_hit_rate"] is None and not rec["remote_bytes"]:
+        return ""
+    rate = "-" if rec["cache_hit_rate"] is None else f"{rec['cache_hit_rate']:.3f}"
+    return f"  cache hits {rate}  remote {rec['remote_bytes'] / 2**20:,.1f} MiB"
+
+
+# ----------------------------------------------------------------------------------------------
+# CLI glue: what DATA is, partitioning on demand, launching ranks
+
+
+def run_rank(source: Union[Graph, str], cfg: NodeConfig, metrics_out: Optional[str] = None) -> dict:
+    """Train on this rank: `source` is the whole graph (one rank) or a partition store folder
+    (one part per rank). Rank 0 prints the figures and writes `metrics_out`."""
+    device = dist.setup(cfg.device)
+    try:
+        if isinstance(source, Graph):
+            shard = GraphShard(source)
+        else:
+            shard = PartitionShard(load_partition(source, dist.rank(), dist.world_size()), cfg)
+        metrics = NodeTrainer(shard, cfg, device).fit()
+        if dist.rank() == 0:
+            if metrics_out:
+                write_json(metrics_out, metrics)
+            t = metrics["test"]
+            print(f"{cfg.model} on {dist.world_size()} rank(s): test_acc {t['acc']:.4f} "
+                  f"(best val_acc {t['best_val_acc']:.4f} at epoch {t['best_epoch']})", flush=True)
+        return metrics
+    finally:
+        dist.teardown()
+
+
+def cache_root() -> Path:
+    """Where partition stores made on demand live: $GNNDIST_CACHE or ~/.cache/gnndist."""
+    return Path(os.environ.get("GNNDIST_CACHE") or Path.home() / ".cache" / "gnndist")
+
+
+def auto_partition_dir(args: argparse.Namespace, parts: int) -> Path:
+    """The store folder for DATA split into `parts` (keyed by the data's identity and options)."""
+    path = Path(args.data)
+    if path.exists():
+        files = sorted(p for p in ([path] if path.is_file() else path.rglob("*")) if p.is_file())
+        ident = [str(path.resolve())] + [f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in files]
+    else:
+        ident = [args.data] + [f"{k}={getattr(args, k, None)}" for k in ("num_nodes", "num_edges", "data_seed")]
+    key = hashlib.sha256(json.dumps(ident + [args.format, parts, "metis", "nodes,train"]).encode()).hexdigest()[:12]
+    return cache_root() / "partitions" / f"{path.name or 'data'}-{parts}parts-{key}"
+
+
+def prepare(args: argparse.Namespace, world: int) -> Union[Graph, str]:
+    """What the ranks train on: the loaded graph (one rank), else a partition store folder with
+    `world` parts (DATA itself, or a METIS split of DATA made now, or reused from the cache)."""
+    data = Path(args.data)
+    if (data / "meta.json").is_file():
+        meta = read_store_meta(data)
+        if meta.get("kind") != "static":
+            raise GnndistError(f"partition store {data} holds a {meta.get('kind')} graph; --task node needs a static one")
+        if int(meta["num_parts"]) != world:
+            raise GnndistError(f"partition store {data} has {meta['num_parts']} parts but {world} rank(s) run; "
+                               f"use --nproc {meta['num_parts']}")
+        return str(data)
+    out = auto_partition_dir(args, world) if world > 1 else None
+    if out is not None and (out / "meta.json").is_file():
+        dist.log(f"using the partition store {out} ({world} parts, made earlier)")
+        return str(out)
+    graph = load_from_args(args)
+    check_node_graph(graph)
+    if world == 1:
+        return graph
+    dist.log(f"partitioning {args.data} into {world} parts (metis, balance nodes,train) at {out}")
+    partition_graph(graph, world, method="metis", balance=["nodes", "train"], out=out)
+    return str(out)
+
+
+def main(args: argparse.Namespace) -> int:
+    """`gnndist train --task node`: one rank, --nproc local ranks, or one rank of a torchrun world."""
+    cfg = config_from_args(args)
+    if dist.in_torchrun():
+        world = int(os.environ["WORLD_SIZE"])
+        if world > 1 and not (Path(args.data) / "meta.json").is_file():
+            # rank 0 partitions (or finds the cached store); the others wait for it
+            dist.setup(cfg.device)
+            source = prepare(args, world) if dist.rank() == 0 else str(auto_partition_dir(args, world))
+            dist.agree_max(0)
+        else:
+            source = prepare(args, world)
+        run_rank(source, cfg, args.metrics_out)
+    elif args.nproc > 1:
+        dist.launch(args.nproc, run_rank, prepare(args, args.nproc), cfg, args.metrics_out)
+    else:
+        run_rank(prepare(args, 1), cfg, args.metrics_out)
+    return 0
