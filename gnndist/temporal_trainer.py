@@ -40,15 +40,6 @@ def make_sampler(tg: TemporalGraph, strategy: str, seed: int) -> SampleFn:
     return lambda nodes, times, k, hop: sample_tcsr(*tcsr, nodes, times, k, strategy, seed, hop)
 
 
-def time_scale(tg: TemporalGraph, stop: int) -> float:
-    """Standard deviation of the gaps between a node's consecutive events in [0, stop) (1 if none)."""
-    indptr, _, _, ts = tg.slice(0, stop).tcsr()
-    node = np.repeat(np.arange(tg.num_nodes), np.diff(indptr))
-    gaps = np.diff(ts)[node[1:] == node[:-1]]
-    std = float(gaps.std()) if gaps.size else 0.0
-    return std if std > 0 else 1.0
-
-
 def batch_loss(fw: Forward, global_batch: int) -> torch.Tensor:
     """Binary cross-entropy summed over the positives and negatives, divided by the GLOBAL
     batch size, so that ranks holding parts of one batch add up to the whole batch's loss."""
@@ -191,8 +182,7 @@ def run(args: argparse.Namespace, tg: TemporalGraph, world: Optional[Any] = None
     device = dist.setup(args.device)
     torch.manual_seed(args.seed)
     spec = SPECS[args.model]
-    model = TGNN(args.model, tg.num_nodes, tg.edge_dim, args.memory_dim, TIME_DIM, NUM_NEIGHBORS,
-                 time_scale=time_scale(tg, train_end)).to(device)
+    model = TGNN(args.model, tg.num_nodes, tg.edge_dim, args.memory_dim, TIME_DIM, NUM_NEIGHBORS).to(device)
     edge_feat = (torch.from_numpy(tg.edge_feat) if tg.edge_feat is not None
                  else torch.zeros(tg.num_events, 0)).to(device)
     lead = world is None or world.rank == 0  # prints and writes the metrics

@@ -6,10 +6,12 @@ the optimizer step):
 1. sample the queries' temporal neighbours (strictly earlier than each query's time);
 2. read the state rows of every node involved, once each, and update their memory from the
    stored mails (GRU for TGN, RNN for JODIE/DyRep, attention over the mailbox for APAN); the
-   gradient flows into the updater. A row at time t uses the updated memory only when all the
-   node's mails are older than t, so no event sees a mail of its own time;
+   gradient flows into the updater. A row at time t only sees mails older than t (GRU/RNN
+   models keep the stored memory when the node's mail is not older; APAN masks newer mails
+   out of its attention), so no event sees a mail of its own time;
 3. embed (temporal attention over the neighbours' memories for TGN/TGAT, time projection for
-   JODIE, the memory itself for DyRep/APAN) and score positives and negatives;
+   JODIE (no data statistics: the elapsed time enters as log(1 + dt)), the memory itself for
+   DyRep/APAN) and score positives and negatives;
 4. `write`: the batch's true endpoints get their updated memory (detached) and a new mail
    `[own memory, other endpoint's memory (DyRep: its attention embedding), edge features]`
    stamped with the event time; each node once, from its last event in the batch. APAN also
@@ -20,7 +22,7 @@ when a mail is consumed (`cos(w * (mail_time - last_update) + b)`), so they rece
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
 import numpy as np
@@ -81,13 +83,14 @@ class Forward:
 
     pos: Tensor  # [B] logits
     neg: Tensor  # [B, n] logits
+    embed: Tensor  # [B * (2 + n), d] embeddings of src, dst, then negatives
     ids: Optional[Tensor] = None  # distinct node ids read
     inv: Optional[Tensor] = None  # row -> position in ids (queries, then hop-0 neighbours)
     memory: Optional[Tensor] = None  # read memory of ids
     last_update: Optional[Tensor] = None
     mail: Optional[Tensor] = None
     mail_time: Optional[Tensor] = None
-    updated: Optional[Tensor] = None  # updated memory of ids (with grad)
+    updated: Optional[Tensor] = None  # updated memory of ids (APAN: of the endpoints, without grad)
     updated_time: Optional[Tensor] = None
     endpoint_embed: Optional[Tensor] = None  # DyRep: attention embeddings of src then dst [2B, d]
     hop0: Optional[TemporalSample] = None
@@ -97,11 +100,13 @@ class TGNN(nn.Module):
     """One of `SPECS` over `num_nodes` nodes with `edge_dim` edge features."""
 
     def __init__(self, model: str, num_nodes: int, edge_dim: int = 0, memory_dim: int = 100, time_dim: int = 100,
-                 num_neighbors: int = 10, heads: int = 2, dropout: float = 0.0, time_scale: float = 1.0) -> None:
+                 num_neighbors: int = 10, heads: int = 2, dropout: float = 0.0,
+                 mailbox: Optional[int] = None) -> None:
         super().__init__()
         if model not in SPECS:
             raise ValueError(f"unknown model {model!r}")
-        self.name, self.spec = model, SPECS[model]
+        self.name = model
+        self.spec = SPECS[model] if mailbox is None else replace(SPECS[model], mailbox=mailbox)
         self.num_nodes, self.edge_dim, self.dim, self.k = num_nodes, edge_dim, memory_dim, num_neighbors
         spec = self.spec
         self.time_enc = time_encoder(time_dim)
@@ -116,8 +121,9 @@ class TGNN(nn.Module):
                 TemporalAttention(memory_dim, memory_dim, edge_dim + time_dim, memory_dim, heads, dropout)
                 for _ in range(spec.hops))
         if spec.embed == "time_projection":
-            self.projection = nn.Linear(1, memory_dim)
-            self.register_buffer("time_scale", torch.tensor(float(time_scale), dtype=torch.float64))
+            self.projection = nn.Linear(1, memory_dim)  # JODIE: memory * (1 + w * log(1 + dt))
+            nn.init.normal_(self.projection.weight, std=0.1)
+            nn.init.zeros_(self.projection.bias)
         self.predictor = LinkPredictor(memory_dim)
 
     @property
@@ -161,6 +167,22 @@ class TGNN(nn.Module):
             h = out
         return h[0]
 
+    def _mailbox_memory(self, out: Forward, times: Tensor, b: int) -> Tensor:
+        """APAN: each query row attends over its node's mails older than the row's time (with
+        grad); the batch's endpoints also get their update over all their mails, to be written."""
+        q = times.numel()
+        rows = out.inv[:q]
+        mt = out.mail_time[rows]
+        h = self.update_memory(out.memory[rows], out.last_update[rows], out.mail[rows],
+                               torch.where(mt < times.unsqueeze(1), mt, float("-inf")))[0]
+        ends = torch.unique(out.inv[:2 * b])
+        with torch.no_grad():
+            upd, upd_time, _ = self.update_memory(out.memory[ends], out.last_update[ends], out.mail[ends],
+                                                  out.mail_time[ends])
+        out.updated = out.memory.index_copy(0, ends, upd)
+        out.updated_time = out.last_update.index_copy(0, ends, upd_time)
+        return h
+
     def forward(self, state: Optional[NodeState], batch: Batch, sample: SampleFn, edge_feat: Tensor) -> Forward:
         """Scores of the batch's positives and negatives (see the module docstring)."""
         spec, dev = self.spec, batch.src.device
@@ -171,7 +193,7 @@ class TGNN(nn.Module):
         n_att = q if spec.embed == "attention" else 2 * b  # rows that need neighbours
         hops = multihop(sample, nodes[:n_att].cpu().numpy(), times[:n_att].cpu().numpy(),
                         [self.k] * spec.hops) if spec.hops else []
-        out = Forward(pos=torch.empty(0), neg=torch.empty(0), hop0=hops[0] if hops else None)
+        out = Forward(pos=torch.empty(0), neg=torch.empty(0), embed=torch.empty(0), hop0=hops[0] if hops else None)
         if self.has_memory:
             rows, row_t = nodes, times
             if hops:
@@ -179,12 +201,15 @@ class TGNN(nn.Module):
                 row_t = torch.cat([times, times[:n_att].repeat_interleave(self.k)])
             out.ids, out.inv = torch.unique(rows, return_inverse=True)
             out.memory, out.last_update, out.mail, out.mail_time = state.read(out.ids)
-            out.updated, out.updated_time, newest = self.update_memory(
-                out.memory, out.last_update, out.mail, out.mail_time)
-            # rows whose node has a mail at or after the row's time keep the stored memory
-            pick = out.inv + out.ids.numel() * (newest[out.inv] >= row_t)
-            h0 = torch.cat([out.updated, out.memory]).index_select(0, pick)
-            h_time = torch.cat([out.updated_time, out.last_update]).index_select(0, pick)
+            if spec.updater == "mailbox":
+                h0 = self._mailbox_memory(out, times, b)
+            else:
+                out.updated, out.updated_time, newest = self.update_memory(
+                    out.memory, out.last_update, out.mail, out.mail_time)
+                # rows whose node has a mail at or after the row's time keep the stored memory
+                pick = out.inv + out.ids.numel() * (newest[out.inv] >= row_t)
+                h0 = torch.cat([out.updated, out.memory]).index_select(0, pick)
+                h_time = torch.cat([out.updated_time, out.last_update]).index_select(0, pick)
         else:
             h0 = torch.zeros(q, self.dim, device=dev)
         if spec.embed == "attention":
@@ -192,12 +217,13 @@ class TGNN(nn.Module):
                 torch.zeros(s.mask.size, self.dim, device=dev) for s in hops]
             z = self._attend(inputs, hops, edge_feat)
         elif spec.embed == "time_projection":
-            dt = ((times - h_time[:q]) / self.time_scale).float().unsqueeze(1)
+            dt = torch.log1p((times - h_time[:q]).clamp(min=0)).float().unsqueeze(1)
             z = h0[:q] * (1 + self.projection(dt))
         else:
             z = h0[:q]
         if spec.attention_mail:
             out.endpoint_embed = self._attend([h0[:n_att], h0[q:]], hops, edge_feat)
+        out.embed = z
         out.pos = self.predictor(z[:b], z[b:2 * b])
         out.neg = self.predictor(z[:b].repeat_interleave(n, 0), z[2 * b:]).view(b, n)
         return out
@@ -237,8 +263,4 @@ class TGNN(nn.Module):
         recv, seq = key // (2 * b), key % (2 * b)
         rows, local = torch.unique(recv, return_inverse=True)
         box, box_time = merge_mailbox(fw.mail[rows], fw.mail_time[rows], local, mails[seq], times[seq], seq)
-        is_end = torch.zeros(fw.ids.numel(), dtype=torch.bool, device=dev)
-        is_end[ends] = True
-        end = is_end[rows].unsqueeze(1)
-        state.write(fw.ids[rows], torch.where(end, upd[rows], fw.memory[rows]),
-                    torch.where(end.squeeze(1), fw.updated_time[rows], fw.last_update[rows]), box, box_time)
+        state.write(fw.ids[rows], upd[rows], fw.updated_time[rows], box, box_time)
