@@ -103,7 +103,30 @@ def step_seed(*keys: int) -> int:
 # Shards: what one rank sees of the graph
 
 
-class GraphShard:
+class Shard:
+    """What one rank sees of the graph: the train/val/test nodes it owns (global ids), and
+    sampling, features, degrees and labels by global id (`sample` and `features` are
+    collectives where the graph is spread over ranks)."""
+
+    num_features: int
+    num_classes: int
+    train_ids: np.ndarray
+    val_ids: np.ndarray
+    test_ids: np.ndarray
+    _deg: Optional[torch.Tensor]  # in-degree of every node (GCN only)
+
+    def degrees(self, ids: np.ndarray) -> torch.Tensor:
+        return self._deg[torch.from_numpy(ids)].float()
+
+    def counters(self) -> dict[str, int]:
+        """Feature-store counters since the last `reset_counters`."""
+        return {}
+
+    def reset_counters(self) -> None:
+        pass
+
+
+class GraphShard(Shard):
     """The whole graph in one process: local sampling, features read in place."""
 
     def __init__(self, graph: Graph) -> None:
@@ -121,26 +144,17 @@ class GraphShard:
     def features(self, ids: np.ndarray) -> torch.Tensor:
         return self.x[torch.from_numpy(ids)]
 
-    def degrees(self, ids: np.ndarray) -> torch.Tensor:
-        return self._deg[torch.from_numpy(ids)].float()
-
     def labels(self, ids: np.ndarray) -> np.ndarray:
         return self.graph.y[ids]
 
     def set_cache(self, policy: str, capacity: float, visits: Callable[[], list[np.ndarray]]) -> None:
         """No remote rows in one process: nothing to cache."""
 
-    def counters(self) -> dict[str, int]:
-        return {}
 
-    def reset_counters(self) -> None:
-        pass
-
-
-class PartitionShard:
+class PartitionShard(Shard):
     """One part of a store: distributed sampling, remote features through the cache."""
 
-    def __init__(self, part, cfg: NodeConfig) -> None:
+    def __init__(self, part, cfg: NodeConfig, device: torch.device = torch.device("cpu")) -> None:
         if part.kind != "static":
             raise GnndistError(f"partition store holds a {part.kind} graph; --task node needs a static one")
         if any(getattr(part, n) is None for n in ("x", "y", "train_mask", "val_mask", "test_mask")):
@@ -149,11 +163,11 @@ class PartitionShard:
         self.sampler = DistNeighborSampler.from_partition(part)
         self.store = FeatureStore.from_partition(part)
         self.num_features = int(part.x.shape[1])
-        self.num_classes = dist.agree_max(int(part.y.max(initial=-1)) + 1)
+        self.num_classes = dist.agree_max(int(part.y.max(initial=-1)) + 1, device)
         self.train_ids, self.val_ids, self.test_ids = (np.flatnonzero(m) + self.offset for m in
                                                       (part.train_mask, part.val_mask, part.test_mask))
-        local_deg = torch.from_numpy(np.diff(part.indptr))
-        self._deg = torch.cat(dist.all_gather_varsize(local_deg)) if cfg.model == "gcn" else None
+        local_deg = torch.from_numpy(np.diff(part.indptr)).to(device)
+        self._deg = torch.cat(dist.all_gather_varsize(local_deg)).cpu() if cfg.model == "gcn" else None
 
     def set_cache(self, policy: str, capacity: float, visits: Callable[[], list[np.ndarray]]) -> None:
         """Put the feature cache in front of remote rows; `visits()` runs one sampling epoch
@@ -169,9 +183,6 @@ class PartitionShard:
 
     def features(self, ids: np.ndarray) -> torch.Tensor:
         return self.store.fetch(ids)
-
-    def degrees(self, ids: np.ndarray) -> torch.Tensor:
-        return self._deg[torch.from_numpy(ids)].float()
 
     def labels(self, ids: np.ndarray) -> np.ndarray:
         return self.part.y[ids - self.offset]
@@ -199,7 +210,7 @@ def check_node_graph(graph) -> None:
 COUNTERS = ("requests", "hits", "misses", "bytes_fetched", "bytes_saved")
 
 
-def _share(total: int) -> int:
+def local_share(total: int) -> int:
     """This rank's part of a global batch of `total` seeds."""
     w, r = dist.world_size(), dist.rank()
     return total // w + (r < total % w)
@@ -212,7 +223,7 @@ class NodeTrainer:
     (`PrefetchLoader`; the samplers exchange on their own process group).
     """
 
-    def __init__(self, shard: Union[GraphShard, PartitionShard], cfg: NodeConfig,
+    def __init__(self, shard: Shard, cfg: NodeConfig,
                  device: torch.device = torch.device("cpu")) -> None:
         self.shard, self.cfg, self.device = shard, cfg, device
         torch.manual_seed(cfg.seed)  # identical initial parameters on every rank
@@ -235,7 +246,7 @@ class NodeTrainer:
                  sample_only: bool = False) -> PrefetchLoader:
         """(seeds, batch) for each of the globally agreed number of steps over `ids` in
         chunks of `b` (empty chunks once this rank's ids run out); prefetched."""
-        steps = dist.agree_max(math.ceil(ids.size / b))
+        steps = dist.agree_max(math.ceil(ids.size / b), self.device)
         fanouts = fanouts or [-1] * self.model.num_layers
 
         def make(step: int):
@@ -250,7 +261,7 @@ class NodeTrainer:
         """This rank's training nodes in the epoch's seeded order, and its per-step share of the
         global batch."""
         order = np.random.default_rng([self.cfg.seed, epoch, dist.rank()]).permutation(self.shard.train_ids)
-        return order, max(_share(self.cfg.batch_size), 1)
+        return order, max(local_share(self.cfg.batch_size), 1)
 
     def _presample(self) -> list[np.ndarray]:
         """The node ids one training epoch samples on this rank (the `presample` cache's visits)."""
@@ -310,7 +321,7 @@ class NodeTrainer:
         self.model.eval()
         correct = torch.zeros(2, dtype=torch.float64)
         with torch.no_grad():
-            b = max(_share(self.cfg.eval_batch_size), 1)
+            b = max(local_share(self.cfg.eval_batch_size), 1)
             for seeds, batch in self._batches(ids, b, self.cfg.eval_fanouts, (phase, 2)):
                 pred = self.model(batch).argmax(1).cpu().numpy()
                 correct += torch.tensor([(pred == self.shard.labels(seeds)).sum(), seeds.size], dtype=torch.float64)
@@ -374,7 +385,7 @@ def run_rank(source: Union[Graph, str], cfg: NodeConfig, metrics_out: Optional[s
         if isinstance(source, Graph):
             shard = GraphShard(source)
         else:
-            shard = PartitionShard(load_partition(source, dist.rank(), dist.world_size()), cfg)
+            shard = PartitionShard(load_partition(source, dist.rank(), dist.world_size()), cfg, device)
         metrics = NodeTrainer(shard, cfg, device).fit()
         if dist.rank() == 0:
             if metrics_out:
@@ -436,9 +447,9 @@ def main(args: argparse.Namespace) -> int:
         world = int(os.environ["WORLD_SIZE"])
         if world > 1 and not (Path(args.data) / "meta.json").is_file():
             # rank 0 partitions (or finds the cached store); the others wait for it
-            dist.setup(cfg.device)
+            device = dist.setup(cfg.device)
             source = prepare(args, world) if dist.rank() == 0 else str(auto_partition_dir(args, world))
-            dist.agree_max(0)
+            dist.agree_max(0, device)
         else:
             source = prepare(args, world)
         run_rank(source, cfg, args.metrics_out)

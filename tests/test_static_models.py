@@ -54,18 +54,18 @@ def test_sampled_gcn_aggregation_is_unbiased():
     trainer = NodeTrainer(GraphShard(g), NodeConfig.for_model("gcn", fanouts=[3], hidden=4))
     seeds = np.flatnonzero(g.degrees() >= 8)[:5]
     full = trainer.logits(seeds, [-1])
-    draws = torch.stack([trainer.logits(seeds, [3], seed=s) for s in range(1000)])
-    stderr = draws.std(0) / 1000 ** 0.5
+    draws = torch.stack([trainer.logits(seeds, [3], seed=s) for s in range(400)])
+    stderr = draws.std(0) / 400 ** 0.5
     assert (draws[0] - full).abs().max() > 10 * stderr.max()  # one sample is off...
     assert ((draws.mean(0) - full).abs() <= 4 * stderr + 1e-5).all()  # ...their mean is not
 
 
 def test_training_improves_loss_for_every_model():
-    g = small_graph(n=200, m=800)
+    g = small_graph(n=120, m=500)
     for model in ("sage", "gcn", "gat"):
-        trainer = NodeTrainer(GraphShard(g), NodeConfig.for_model(model, batch_size=16, quiet=True))
+        trainer = NodeTrainer(GraphShard(g), NodeConfig.for_model(model, batch_size=20, hidden=16, quiet=True))
         first = trainer.train_epoch(1)["loss"]
-        for e in range(2, 8):
+        for e in range(2, 6):
             last = trainer.train_epoch(e)
         assert last["loss"] < first, model
         assert last["nodes_per_s"] > 0 and last["cache_hit_rate"] is None and last["remote_bytes"] == 0
