@@ -11,6 +11,12 @@ from pathlib import Path
 from typing import Any, Iterator
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def sha256_file(path: str | os.PathLike) -> str:
     """Hex sha256 of a file's bytes."""
     h = hashlib.sha256()
@@ -31,6 +37,7 @@ def atomic_dir(path: str | os.PathLike, overwrite: bool = True) -> Iterator[Path
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
     try:
         yield tmp
+        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; give the usual mode
         if path.exists():
             if not overwrite:
                 raise FileExistsError(path)
@@ -56,6 +63,7 @@ def atomic_file(path: str | os.PathLike, mode: str = "wb") -> Iterator[Any]:
             yield f
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual mode
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

@@ -105,3 +105,27 @@ def test_temporal_conversions_round_trip():
     order = np.lexsort((back.dst, back.src, back.t))
     ref = np.lexsort((tg.dst, tg.src, tg.t))
     assert np.array_equal(back.src[order], tg.src[ref]) and np.array_equal(back.t[order], tg.t[ref])
+
+
+def test_atomic_writes_replace_whole_or_not_at_all(tmp_path):
+    import os
+    from gnndist.io import atomic_dir, atomic_file, write_json
+
+    out = tmp_path / "store"
+    with atomic_dir(out) as d:
+        (d / "a.txt").write_text("old")
+    with pytest.raises(RuntimeError):
+        with atomic_dir(out) as d:
+            (d / "a.txt").write_text("new")
+            raise RuntimeError("crash mid-write")
+    assert (out / "a.txt").read_text() == "old" and sorted(os.listdir(tmp_path)) == ["store"]
+    with pytest.raises(RuntimeError):
+        with atomic_file(tmp_path / "m.json", "w") as f:
+            f.write("{half")
+            raise RuntimeError
+    assert not (tmp_path / "m.json").exists()
+    write_json(tmp_path / "m.json", {"a": 1})
+    mask = os.umask(0)
+    os.umask(mask)
+    assert (out.stat().st_mode & 0o777) == 0o777 & ~mask
+    assert ((tmp_path / "m.json").stat().st_mode & 0o777) == 0o666 & ~mask
