@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from gnndist.errors import GnndistError
-from gnndist.graph import Graph, TemporalGraph
+from gnndist.graph import Graph, TemporalGraph, unique_ints
 
 HOMOPHILY = 0.8  # share of static edges drawn inside the source's community
 SIGNAL = 0.2  # class-mean scale against unit noise in the static features
@@ -50,12 +50,6 @@ class _GroupSampler:
         return rng.permutation(nodes) if groups is None and shuffle else nodes
 
 
-def _sorted_unique(a: np.ndarray) -> np.ndarray:
-    """np.unique for int64 keys (np.unique's hashing is far slower on these)."""
-    a = np.sort(a)
-    return a[np.concatenate([[True], a[1:] != a[:-1]])]
-
-
 def synthetic_static(num_nodes: int = 10_000, num_edges: int = 100_000, num_features: int = 32,
                      num_classes: int = 8, seed: int = 0) -> Graph:
     """Undirected node-classification graph with exactly `num_edges` distinct undirected edges
@@ -79,7 +73,7 @@ def synthetic_static(num_nodes: int = 10_000, num_edges: int = 100_000, num_feat
         dst[inside] = sampler.draw(rng, y[src[inside]])
         dst[~inside] = sampler.draw(rng, size=int(m - inside.sum()))
         lo, hi = np.minimum(src, dst), np.maximum(src, dst)
-        keys = _sorted_unique(np.concatenate([keys, (lo * n + hi)[lo != hi]]))
+        keys = unique_ints(np.concatenate([keys, (lo * n + hi)[lo != hi]]))
     if keys.size > num_edges:
         keys = np.sort(keys[rng.choice(keys.size, num_edges, replace=False)])
     means = rng.standard_normal((num_classes, num_features), dtype=np.float32) * np.float32(SIGNAL)

@@ -41,6 +41,18 @@ def _check_rows(name: str, a, n: int, dtype=None) -> Optional[np.ndarray]:
     return a
 
 
+def unique_ints(a: np.ndarray) -> np.ndarray:
+    """Sorted distinct values of an integer array (sort + mask: np.unique is ~50x slower on
+    large int64 arrays in numpy 2.4)."""
+    s = np.sort(a)
+    if s.size > 1:
+        keep = np.empty(s.size, dtype=bool)
+        keep[0] = True
+        np.not_equal(s[1:], s[:-1], out=keep[1:])
+        s = s[keep]
+    return s
+
+
 def csr_from_edges(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """CSR (indptr, indices, perm) with row = src; `perm` maps CSR slots to input edge positions."""
     perm = np.argsort(src, kind="stable")
@@ -113,7 +125,7 @@ class Graph:
         if undirected:
             src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
         if dedup:
-            key = np.unique(dst * num_nodes + src)
+            key = unique_ints(dst * num_nodes + src)
             dst, src = key // num_nodes, key % num_nodes
         indptr, indices, _ = csr_from_edges(dst, src, num_nodes)
         return cls(indptr, indices, **node_data)

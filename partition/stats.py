@@ -14,19 +14,7 @@ from typing import Optional, Union
 import numba
 import numpy as np
 
-from gnndist.graph import Graph, TemporalGraph
-
-
-def unique_ints(a: np.ndarray) -> np.ndarray:
-    """Sorted distinct values of an integer array (sort + mask: np.unique is ~50x slower on
-    large int64 arrays in numpy 2.4)."""
-    s = np.sort(a)
-    if s.size > 1:
-        keep = np.empty(s.size, dtype=bool)
-        keep[0] = True
-        np.not_equal(s[1:], s[:-1], out=keep[1:])
-        s = s[keep]
-    return s
+from gnndist.graph import Graph, TemporalGraph, unique_ints
 
 
 def imbalance(counts: np.ndarray) -> float:

@@ -28,7 +28,7 @@ from tqdm import tqdm
 
 import gnndist
 from gnndist.errors import GnndistError
-from gnndist.graph import Graph, TemporalGraph
+from gnndist.graph import Graph, TemporalGraph, unique_ints
 from gnndist.io import atomic_dir, sha256_file, write_json
 from gnndist.partition import methods, stats
 
@@ -161,7 +161,7 @@ class PartitionStore:
             if halo:
                 idx = out["indices"]
                 start, stop = self.node_offsets[p], self.node_offsets[p + 1]
-                out["halo_ids"] = stats.unique_ints(idx[(idx < start) | (idx >= stop)])
+                out["halo_ids"] = unique_ints(idx[(idx < start) | (idx >= stop)])
                 if g.x is not None:
                     out["halo_x"] = g.x[self.new_to_orig[out["halo_ids"]]]
             return out
@@ -177,7 +177,7 @@ class PartitionStore:
         out.update({k: getattr(g, k)[eid] for k in _EVENT_ARRAYS if getattr(g, k) is not None})
         if halo:
             ends = np.concatenate([g.src[mine], g.dst[mine]])
-            out["halo_ids"] = stats.unique_ints(o2n[ends[self.membership[ends] != p]])
+            out["halo_ids"] = unique_ints(o2n[ends[self.membership[ends] != p]])
         return out
 
     def part(self, p: int) -> Partition:
