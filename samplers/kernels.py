@@ -61,9 +61,8 @@ PARALLEL_MIN = 1 << 15
 
 
 @njit(inline="always", cache=True)
-def _fill_row(i, indptr, indices, rows, ids, offsets, replace, all_, seed, salt, out):
-    start = indptr[rows[i]]
-    d = indptr[rows[i] + 1] - start
+def _fill_row(i, indices, starts, degs, ids, offsets, replace, all_, seed, salt, out):
+    start, d = starts[i], degs[i]
     o = offsets[i]
     c = offsets[i + 1] - o
     if all_ or (not replace and c == d):
@@ -80,22 +79,24 @@ def _fill_row(i, indptr, indices, rows, ids, offsets, replace, all_, seed, salt,
 
 
 @njit(cache=True)
-def _hop_fill_serial(indptr, indices, rows, ids, offsets, replace, all_, seed, salt, out):
-    for i in range(rows.size):
-        _fill_row(i, indptr, indices, rows, ids, offsets, replace, all_, seed, salt, out)
+def _hop_fill_serial(indices, starts, degs, ids, offsets, replace, all_, seed, salt, out):
+    for i in range(ids.size):
+        _fill_row(i, indices, starts, degs, ids, offsets, replace, all_, seed, salt, out)
 
 
 @njit(parallel=True, cache=True)
-def _hop_fill_parallel(indptr, indices, rows, ids, offsets, replace, all_, seed, salt, out):
-    for i in prange(rows.size):
-        _fill_row(i, indptr, indices, rows, ids, offsets, replace, all_, seed, salt, out)
+def _hop_fill_parallel(indices, starts, degs, ids, offsets, replace, all_, seed, salt, out):
+    for i in prange(ids.size):
+        _fill_row(i, indices, starts, degs, ids, offsets, replace, all_, seed, salt, out)
 
 
-def hop_fill(indptr, indices, rows, ids, offsets, replace, all_, seed, salt, out) -> None:
-    """Sample offsets[i+1]-offsets[i] neighbours of each CSR row rows[i] (all of them if
-    `all_`) into out[offsets[i]:offsets[i+1]]; random streams are keyed by the global ids `ids`."""
+def hop_fill(indices, starts, degs, ids, offsets, replace, all_, seed, salt, out) -> None:
+    """Sample offsets[i+1]-offsets[i] of the degs[i] neighbours indices[starts[i]:][:degs[i]]
+    of row i (all of them if `all_`) into out[offsets[i]:offsets[i+1]]; random streams are
+    keyed by the global ids `ids`. Row starts come in an array (gathered beforehand in one
+    vectorized pass) so no memory load waits on another."""
     fn = _hop_fill_parallel if out.size >= PARALLEL_MIN else _hop_fill_serial
-    fn(indptr, indices, rows, ids, offsets, replace, all_, seed, salt, out)
+    fn(indices, starts, degs, ids, offsets, replace, all_, seed, salt, out)
 
 
 @njit(cache=True)

@@ -25,13 +25,15 @@ def sample_rows(indptr: np.ndarray, indices: np.ndarray, rows: np.ndarray, ids: 
     """(counts, edges) for the given CSR rows, streams keyed by `ids`: edges is int64 [2, E]
     with the sampled neighbours in row 0 (row 1 is left for the caller). Each row gets all its
     neighbours (fanout -1), min(degree, fanout), or fanout with replacement (0 if isolated)."""
-    counts = indptr[rows + 1] - indptr[rows]
+    starts = indptr[rows]
+    degs = indptr[rows + 1] - starts
+    counts = degs
     if fanout >= 0:
-        counts = np.where(counts > 0, fanout, 0) if replace else np.minimum(counts, fanout)
+        counts = np.where(degs > 0, fanout, 0) if replace else np.minimum(degs, fanout)
     offsets = np.zeros(rows.size + 1, np.int64)
     np.cumsum(counts, out=offsets[1:])
     edges = np.empty((2, int(offsets[-1])), np.int64)
-    hop_fill(indptr, indices, rows, ids, offsets, replace, fanout < 0, as_seed(seed), salt, edges[0])
+    hop_fill(indices, starts, degs, ids, offsets, replace, fanout < 0, as_seed(seed), salt, edges[0])
     return counts, edges
 
 
