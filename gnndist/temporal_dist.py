@@ -16,6 +16,8 @@ plus 2d mails is about 1.2 KB a node, against 24 bytes an event).
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import os
 import time
 from contextlib import contextmanager
@@ -35,19 +37,9 @@ from gnndist.partition import load_id_maps, load_partition, partition_graph, rea
 from gnndist.temporal_trainer import LinkTask, run
 from gnndist.tgnn import Batch, Forward
 
-SHARES = ("owner", "slice")
-MEMORY_MODES = ("replicated", "partitioned")
-
-
 def is_store(path: str) -> bool:
     """True when `path` is a partition store folder."""
     return (Path(path) / "meta.json").is_file()
-
-
-def partition_for(tg: TemporalGraph, world: int, out: str | Path, progress: bool = False) -> Path:
-    """Partition `tg` into `world` parts with the temporal method, written to `out`."""
-    partition_graph(tg, world, method="temporal", out=out, progress=progress)
-    return Path(out)
 
 
 def load_store_events(path: str | Path) -> tuple[TemporalGraph, np.ndarray, np.ndarray]:
@@ -111,8 +103,8 @@ def new_state(model: nn.Module, memory: str, node_offsets: np.ndarray, orig_to_n
 
 
 def sum_gradients(params: Sequence[nn.Parameter]) -> None:
-    """Replace each gradient by its sum over the ranks, in one all-reduce. A parameter without a
-    gradient on every rank keeps none (as in one process, the optimizer skips it)."""
+    """Replace each gradient by its sum over the ranks, in one all-reduce. A parameter that no
+    rank has a gradient for keeps none (as in one process, the optimizer then skips it)."""
     if gdist.world_size() == 1:
         return
     flat = torch.cat([torch.zeros(p.numel(), device=p.device) if p.grad is None else p.grad.reshape(-1)
@@ -136,6 +128,9 @@ class Timers:
     compute is the rest of the epoch."""
 
     def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
         self.seconds = dict.fromkeys(PHASES, 0.0)
 
     @contextmanager
@@ -233,7 +228,7 @@ class DistLinkTask(LinkTask):
             sum_gradients(self.params)
 
     def train_epoch(self, epoch: int) -> float:
-        self.timers = Timers()
+        self.timers.reset()
         for name in ("rows_fetched", "bytes_sent"):
             if self.state is not None:
                 setattr(self.state.state, name, 0)
@@ -244,15 +239,16 @@ class DistLinkTask(LinkTask):
         spent["compute"] = seconds - spent["sample"] - spent["fetch"] - spent["sync"]
         rows = (self.state.rows_fetched, self.state.bytes_sent) if self.state is not None else (0, 0)
         total = gdist.all_reduce(torch.tensor([loss, *rows, *(spent[p] for p in PHASES)], dtype=torch.float64))
-        w = self.share.world
+        w, steps = self.share.world, len(range(0, self.train_end, self.batch_size))
         self._figures = {"remote_rows": int(total[1]), "state_bytes": int(total[2]),
-                         "grad_bytes": 4 * sum(p.numel() for p in self.params) * len(range(0, self.train_end, self.batch_size)) * w,
+                         "grad_bytes": w * steps * sum(p.numel() * p.element_size() for p in self.params),
                          **{f"{p}_s": float(total[3 + i]) / w for i, p in enumerate(PHASES)}}
         return float(total[0])
 
     def figures(self) -> dict[str, float]:
-        """Last training epoch: remote state rows and bytes (all ranks), gradient all-reduce
-        payload, and seconds per phase (mean over ranks)."""
+        """Of the last training epoch: node-state rows fetched from other ranks and bytes sent
+        to them (all ranks together), the gradients' all-reduce payload (all ranks), and
+        seconds per phase (mean over ranks)."""
         return self._figures
 
     def evaluate(self, start: int, stop: int, negatives: np.ndarray, desc: str) -> tuple[np.ndarray, np.ndarray]:
@@ -296,11 +292,21 @@ class World:
                                "them); resume from an earlier copy or start afresh")
 
 
+def store_dir(args: argparse.Namespace, world: int) -> Path:
+    """The cache folder of DATA split into `world` parts by the temporal method: the static
+    trainer's folder for DATA (keyed by the file's identity or the generator options), told
+    apart by the method and the event count."""
+    from gnndist.static_trainer import auto_partition_dir
+
+    base = auto_partition_dir(args, world)
+    key = hashlib.sha256(json.dumps(["temporal", getattr(args, "num_events", None)]).encode()).hexdigest()[:8]
+    return base.with_name(f"{base.name}-temporal-{key}")
+
+
 def prepare(args: argparse.Namespace, world: int) -> str:
     """The temporal partition store with `world` parts the ranks train on: DATA itself, or a
     split of DATA made now (or earlier, found in the cache)."""
     from gnndist.datasets import load_from_args
-    from gnndist.static_trainer import auto_partition_dir
 
     if is_store(args.data):
         meta = read_store_meta(args.data)
@@ -310,7 +316,7 @@ def prepare(args: argparse.Namespace, world: int) -> str:
             raise GnndistError(f"partition store {args.data} has {meta['num_parts']} parts but {world} rank(s) run; "
                                f"use --nproc {meta['num_parts']}")
         return str(args.data)
-    out = auto_partition_dir(args, world)
+    out = store_dir(args, world)
     if is_store(str(out)):
         gdist.log(f"using the partition store {out} ({world} parts, made earlier)")
         return str(out)
@@ -318,7 +324,7 @@ def prepare(args: argparse.Namespace, world: int) -> str:
     if not isinstance(tg, TemporalGraph):
         raise GnndistError(f"{args.data} is a static graph: use --task node (link prediction needs timestamped events)")
     gdist.log(f"partitioning {args.data} into {world} parts (temporal) at {out}")
-    partition_for(tg, world, out, progress=not args.quiet)
+    partition_graph(tg, world, method="temporal", out=out, progress=not args.quiet)
     return str(out)
 
 
@@ -344,10 +350,8 @@ def main(args: argparse.Namespace) -> int:
         if is_store(args.data):
             store = prepare(args, world)
         else:  # rank 0 partitions (or finds the cached store); the others wait for it
-            from gnndist.static_trainer import auto_partition_dir
-
             gdist.setup(args.device)
-            store = prepare(args, world) if gdist.rank() == 0 else str(auto_partition_dir(args, world))
+            store = prepare(args, world) if gdist.rank() == 0 else str(store_dir(args, world))
             gdist.agree_max(0)
         rank_main(args, store)
     else:

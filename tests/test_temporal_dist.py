@@ -21,7 +21,6 @@ from gnndist.partition import partition_graph
 from gnndist.samplers import sample_temporal_neighbors
 from gnndist.temporal_dist import DistLinkTask, Share, World, owner_of_nodes
 from gnndist.temporal_trainer import NUM_NEIGHBORS, LinkTask, run
-from test_temporal import random_graph
 
 BATCH = 35  # the last training batch has 2 events: some ranks get none
 CASES = {2: [("tgn", "replicated", "owner"), ("tgn", "partitioned", "owner"), ("tgn", "partitioned", "slice"),
@@ -31,11 +30,14 @@ CASES = {2: [("tgn", "replicated", "owner"), ("tgn", "partitioned", "owner"), ("
 
 
 def graph():
-    """Train events 0..211 (6 batches of 35, then 2); nodes 40..44 first appear in test events."""
-    g = random_graph(seed=3, n=40, e=302, edge_dim=2)
-    src = g.src.copy()
+    """40 nodes, 302 events with tied times and 2 edge features; train events 0..211 (6 batches
+    of 35, then 2); nodes 40..44 first appear in test events."""
+    rng = np.random.default_rng(3)
+    e = 302
+    src = rng.integers(0, 40, e)
     src[270::7] = 40 + np.arange(src[270::7].size) % 5
-    return TemporalGraph(src, g.dst, g.t, g.edge_feat, num_nodes=45)
+    return TemporalGraph(src, rng.integers(0, 40, e), np.sort(rng.integers(0, e // 3, e)).astype(float),
+                         rng.normal(size=(e, 2)).astype(np.float32), num_nodes=45)
 
 
 def link_args(model, memory="replicated", share="owner", **kw):
@@ -110,7 +112,8 @@ class RecTask(DistLinkTask):
             need = np.unique(np.concatenate([nodes, s.nbr[s.mask]]))
             remote = need[self.share.owner[need] != self.share.rank]
             own = [t.shape[0] for t in rows_of(st.local)]
-            self.held_ok.append(bool(np.array_equal(np.sort(st.fetched.numpy()), remote))
+            fetched = set(st.fetched.tolist())  # the model also reads padded neighbour slots as node 0
+            self.held_ok.append(set(remote) <= fetched <= set(remote) | {0}
                                 and own == [st.hi - st.lo] * 4
                                 and not any(isinstance(v, torch.Tensor) and v.is_floating_point()
                                             for v in vars(st).values()))
@@ -230,7 +233,8 @@ def test_evaluation_and_loss_equal_one_process(launched):
                 assert abs(e[k] - re[k]) < 1e-6, (case, k)
             for k in ("ap", "auc", "mrr", "inductive_ap"):
                 assert abs(m["test"][k] - ref["test"][k]) < 1e-6, (case, k)
-            assert {"remote_rows", "state_bytes", "sample_s", "fetch_s", "compute_s", "sync_s"} <= set(e)
+            assert e["compute_s"] > 0 and e["sync_s"] > 0 and (e["sample_s"] > 0) == (case[0] != "jodie"), case
+            assert (e["fetch_s"] > 0) == (case[0] != "tgat") and e["state_bytes"] >= 0, case
 
 
 def test_partitioned_state_holds_only_own_rows_and_this_batch_fetch(launched):
