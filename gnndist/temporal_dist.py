@@ -160,11 +160,13 @@ class TimedState:
         return getattr(self.state, name)
 
 
-def gather_scores(eid: np.ndarray, pos: np.ndarray, neg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Positive [E] and negative [E, n] scores of every rank's events, in global event order."""
+def gather_scores(eid: np.ndarray, pos: np.ndarray, neg: np.ndarray, device: torch.device
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Positive [E] and negative [E, n] scores of every rank's events, in global event order
+    (gathered through `device`, which the process group's backend must handle)."""
     rows = torch.from_numpy(np.concatenate([eid[:, None].astype(np.float64), pos[:, None].astype(np.float64),
-                                            neg.astype(np.float64)], 1))
-    rows = torch.cat(gdist.all_gather_varsize(rows)).numpy()
+                                            neg.astype(np.float64)], 1)).to(device)
+    rows = torch.cat(gdist.all_gather_varsize(rows)).cpu().numpy()
     rows = rows[np.argsort(rows[:, 0], kind="stable")]
     return rows[:, 1].astype(pos.dtype), rows[:, 2:].astype(neg.dtype)
 
@@ -238,7 +240,8 @@ class DistLinkTask(LinkTask):
         spent = self.timers.seconds
         spent["compute"] = seconds - spent["sample"] - spent["fetch"] - spent["sync"]
         rows = (self.state.rows_fetched, self.state.bytes_sent) if self.state is not None else (0, 0)
-        total = gdist.all_reduce(torch.tensor([loss, *rows, *(spent[p] for p in PHASES)], dtype=torch.float64))
+        total = gdist.all_reduce(torch.tensor([loss, *rows, *(spent[p] for p in PHASES)], dtype=torch.float64,
+                                              device=self.device)).cpu()
         w, steps = self.share.world, len(range(0, self.train_end, self.batch_size))
         self._figures = {"remote_rows": int(total[1]), "state_bytes": int(total[2]),
                          "grad_bytes": w * steps * sum(p.numel() * p.element_size() for p in self.params),
@@ -255,7 +258,7 @@ class DistLinkTask(LinkTask):
         self._eids = []
         pos, neg = super().evaluate(start, stop, negatives, desc)
         eid = np.concatenate(self._eids) if self._eids else np.zeros(0, np.int64)
-        return gather_scores(eid, pos, neg)
+        return gather_scores(eid, pos, neg, self.device)
 
 
 @dataclass
@@ -266,6 +269,7 @@ class World:
     share: Share
     node_offsets: np.ndarray
     orig_to_new: np.ndarray
+    device: torch.device = torch.device("cpu")
 
     @property
     def rank(self) -> int:
@@ -286,8 +290,7 @@ class World:
 
     def check_resume(self, first_epoch: int) -> None:
         """All ranks must resume from the same epoch."""
-        lo = -gdist.agree_max(-first_epoch)
-        if lo != gdist.agree_max(first_epoch):
+        if -gdist.agree_max(-first_epoch, self.device) != gdist.agree_max(first_epoch, self.device):
             raise GnndistError("the ranks' checkpoints are of different epochs (a run stopped while writing "
                                "them); resume from an earlier copy or start afresh")
 
@@ -330,11 +333,11 @@ def prepare(args: argparse.Namespace, world: int) -> str:
 
 def rank_main(args: argparse.Namespace, store: str) -> dict:
     """One rank: join the process group, load the events and ownership, train."""
-    gdist.setup(args.device)
+    device = gdist.setup(args.device)
     try:
         tg, offsets, orig_to_new = load_store_events(store)
         world = World(args.memory, Share(args.share, gdist.rank(), gdist.world_size(),
-                                         owner_of_nodes(offsets, orig_to_new)), offsets, orig_to_new)
+                                         owner_of_nodes(offsets, orig_to_new)), offsets, orig_to_new, device)
         return run(args, tg, world)
     finally:
         gdist.teardown()
@@ -350,9 +353,9 @@ def main(args: argparse.Namespace) -> int:
         if is_store(args.data):
             store = prepare(args, world)
         else:  # rank 0 partitions (or finds the cached store); the others wait for it
-            gdist.setup(args.device)
+            device = gdist.setup(args.device)
             store = prepare(args, world) if gdist.rank() == 0 else str(store_dir(args, world))
-            gdist.agree_max(0)
+            gdist.agree_max(0, device)
         rank_main(args, store)
     else:
         gdist.launch(args.nproc, rank_main, args, prepare(args, args.nproc))
