@@ -243,9 +243,9 @@ class NodeTrainer:
         return mb.to(self.device)
 
     def _batches(self, ids: np.ndarray, b: int, fanouts: Optional[list[int]], key: tuple[int, ...],
-                 sample_only: bool = False) -> PrefetchLoader:
-        """(seeds, batch) for each of the globally agreed number of steps over `ids` in
-        chunks of `b` (empty chunks once this rank's ids run out); prefetched."""
+                 sample_only: bool = False) -> tuple[int, PrefetchLoader]:
+        """The globally agreed step count over `ids` in chunks of `b`, and a prefetching loader
+        of (seeds, batch) per step (empty chunks once this rank's ids run out)."""
         steps = dist.agree_max(math.ceil(ids.size / b), self.device)
         fanouts = fanouts or [-1] * self.model.num_layers
 
@@ -255,7 +255,7 @@ class NodeTrainer:
                 return seeds, self.shard.sample(seeds, fanouts, seed).node_ids
             return seeds, self.batch(seeds, fanouts, seed)
 
-        return PrefetchLoader(range(steps), make)
+        return steps, PrefetchLoader(range(steps), make)
 
     def _epoch_order(self, epoch: int) -> tuple[np.ndarray, int]:
         """This rank's training nodes in the epoch's seeded order, and its per-step share of the
@@ -266,7 +266,7 @@ class NodeTrainer:
     def _presample(self) -> list[np.ndarray]:
         """The node ids one training epoch samples on this rank (the `presample` cache's visits)."""
         order, b = self._epoch_order(0)
-        return [ids for _, ids in self._batches(order, b, self.cfg.fanouts, (0, 1), sample_only=True)]
+        return [ids for _, ids in self._batches(order, b, self.cfg.fanouts, (0, 1), sample_only=True)[1]]
 
     def logits(self, seeds: np.ndarray, fanouts: Optional[list[int]] = None, seed: int = 0) -> torch.Tensor:
         """Logits of `seeds` (nodes this rank owns) in eval mode, full neighbourhoods unless
@@ -300,9 +300,9 @@ class NodeTrainer:
         self.shard.reset_counters()
         totals = torch.zeros(3, dtype=torch.float64)
         t0 = time.perf_counter()
-        batches = self._batches(order, b, self.cfg.fanouts, (epoch, 1))
-        for step, (seeds, batch) in enumerate(tqdm(batches, desc=f"epoch {epoch}", unit="step", leave=False,
-                                                   disable=self._quiet())):
+        steps, batches = self._batches(order, b, self.cfg.fanouts, (epoch, 1))
+        for step, (seeds, batch) in enumerate(tqdm(batches, total=steps, desc=f"epoch {epoch}", unit="step",
+                                                   leave=False, disable=self._quiet())):
             totals += self.compute_grads(seeds, batch).double().cpu()
             self.opt.step()
             if on_step is not None:
@@ -322,7 +322,7 @@ class NodeTrainer:
         correct = torch.zeros(2, dtype=torch.float64)
         with torch.no_grad():
             b = max(local_share(self.cfg.eval_batch_size), 1)
-            for seeds, batch in self._batches(ids, b, self.cfg.eval_fanouts, (phase, 2)):
+            for seeds, batch in self._batches(ids, b, self.cfg.eval_fanouts, (phase, 2))[1]:
                 pred = self.model(batch).argmax(1).cpu().numpy()
                 correct += torch.tensor([(pred == self.shard.labels(seeds)).sum(), seeds.size], dtype=torch.float64)
         correct = dist.all_reduce(correct.to(self.device)).cpu()
