@@ -76,6 +76,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     node.add_argument("--hidden", type=_positive(int), default=None, help="hidden size (default per model)")
     node.add_argument("--dropout", type=float, default=None, help="dropout rate (default per model)")
     node.add_argument("--weight-decay", type=float, default=None, help="Adam weight decay (default 5e-4)")
+    node.add_argument("--row-norm", choices=("auto", "on", "off"), default="auto",
+                      help="divide each node's features by their sum, like PyG's NormalizeFeatures "
+                           "(auto: when no feature is negative, e.g. bag-of-words)")
 
 
 def run(args: argparse.Namespace) -> int:
