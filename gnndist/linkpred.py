@@ -105,12 +105,14 @@ def mrr(pos: np.ndarray, neg: np.ndarray) -> float:
     """Mean reciprocal rank of each positive among its row of negatives `neg` [P, n]; a tie
     counts half, so a constant scorer gets 1 / (n/2 + 1)."""
     pos = np.asarray(pos, dtype=np.float64)[:, None]
-    neg = np.asarray(neg, dtype=np.float64).reshape(pos.shape[0], -1)
+    neg = np.asarray(neg, dtype=np.float64)
+    neg = neg[:, None] if neg.ndim == 1 else neg
     rank = 1.0 + (neg > pos).sum(1) + 0.5 * (neg == pos).sum(1)
     return float(np.mean(1.0 / rank)) if rank.size else float("nan")
 
 
 def link_metrics(pos: np.ndarray, neg: np.ndarray) -> dict[str, float]:
     """AP and AUC of the positives against each one's first negative, MRR against all of them."""
-    neg = np.asarray(neg).reshape(len(pos), -1)
+    neg = np.asarray(neg)
+    neg = neg[:, None] if neg.ndim == 1 else neg
     return {"ap": average_precision(pos, neg[:, 0]), "auc": roc_auc(pos, neg[:, 0]), "mrr": mrr(pos, neg)}

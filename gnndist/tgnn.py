@@ -145,27 +145,31 @@ class TGNN(nn.Module):
             valid = mail_time > float("-inf")
             r, m = valid.shape
             age = torch.where(valid, newest.unsqueeze(1) - mail_time, 0).float()
-            new = self.updater(memory, mail, self.time_enc(age.reshape(-1)).view(r, m, -1), valid)
+            new = self.updater(memory, mail.reshape(r * m, -1), torch.arange(r * m, device=mail.device).view(r, m),
+                               self.time_enc(age.reshape(-1)).view(r, m, -1), valid)
         else:
             dt = torch.where(has, mail_time[:, -1] - last_update, 0).float()
             new = self.updater(torch.cat([mail[:, -1], self.time_enc(dt)], dim=1), memory)
         return (torch.where(has.unsqueeze(1), new, memory), torch.where(has, newest, last_update), newest)
 
-    def _attend(self, h: list[Tensor], hops: list[TemporalSample], edge_feat: Tensor) -> Tensor:
-        """Stack the attention layers: h[l] holds the inputs of hop-l rows (h[0]: the queries)."""
-        dev = h[0].device
+    def _attend(self, levels: list[tuple[Tensor, Tensor]], hops: list[TemporalSample], edge_feat: Tensor) -> Tensor:
+        """Stack the attention layers. `levels[l] = (table, index)`: the inputs of the hop-l rows
+        are `table[index]` (level 0: the queries; hop l has `hops[l].mask.size` rows)."""
+        dev = levels[0][0].device
         for layer in self.layers:
             out = []
-            for lvl in range(len(h) - 1):
+            for lvl in range(len(levels) - 1):
                 s = hops[lvl]
                 r, k = s.mask.shape
                 mask = torch.from_numpy(s.mask).to(dev)
                 dt = self.time_enc(torch.from_numpy(s.dt).to(dev).reshape(-1)).view(r, k, -1)
                 efeat = edge_feat.index_select(0, torch.from_numpy(s.eid).to(dev).reshape(-1)).view(r, k, -1)
                 context = torch.cat([efeat, dt], dim=2) if self.edge_dim else dt
-                out.append(layer(h[lvl], h[lvl + 1].view(r, k, -1), context, mask))
-            h = out
-        return h[0]
+                table, index = levels[lvl]
+                keys, key_index = levels[lvl + 1]
+                out.append(layer(table.index_select(0, index), keys, key_index.view(r, k), context, mask))
+            levels = [(o, torch.arange(o.shape[0], device=dev)) for o in out]
+        return levels[0][0]
 
     def _mailbox_memory(self, out: Forward, times: Tensor, b: int) -> Tensor:
         """APAN: each query row attends over its node's mails older than the row's time (with
@@ -206,23 +210,27 @@ class TGNN(nn.Module):
             else:
                 out.updated, out.updated_time, newest = self.update_memory(
                     out.memory, out.last_update, out.mail, out.mail_time)
-                # rows whose node has a mail at or after the row's time keep the stored memory
-                pick = out.inv + out.ids.numel() * (newest[out.inv] >= row_t)
-                h0 = torch.cat([out.updated, out.memory]).index_select(0, pick)
-                h_time = torch.cat([out.updated_time, out.last_update]).index_select(0, pick)
-        else:
-            h0 = torch.zeros(q, self.dim, device=dev)
+                # row inputs are rows of `table`: the updated memories, then the stored memory of
+                # the few nodes with a row whose time is not after the node's mail
+                stale = newest[out.inv] >= row_t
+                keep = torch.unique(out.inv[stale])
+                pick = torch.where(stale, out.ids.numel() + torch.searchsorted(keep, out.inv), out.inv)
+                table = torch.cat([out.updated, out.memory.index_select(0, keep)])
+                h0 = table.index_select(0, pick[:q])
+                h_time = torch.cat([out.updated_time, out.last_update.index_select(0, keep)]).index_select(0, pick[:q])
+                levels = [(table, pick[:n_att]), (table, pick[q:])]
+        else:  # no memory, no node features: zero inputs
+            zero = torch.zeros(1, self.dim, device=dev)
+            levels = [(zero, torch.zeros(n, dtype=torch.long, device=dev)) for n in [q] + [s.mask.size for s in hops]]
         if spec.embed == "attention":
-            inputs = [h0[:q], h0[q:]] if self.has_memory else [h0] + [
-                torch.zeros(s.mask.size, self.dim, device=dev) for s in hops]
-            z = self._attend(inputs, hops, edge_feat)
+            z = self._attend(levels, hops, edge_feat)
         elif spec.embed == "time_projection":
-            dt = torch.log1p((times - h_time[:q]).clamp(min=0)).float().unsqueeze(1)
-            z = h0[:q] * (1 + self.projection(dt))
+            dt = torch.log1p((times - h_time).clamp(min=0)).float().unsqueeze(1)
+            z = h0 * (1 + self.projection(dt))
         else:
-            z = h0[:q]
+            z = h0
         if spec.attention_mail:
-            out.endpoint_embed = self._attend([h0[:n_att], h0[q:]], hops, edge_feat)
+            out.endpoint_embed = self._attend(levels, hops, edge_feat)
         out.embed = z
         out.pos = self.predictor(z[:b], z[b:2 * b])
         out.neg = self.predictor(z[:b].repeat_interleave(n, 0), z[2 * b:]).view(b, n)

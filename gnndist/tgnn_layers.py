@@ -21,11 +21,15 @@ def time_encoder(dim: int) -> TimeEncoder:
 
 
 class TemporalAttention(nn.Module):
-    """Multi-head attention of each row's query over its padded `[R, k]` keys, then a merge MLP
-    of the attended value with the query (the TGAT/TGN layer). A key is a node part plus a
-    context part (edge features and time encoding); both are projected apart, which saves the
-    concatenation and the input gradient of the constant context. Rows with no valid key get a
-    zero attended value."""
+    """Multi-head attention of each query row over its k padded keys, then a merge MLP of the
+    attended value with the query (the TGAT/TGN layer). A key is a node part, given as rows of a
+    `table` picked by `index`, and a context part (edge features, time encoding).
+
+    The node part is projected once per table row, not once per key. The context part is not
+    projected at all: its score term is (W_k^T q) . c and its value term W_v (sum_j a_j c_j),
+    the same algebra with k times fewer multiplications. Rows with no valid key get a zero
+    attended value.
+    """
 
     def __init__(self, query_dim: int, key_dim: int, context_dim: int, out_dim: int, heads: int = 2,
                  dropout: float = 0.0) -> None:
@@ -35,21 +39,27 @@ class TemporalAttention(nn.Module):
         self.heads = heads
         self.q = nn.Linear(query_dim, out_dim)
         self.kv = nn.Linear(key_dim, 2 * out_dim)
-        self.kv_context = nn.Linear(context_dim, 2 * out_dim, bias=False)
+        self.context_k = nn.Linear(context_dim, out_dim, bias=False)
+        self.context_v = nn.Linear(context_dim, out_dim, bias=False)
         self.drop = nn.Dropout(dropout)
         self.merge = nn.Sequential(nn.Linear(out_dim + query_dim, out_dim), nn.ReLU(), nn.Linear(out_dim, out_dim))
 
-    def forward(self, query: Tensor, keys: Tensor, context: Tensor, mask: Tensor) -> Tensor:
-        """query [R, Dq], keys [R, k, Dk], context [R, k, Dc], mask [R, k] (True = valid) -> [R, out]."""
-        r, k = mask.shape
+    def forward(self, query: Tensor, table: Tensor, index: Tensor, context: Tensor, mask: Tensor) -> Tensor:
+        """query [R, Dq]; keys' node part table[index] with table [T, Dk], index [R, k]; context
+        [R, k, Dc]; mask [R, k] (True = valid) -> [R, out]."""
+        r, k = index.shape
         h = self.heads
-        q = self.q(query).view(r, 1, h, -1)
-        key, value = (self.kv(keys) + self.kv_context(context)).view(r, k, 2, h, -1).unbind(2)
-        score = (q * key).sum(-1) / math.sqrt(q.shape[-1])  # [R, k, H]
+        q = self.q(query).view(r, h, -1)
+        dh = q.shape[-1]
+        key, value = self.kv(table).index_select(0, index.reshape(-1)).view(r, k, 2, h, dh).unbind(2)
+        wk = self.context_k.weight.view(h, dh, -1)
+        wv = self.context_v.weight.view(h, dh, -1)
+        score = (q.unsqueeze(1) * key).sum(-1) + torch.bmm(context, torch.einsum("rhd,hdc->rch", q, wk))
         m = mask.unsqueeze(-1)
-        attn = torch.softmax(score.masked_fill(~m, -1e30), dim=1) * m
-        out = (self.drop(attn).unsqueeze(-1) * value).sum(1).reshape(r, -1)
-        return self.merge(torch.cat([out, query], dim=1))
+        attn = self.drop(torch.softmax(score.masked_fill(~m, -1e30) / math.sqrt(dh), dim=1) * m)  # [R, k, H]
+        out = (attn.unsqueeze(-1) * value).sum(1) + torch.einsum(
+            "rhc,hdc->rhd", torch.bmm(attn.transpose(1, 2), context), wv)
+        return self.merge(torch.cat([out.reshape(r, -1), query], dim=1))
 
 
 class LinkPredictor(nn.Module):
