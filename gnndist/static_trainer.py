@@ -67,6 +67,7 @@ class NodeConfig:
     weight_decay: float = COMMON_DEFAULTS["weight_decay"]
     hidden: int = MODEL_DEFAULTS["sage"]["hidden"]
     dropout: float = MODEL_DEFAULTS["sage"]["dropout"]
+    row_norm: str = "auto"  # on | off | auto: on when no feature is negative
     cache: str = "none"
     cache_size: float = 0.1
     device: str = "cpu"
@@ -81,6 +82,8 @@ class NodeConfig:
         values = {**COMMON_DEFAULTS, **MODEL_DEFAULTS[model],
                   **{k: v for k, v in overrides.items() if v is not None}}
         cfg = cls(model=model, **values)
+        if cfg.row_norm not in ("auto", "on", "off"):
+            raise GnndistError(f"row_norm must be auto, on or off, got {cfg.row_norm!r}")
         if not 0 <= cfg.dropout < 1 or cfg.weight_decay < 0:
             raise GnndistError(f"need 0 <= --dropout < 1 and --weight-decay >= 0, got {cfg.dropout}, {cfg.weight_decay}")
         if cfg.eval_fanouts is not None and len(cfg.eval_fanouts) != len(cfg.fanouts):
@@ -90,7 +93,7 @@ class NodeConfig:
 
 def config_from_args(args: argparse.Namespace) -> NodeConfig:
     names = ("epochs", "batch_size", "fanouts", "eval_fanouts", "lr", "weight_decay", "hidden", "dropout",
-             "cache", "cache_size", "device", "seed", "quiet")
+             "row_norm", "cache", "cache_size", "device", "seed", "quiet")
     return NodeConfig.for_model(args.model or "sage", **{n: getattr(args, n, None) for n in names})
 
 
@@ -117,6 +120,10 @@ class Shard:
 
     def degrees(self, ids: np.ndarray) -> torch.Tensor:
         return self._deg[torch.from_numpy(ids)].float()
+
+    def min_feature(self) -> float:
+        """The smallest feature value over the whole graph (a collective)."""
+        raise NotImplementedError
 
     def counters(self) -> dict[str, int]:
         """Feature-store counters since the last `reset_counters`."""
@@ -147,6 +154,9 @@ class GraphShard(Shard):
     def labels(self, ids: np.ndarray) -> np.ndarray:
         return self.graph.y[ids]
 
+    def min_feature(self) -> float:
+        return float(self.graph.x.min(initial=np.inf))
+
     def set_cache(self, policy: str, capacity: float, visits: Callable[[], list[np.ndarray]]) -> None:
         """No remote rows in one process: nothing to cache."""
 
@@ -159,7 +169,7 @@ class PartitionShard(Shard):
             raise GnndistError(f"partition store holds a {part.kind} graph; --task node needs a static one")
         if any(getattr(part, n) is None for n in ("x", "y", "train_mask", "val_mask", "test_mask")):
             raise GnndistError("partition store has no node features, labels or split masks; --task node needs them")
-        self.part, self.offset = part, part.start
+        self.part, self.offset, self.device = part, part.start, device
         self.sampler = DistNeighborSampler.from_partition(part)
         self.store = FeatureStore.from_partition(part)
         self.num_features = int(part.x.shape[1])
@@ -186,6 +196,10 @@ class PartitionShard(Shard):
 
     def labels(self, ids: np.ndarray) -> np.ndarray:
         return self.part.y[ids - self.offset]
+
+    def min_feature(self) -> float:
+        local = torch.tensor([float(self.part.x.min(initial=np.inf))], device=self.device)
+        return float(dist.all_reduce(local, "min"))
 
     def counters(self) -> dict[str, int]:
         return dict(self.store.counters)
@@ -232,13 +246,17 @@ class NodeTrainer:
         self.opt = torch.optim.Adam(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         torch.manual_seed(cfg.seed + 1 + dist.rank())  # dropout masks differ between ranks
         self.counter_totals = dict.fromkeys(COUNTERS, 0)
+        self.row_norm = cfg.row_norm == "on" or (cfg.row_norm == "auto" and shard.min_feature() >= 0)
         shard.set_cache(cfg.cache, cfg.cache_size, self._presample)
 
     def batch(self, seeds: np.ndarray, fanouts: list[int], seed: int) -> MiniBatch:
         """Sample around `seeds` and gather the sampled nodes' features (collectives)."""
         blocks = self.shard.sample(seeds, fanouts, seed)
         deg = self.shard.degrees(blocks.node_ids) if self.cfg.model == "gcn" else None
-        mb = MiniBatch(self.shard.features(blocks.node_ids), list(blocks.num_nodes_per_hop),
+        x = self.shard.features(blocks.node_ids)
+        if self.row_norm:  # as torch_geometric.transforms.NormalizeFeatures
+            x = x / x.sum(1, keepdim=True).clamp(min=1)
+        mb = MiniBatch(x, list(blocks.num_nodes_per_hop),
                        [torch.from_numpy(e) for e in blocks.edge_index], deg)
         return mb.to(self.device)
 

@@ -48,6 +48,19 @@ def test_full_fanout_blocks_equal_a_full_graph_forward(model, layers):
     torch.testing.assert_close(got, ref[seeds], atol=1e-5, rtol=1e-4)
 
 
+def test_row_normalisation_is_automatic_for_non_negative_features():
+    g = small_graph()
+    g.x = np.abs(g.x)
+    auto = NodeTrainer(GraphShard(g), NodeConfig.for_model("sage"))
+    off = NodeTrainer(GraphShard(g), NodeConfig.for_model("sage", row_norm="off"))
+    assert auto.row_norm and not off.row_norm
+    assert not NodeTrainer(GraphShard(small_graph()), NodeConfig.for_model("sage")).row_norm
+    ref = full_graph_logits(auto.model.eval(), g)
+    g.x = g.x / g.x.sum(1, keepdims=True)
+    torch.testing.assert_close(auto.logits(np.arange(g.num_nodes)), full_graph_logits(auto.model, g), atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(off.logits(np.arange(g.num_nodes)), ref, atol=1e-5, rtol=1e-4)
+
+
 def test_sampled_gcn_aggregation_is_unbiased():
     # one linear GCN layer: the mean over many neighbour samples approaches the full result
     g = small_graph(n=30, m=300)
