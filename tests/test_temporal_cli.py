@@ -60,3 +60,9 @@ def test_checkpoint_rejects_pickled_objects(tmp_path):
 def test_static_data_without_task_suggests_node(capsys):
     rc = main(["train", "synthetic-static", "--num-nodes", "50", "--num-edges", "200", "--quiet"])
     assert rc == 2 and "--task node" in capsys.readouterr().err
+
+
+def test_demo_trains_and_prints_the_table(capsys):
+    assert main(["demo", "--num-nodes", "60", "--num-events", "1000", "--epochs", "1", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "test" in out and "AP" in out
