@@ -9,9 +9,11 @@ from gnndist.partition import load_partition, partition_graph
 from gnndist.static_trainer import GraphShard, NodeConfig, NodeTrainer, PartitionShard
 
 
-@pytest.fixture(autouse=True)
-def short_timeout(monkeypatch):
-    monkeypatch.setenv("GNNDIST_TIMEOUT", "60")
+@pytest.fixture(scope="module", autouse=True)
+def short_timeout():
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GNNDIST_TIMEOUT", "60")
+        yield
 
 
 def two_clusters(n: int = 80, m: int = 300, seed: int = 0) -> Graph:
@@ -40,24 +42,53 @@ def store(tmp_path_factory):
     return g, str(out)
 
 
-def trace_worker(store_dir: str, cfg: NodeConfig):
+def trace(part, cfg: NodeConfig):
     """Two epochs; after every step: (epoch, seeds as original ids, all parameters)."""
-    dist.setup("cpu")
-    part = load_partition(store_dir, dist.rank(), dist.world_size())
     trainer = NodeTrainer(PartitionShard(part, cfg), cfg)
     trace, records = [], []
     params = lambda: torch.cat([p.detach().reshape(-1) for p in trainer.model.parameters()]).numpy().copy()
     for epoch in (1, 2):
         records.append(trainer.train_epoch(epoch, lambda step, seeds, e=epoch: trace.append(
             (e, part.orig_ids[seeds - part.start], params()))))
-    dist.teardown()
     return trace, records
 
 
-def test_two_ranks_cover_the_training_set_with_identical_parameters(store):
-    g, store_dir = store
-    cfg = NodeConfig.for_model("gat", hidden=16, batch_size=8, fanouts=[3, 3], cache="presample", cache_size=0.5)
-    (t0, rec0), (t1, rec1) = dist.launch(2, trace_worker, store_dir, cfg)
+def equivalence(part, models: list[str]):
+    """Per model: full-neighbourhood logits of the owned nodes, and the gradients of one step
+    on the first few owned training nodes (dropout off)."""
+    out = {}
+    for model in models:
+        cfg = NodeConfig.for_model(model, hidden=16, dropout=0.0, fanouts=[3, 3], seed=5)
+        trainer = NodeTrainer(PartitionShard(part, cfg), cfg)
+        logits = trainer.logits(np.arange(part.start, part.stop))
+        seeds = trainer.shard.train_ids[:5]
+        trainer.compute_grads(seeds, trainer.batch(seeds, [-1, -1], 0))
+        out[model] = (part.orig_ids, logits.numpy(), part.orig_ids[seeds - part.start],
+                      [p.grad.numpy().copy() for p in trainer.model.parameters()])
+    return out
+
+
+MODELS = ["sage", "gcn", "gat"]
+TRACE_CFG = NodeConfig.for_model("gat", hidden=16, batch_size=8, fanouts=[3, 3], cache="presample", cache_size=0.5)
+
+
+def worker(store_dir: str):
+    dist.setup("cpu")
+    part = load_partition(store_dir, dist.rank(), dist.world_size())
+    out = trace(part, TRACE_CFG), equivalence(part, MODELS)
+    dist.teardown()
+    return out
+
+
+@pytest.fixture(scope="module")
+def ranks(short_timeout, store):
+    """Both workloads in one 2-rank launch (launching dominates the cost)."""
+    return dist.launch(2, worker, store[1])
+
+
+def test_two_ranks_cover_the_training_set_with_identical_parameters(store, ranks):
+    g = store[0]
+    (t0, rec0), (t1, rec1) = (r[0] for r in ranks)
     assert len(t0) == len(t1) > 0
     assert any(s.size == 0 for _, s, _ in t0 + t1)  # one rank ran empty steps
     for (e0, _, p0), (e1, _, p1) in zip(t0, t1):
@@ -71,29 +102,10 @@ def test_two_ranks_cover_the_training_set_with_identical_parameters(store):
         assert r0["remote_bytes"] > 0 and 0 <= r0["cache_hit_rate"] <= 1
 
 
-def equivalence_worker(store_dir: str, models: list[str]):
-    """Per model: full-neighbourhood logits of the owned nodes, and the gradients of one step
-    on the first few owned training nodes (dropout off)."""
-    dist.setup("cpu")
-    part = load_partition(store_dir, dist.rank(), dist.world_size())
-    out = {}
-    for model in models:
-        cfg = NodeConfig.for_model(model, hidden=16, dropout=0.0, fanouts=[3, 3], seed=5)
-        trainer = NodeTrainer(PartitionShard(part, cfg), cfg)
-        logits = trainer.logits(np.arange(part.start, part.stop))
-        seeds = trainer.shard.train_ids[:5]
-        trainer.compute_grads(seeds, trainer.batch(seeds, [-1, -1], 0))
-        out[model] = (part.orig_ids, logits.numpy(), part.orig_ids[seeds - part.start],
-                      [p.grad.numpy().copy() for p in trainer.model.parameters()])
-    dist.teardown()
-    return out
-
-
-def test_two_ranks_with_full_fanout_match_one_rank(store):
-    g, store_dir = store
-    models = ["sage", "gcn", "gat"]
-    ranks = dist.launch(2, equivalence_worker, store_dir, models)
-    for model in models:
+def test_two_ranks_with_full_fanout_match_one_rank(store, ranks):
+    g = store[0]
+    ranks = [r[1] for r in ranks]
+    for model in MODELS:
         single = NodeTrainer(GraphShard(g), NodeConfig.for_model(model, hidden=16, dropout=0.0, fanouts=[3, 3], seed=5))
         ref = single.logits(np.arange(g.num_nodes)).numpy()
         for ids, logits, _, _ in (r[model] for r in ranks):
