@@ -16,6 +16,7 @@ rate, remote bytes, counters) cover the remote feature rows of training steps.
 """
 from __future__ import annotations
 
+import abc
 import argparse
 import copy
 import hashlib
@@ -39,7 +40,7 @@ from gnndist.errors import GnndistError
 from gnndist.graph import Graph, TemporalGraph
 from gnndist.io import write_json
 from gnndist.partition import load_partition, partition_graph, read_store_meta
-from gnndist.samplers import (DistNeighborSampler, FeatureStore, PrefetchLoader, degree_scores,
+from gnndist.samplers import (Blocks, DistNeighborSampler, FeatureStore, PrefetchLoader, degree_scores,
                               sample_neighbors, visit_scores)
 from gnndist.static_models import MODELS, MiniBatch, StaticGNN
 
@@ -106,10 +107,10 @@ def step_seed(*keys: int) -> int:
 # Shards: what one rank sees of the graph
 
 
-class Shard:
+class Shard(abc.ABC):
     """What one rank sees of the graph: the train/val/test nodes it owns (global ids), and
-    sampling, features, degrees and labels by global id (`sample` and `features` are
-    collectives where the graph is spread over ranks)."""
+    sampling, features, degrees and labels by global id (`sample`, `features`, `min_feature`
+    and `set_cache` are collectives where the graph is spread over ranks)."""
 
     num_features: int
     num_classes: int
@@ -118,12 +119,28 @@ class Shard:
     test_ids: np.ndarray
     _deg: Optional[torch.Tensor]  # in-degree of every node (GCN only)
 
+    @abc.abstractmethod
+    def sample(self, seeds: np.ndarray, fanouts: list[int], seed: int) -> Blocks:
+        """Blocks of a multi-hop neighbourhood sample around `seeds`."""
+
+    @abc.abstractmethod
+    def features(self, ids: np.ndarray) -> torch.Tensor:
+        """Feature rows of `ids`."""
+
+    @abc.abstractmethod
+    def labels(self, ids: np.ndarray) -> np.ndarray:
+        """Labels of `ids` (nodes this rank owns)."""
+
+    @abc.abstractmethod
+    def min_feature(self) -> float:
+        """The smallest feature value over the whole graph."""
+
+    @abc.abstractmethod
+    def set_cache(self, policy: str, capacity: float, visits: Callable[[], list[np.ndarray]]) -> None:
+        """Put a feature cache in front of remote rows; `visits()` runs one sampling epoch."""
+
     def degrees(self, ids: np.ndarray) -> torch.Tensor:
         return self._deg[torch.from_numpy(ids)].float()
-
-    def min_feature(self) -> float:
-        """The smallest feature value over the whole graph (a collective)."""
-        raise NotImplementedError
 
     def counters(self) -> dict[str, int]:
         """Feature-store counters since the last `reset_counters`."""
@@ -145,7 +162,7 @@ class GraphShard(Shard):
                                                       (graph.train_mask, graph.val_mask, graph.test_mask))
         self._deg = torch.from_numpy(graph.degrees())
 
-    def sample(self, seeds: np.ndarray, fanouts: list[int], seed: int):
+    def sample(self, seeds: np.ndarray, fanouts: list[int], seed: int) -> Blocks:
         return sample_neighbors(self.graph, seeds, fanouts, seed=seed)
 
     def features(self, ids: np.ndarray) -> torch.Tensor:
@@ -188,7 +205,7 @@ class PartitionShard(Shard):
         scores = visit_scores(visits(), n) if policy == "presample" else degree_scores(self.part.indices, n)
         self.store.set_cache(policy, capacity, scores)
 
-    def sample(self, seeds: np.ndarray, fanouts: list[int], seed: int):
+    def sample(self, seeds: np.ndarray, fanouts: list[int], seed: int) -> Blocks:
         return self.sampler.sample(seeds, fanouts, seed=seed)
 
     def features(self, ids: np.ndarray) -> torch.Tensor:
@@ -454,7 +471,8 @@ def prepare(args: argparse.Namespace, world: int) -> Union[Graph, str]:
     if world == 1:
         return graph
     dist.log(f"partitioning {args.data} into {world} parts (metis, balance nodes,train) at {out}")
-    partition_graph(graph, world, method="metis", balance=["nodes", "train"], out=out)
+    partition_graph(graph, world, method="metis", balance=["nodes", "train"], out=out,
+                    progress=not args.quiet and sys.stderr.isatty())
     return str(out)
 
 
