@@ -1,43 +1,47 @@
 """Distributed TGN training on `synthetic-temporal`: 1 process against 2 and 4 local ranks,
-node memory replicated or partitioned, temporal against random partitioning.
+node memory replicated or partitioned, temporal against random partitioning, owner or slice
+batch shares.
 
-    python benchmarks/dist_tgnn.py                              # 1M events, 100k nodes, ranks 1,2,4
-    python benchmarks/dist_tgnn.py --num-events 20000 --ranks 1,2   # quick
+    python benchmarks/dist_tgnn.py                                  # 1M events, 100k nodes, ranks 1,2,4
+    python benchmarks/dist_tgnn.py --num-events 50000 --ranks 1,2   # quick
 
-For each setting one training epoch (then the validation and test passes every run makes) with
-the same global batch. Prints per setting: training events/s, remote node-state rows and bytes
-moved per epoch (all ranks), gradient all-reduce payload, the time split (mean over ranks) and
-test AP; then, per rank count, partitioned bytes with the temporal partitioner over those with
-random partitioning (target <= 0.5). Not a test: local ranks share this machine's cores, so
-events/s measures overheads, not the speed-up of ranks on their own machines.
+Every setting is one `gnndist train` command (a fresh process, as a user runs it) training one
+epoch with the same global batch, then the validation and test passes. Prints per setting:
+training events/s, node-state rows fetched from other ranks, bytes moved between ranks per
+epoch (state rows plus, in partitioned mode, the negatives' queries, embeddings and their
+gradients; all ranks together), the gradient all-reduce payload, the time split (mean over
+ranks) and test AP. Then, per rank count and share, partitioned bytes with the temporal
+partitioner over those with random partitioning (target: at most 0.5). Not a test: local ranks
+share this machine's cores, so events/s measures overheads, not the speed-up of ranks on
+machines of their own.
 """
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from gnndist import dist
-from gnndist.datasets import load
-from gnndist.partition import partition_graph
-from gnndist.temporal_dist import rank_main
-from gnndist.temporal_trainer import run
+PHASES = ("sample", "fetch", "compute", "sync")
 
 
-def train_args(a: argparse.Namespace, memory: str = "replicated", share: str = "owner") -> argparse.Namespace:
-    return argparse.Namespace(data="synthetic-temporal", model="tgn", epochs=1, batch_size=a.batch_size, lr=1e-4,
-                              memory_dim=a.memory_dim, neg="random", seed=0, device="cpu", quiet=True,
-                              checkpoint=None, resume=False, metrics_out=None, memory=memory, share=share,
-                              nproc=1)
+def gnndist(*argv: str) -> None:
+    """Run the gnndist CLI in a fresh process; its output is kept only when it fails."""
+    p = subprocess.run([sys.executable, "-m", "gnndist", *argv], capture_output=True, text=True)
+    if p.returncode:
+        sys.exit(f"gnndist {' '.join(argv)} failed:\n{p.stderr[-2000:]}")
 
 
 def row(label: str, m: dict) -> str:
     e = m["epochs"][0]
-    mb = lambda k: f"{e.get(k, 0) / 2**20:>9.1f}"  # noqa: E731
-    split = "".join(f"{e.get(f'{p}_s', float('nan')):>8.1f}" for p in ("sample", "fetch", "compute", "sync"))
-    return (f"{label:<40}{e['events_per_s']:>10,.0f}{e.get('remote_rows', 0):>12,}{mb('state_bytes')}"
-            f"{mb('grad_bytes')}{split}{m['test']['ap']:>8.4f}")
+    mb = lambda k: f"{e.get(k, 0) / 2**20:>10.1f}"  # noqa: E731
+    split = "".join(f"{e[f'{p}_s']:>8.1f}" if f"{p}_s" in e else f"{'-':>8}" for p in PHASES)
+    return (f"{label:<36}{e['events_per_s']:>9,.0f}{e.get('remote_rows', 0):>11,}{mb('bytes')}{mb('grad_bytes')}"
+            f"{split}{m['test']['ap']:>8.4f}")
 
 
 def main() -> None:
@@ -50,36 +54,41 @@ def main() -> None:
     p.add_argument("--shares", default="owner,slice", help="batch shares to run with partitioned memory")
     a = p.parse_args()
     nodes = a.num_nodes or max(a.num_events // 10, 2)
-    tg = load("synthetic-temporal", num_nodes=nodes, num_events=a.num_events)
-    print(f"synthetic-temporal: {tg.num_nodes:,} nodes, {tg.num_events:,} events, edge dim {tg.edge_dim}; "
-          f"TGN memory {a.memory_dim}, batch {a.batch_size}")
-    head = (f"{'setting':<40}{'events/s':>10}{'rem. rows':>12}{'state MB':>9}{'grad MB':>9}"
-            f"{'sample':>8}{'fetch':>8}{'compute':>8}{'sync':>8}{'test AP':>8}")
+    data = ["synthetic-temporal", "--num-nodes", str(nodes), "--num-events", str(a.num_events)]
+    train = ["--task", "link", "--model", "tgn", "--epochs", "1", "--batch-size", str(a.batch_size),
+             "--memory-dim", str(a.memory_dim), "--quiet"]
+    print(f"synthetic-temporal: {nodes:,} nodes, {a.num_events:,} events; TGN memory {a.memory_dim}, "
+          f"batch {a.batch_size}, 1 epoch; {os.cpu_count()} cores")
+    head = (f"{'setting':<36}{'events/s':>9}{'rem. rows':>11}{'MB moved':>10}{'grad MB':>10}"
+            + "".join(f"{h:>8}" for h in PHASES) + f"{'test AP':>8}")
     print(head + "\n" + "-" * len(head), flush=True)
-    ranks = [int(r) for r in a.ranks.split(",")]
     ratios = []
     with tempfile.TemporaryDirectory(prefix="dist-tgnn-") as tmp:
-        for w in ranks:
+        def measure(label: str, *argv: str) -> dict:
+            out = Path(tmp) / "m.json"
+            gnndist("train", *argv, *train, "--metrics-out", str(out))
+            m = json.loads(out.read_text())
+            print(row(label, m), flush=True)
+            return m
+
+        for w in (int(r) for r in a.ranks.split(",")):
             if w == 1:
-                print(row("1 process", run(train_args(a), tg)), flush=True)
+                measure("1 process", *data)
                 continue
             stores = {}
             for method in ("temporal", "random"):
-                t0 = time.perf_counter()
                 stores[method] = str(Path(tmp) / f"{method}{w}")
-                partition_graph(tg, w, method=method, out=stores[method])
-                print(f"  ({method} partition into {w}: {time.perf_counter() - t0:.1f}s)", flush=True)
-            runs = [("replicated", "temporal", "owner")]
-            runs += [("partitioned", method, share) for share in a.shares.split(",") for method in ("temporal", "random")]
-            got = {}
-            for memory, method, share in runs:
-                m = dist.launch(w, rank_main, train_args(a, memory, share), stores[method])[0]
-                got[memory, method, share] = m["epochs"][0]["state_bytes"]
-                print(row(f"{w} ranks {memory} {method} {share}", m), flush=True)
+                t0 = time.perf_counter()
+                gnndist("partition", *data, "--parts", str(w), "--method", method, "--out", stores[method], "--quiet")
+                print(f"  ({method} partition into {w} parts: {time.perf_counter() - t0:.1f}s)", flush=True)
+            measure(f"{w} ranks replicated temporal owner", stores["temporal"], "--nproc", str(w))
             for share in a.shares.split(","):
-                t, r = got["partitioned", "temporal", share], got["partitioned", "random", share]
+                got = {method: measure(f"{w} ranks partitioned {method} {share}", stores[method], "--nproc", str(w),
+                                       "--memory", "partitioned", "--share", share)["epochs"][0]["bytes"]
+                       for method in ("temporal", "random")}
                 ratios.append(f"{w} ranks, {share} share: partitioned bytes temporal / random = "
-                              f"{t / max(r, 1):.2f} ({t / 2**20:.1f} / {r / 2**20:.1f} MB)")
+                              f"{got['temporal'] / max(got['random'], 1):.2f} "
+                              f"({got['temporal'] / 2**20:.1f} / {got['random'] / 2**20:.1f} MB)")
     print("\n".join(ratios))
 
 

@@ -54,11 +54,17 @@ def last_event_rows(ids: Tensor, key: Tensor) -> Tensor:
     return key == best[inv]
 
 
-class _Keyed:
-    """Keys of the nodes written this batch: the position of each one's last event on this rank."""
+class _RankState:
+    """What both distributed states share: the keys of this batch's writes (the position of each
+    node's last event on this rank) and the traffic counters."""
 
     _nodes: Optional[Tensor] = None
     _keys: Optional[Tensor] = None
+    rows_fetched = 0  # rows received from other ranks
+    bytes_sent = 0  # bytes sent to other ranks
+
+    def reset_traffic(self) -> None:
+        self.rows_fetched = self.bytes_sent = 0
 
     def begin_batch(self, src: Tensor, dst: Tensor, eid: Tensor) -> None:
         """Name the events this rank processes in the current batch (global event ids)."""
@@ -87,13 +93,12 @@ def _layout(state: NodeState) -> list[tuple[torch.dtype, tuple[int, ...]]]:
                                        (state.memory, state.last_update, state.mail, state.mail_time)]
 
 
-class ReplicatedNodeState(_Keyed, NodeState):
+class ReplicatedNodeState(_RankState, NodeState):
     """All rows on every rank; writes are all-gathered and applied in global event order."""
 
     def __init__(self, num_nodes: int, memory_dim: int, mail_dim: int, mailbox_size: int = 1,
                  start_time: float = 0.0, device: torch.device | str = "cpu") -> None:
         super().__init__(num_nodes, memory_dim, mail_dim, mailbox_size, start_time, device)
-        self.rows_fetched, self.bytes_sent = 0, 0
 
     def write(self, ids: Tensor, memory: Tensor, last_update: Tensor, mail: Tensor, mail_time: Tensor) -> None:
         """Apply this batch's rows from every rank (a collective: every rank calls it once per batch)."""
@@ -107,7 +112,7 @@ class ReplicatedNodeState(_Keyed, NodeState):
         super().write(ids[keep], *(x[keep] for x in rows))
 
 
-class PartitionedNodeState(_Keyed):
+class PartitionedNodeState(_RankState):
     """The rows of the nodes this rank owns: node v is row `renumber[v]` (default v) and rank r
     owns rows `node_offsets[r] .. node_offsets[r+1]-1` (a partition store's `orig_to_new` and
     `node_offsets`). Other rows are fetched from their owners per batch and never kept here."""
@@ -124,11 +129,14 @@ class PartitionedNodeState(_Keyed):
         self.lo, self.hi = int(self.offsets[self.rank]), int(self.offsets[self.rank + 1])
         self.num_nodes = int(self.offsets[-1])
         self.local = NodeState(self.hi - self.lo, memory_dim, mail_dim, mailbox_size, start_time, device)
-        self.rows_fetched, self.bytes_sent = 0, 0
-        self.fetched = torch.zeros(0, dtype=_INT, device=device)  # remote ids of the last read
+        self.fetched = torch.zeros(0, dtype=_INT, device=device)  # remote ids read since begin_batch
 
     def reset(self) -> None:
         self.local.reset()
+
+    def begin_batch(self, src: Tensor, dst: Tensor, eid: Tensor) -> None:
+        super().begin_batch(src, dst, eid)
+        self.fetched = self.fetched[:0]
 
     def row(self, ids: Tensor) -> Tensor:
         """Global row of each node id."""
@@ -159,7 +167,7 @@ class PartitionedNodeState(_Keyed):
         back = gdist.exchange(rows.split(recv_sizes), self.group)
         self.bytes_sent += rows.shape[1] * (sum(recv_sizes) - recv_sizes[self.rank])
         remote = owner != self.rank
-        self.fetched = ids[remote]
+        self.fetched = torch.cat([self.fetched, ids[remote]])
         self.rows_fetched += int(remote.sum())
         out = torch.empty((ids.numel(), rows.shape[1]), dtype=torch.uint8, device=ids.device)
         out[order] = torch.cat(back)

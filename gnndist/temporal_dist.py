@@ -21,7 +21,7 @@ import json
 import os
 import time
 from contextlib import contextmanager
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, dataclass, fields, replace
 from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
@@ -30,7 +30,7 @@ import torch
 from torch import Tensor, nn
 
 from gnndist import dist as gdist
-from gnndist.dist_state import PartitionedNodeState, ReplicatedNodeState
+from gnndist.dist_state import PartitionedNodeState, ReplicatedNodeState, pack, unpack
 from gnndist.errors import GnndistError
 from gnndist.graph import TemporalGraph
 from gnndist.partition import load_id_maps, load_partition, partition_graph, read_store_meta
@@ -190,7 +190,8 @@ class DistLinkTask(LinkTask):
         if self.state is not None:
             self.state = TimedState(self.state, self.timers)
         self.params = list(self.model.parameters())
-        self._eids: list[np.ndarray] = []
+        self._served: Optional[tuple] = None
+        self.embed_bytes = 0
         self._figures: dict[str, float] = {}
 
     def batch(self, index: int, start: int, stop: int, neg: np.ndarray) -> Batch:
@@ -203,10 +204,25 @@ class DistLinkTask(LinkTask):
                   tensor(np.asarray(neg).reshape(stop - start, -1)[rows]))
         if self.state is not None:
             self.state.begin_batch(b.src, b.dst, b.eid)
-        self._eids.append(pos)
         return b
 
     def forward(self, batch: Batch) -> Forward:
+        """Scores of this rank's events. With partitioned memory the negatives are embedded by
+        their nodes' owners, where their rows and most of their neighbours' rows live: only the
+        queries, the embeddings and (in `sync_gradients`) their gradients travel, not the ~k+1
+        state rows each negative would need."""
+        if self.memory != "partitioned" or self.state is None:
+            return self._forward_here(batch)
+        b, n = batch.neg.shape
+        fw = self._forward_here(replace(batch, neg=batch.neg[:, :0]))
+        z_neg = self._embed_at_owners(batch.neg.reshape(-1), batch.t.repeat_interleave(n))
+        if b:
+            fw.neg = self.model.predictor(fw.embed[:b].repeat_interleave(n, 0), z_neg).view(b, n)
+        else:
+            fw.neg = torch.zeros((0, n), device=self.device, requires_grad=True)
+        return fw
+
+    def _forward_here(self, batch: Batch) -> Forward:
         if batch.src.numel():
             return super().forward(batch)
         # no events here: take part in the state's read collective, score nothing
@@ -214,10 +230,44 @@ class DistLinkTask(LinkTask):
                         if f.default is MISSING and f.default_factory is MISSING})
         fw.pos = torch.zeros(0, device=self.device, requires_grad=True)
         fw.neg = torch.zeros(batch.neg.shape, device=self.device, requires_grad=True)
+        fw.embed = torch.zeros(0, self.model.dim, device=self.device)
         if self.state is not None:
             fw.ids = batch.src
             fw.memory, fw.last_update, fw.mail, fw.mail_time = self.state.read(fw.ids)
         return fw
+
+    def _embed_at_owners(self, nodes: Tensor, times: Tensor) -> Tensor:
+        """Embeddings [Q, d] of the queries (nodes, times), each computed by the node's owner (a
+        collective). While training, the served embeddings keep their graphs until the
+        requesters send the gradients back."""
+        owner = torch.as_tensor(self.share.owner[nodes.cpu().numpy()], dtype=torch.long, device=self.device)
+        order = torch.argsort(owner, stable=True)
+        sizes = torch.bincount(owner, minlength=self.share.world).tolist()
+        asked = gdist.exchange(pack([nodes[order], times[order]]).split(sizes))
+        served_sizes = [a.shape[0] for a in asked]
+        qn, qt = unpack(torch.cat(asked), [(torch.int64, ()), (torch.float64, ())])
+        zero = torch.zeros(qn.numel(), 0, dtype=torch.long, device=self.device)
+        served = self._forward_here(Batch(qn, qn, qt, torch.zeros_like(qn), zero)).embed[:qn.numel()]
+        back = gdist.exchange(served.detach().split(served_sizes))
+        z = torch.empty((nodes.numel(), self.model.dim), device=self.device)
+        z[order] = torch.cat(back)
+        me, row = self.share.rank, self.model.dim * z.element_size()
+        self.embed_bytes += 16 * (sum(sizes) - sizes[me]) + row * (sum(served_sizes) - served_sizes[me])
+        if torch.is_grad_enabled():
+            z.requires_grad_()
+            self._served = (z, order, sizes, served, served_sizes)
+        return z
+
+    def _backward_served(self) -> None:
+        """Send the gradients of the embeddings this rank asked for back to their owners, which
+        backpropagate them through the embeddings they served (a collective)."""
+        z, order, sizes, served, served_sizes = self._served
+        self._served = None
+        grad = torch.zeros_like(z) if z.grad is None else z.grad
+        got = torch.cat(gdist.exchange(grad[order].split(sizes)))
+        self.embed_bytes += z.shape[1] * z.element_size() * (sum(served_sizes) - served_sizes[self.share.rank])
+        if served.requires_grad and served.numel():
+            torch.autograd.backward(served, got)
 
     def write(self, batch: Batch, fw: Forward) -> None:
         if batch.src.numel():
@@ -227,38 +277,41 @@ class DistLinkTask(LinkTask):
 
     def sync_gradients(self) -> None:
         with self.timers.phase("sync"):
+            if self._served is not None:
+                self._backward_served()
             sum_gradients(self.params)
 
     def train_epoch(self, epoch: int) -> float:
         self.timers.reset()
-        for name in ("rows_fetched", "bytes_sent"):
-            if self.state is not None:
-                setattr(self.state.state, name, 0)
+        self.embed_bytes = 0
+        if self.state is not None:
+            self.state.reset_traffic()
         t0 = time.perf_counter()
         loss = super().train_epoch(epoch)
         seconds = time.perf_counter() - t0
         spent = self.timers.seconds
         spent["compute"] = seconds - spent["sample"] - spent["fetch"] - spent["sync"]
         rows = (self.state.rows_fetched, self.state.bytes_sent) if self.state is not None else (0, 0)
-        total = gdist.all_reduce(torch.tensor([loss, *rows, *(spent[p] for p in PHASES)], dtype=torch.float64,
-                                              device=self.device)).cpu()
+        total = gdist.all_reduce(torch.tensor([loss, *rows, self.embed_bytes, *(spent[p] for p in PHASES)],
+                                              dtype=torch.float64, device=self.device)).cpu()
         w, steps = self.share.world, len(range(0, self.train_end, self.batch_size))
-        self._figures = {"remote_rows": int(total[1]), "state_bytes": int(total[2]),
+        self._figures = {"remote_rows": int(total[1]), "state_bytes": int(total[2]), "embed_bytes": int(total[3]),
+                         "bytes": int(total[2] + total[3]),
                          "grad_bytes": w * steps * sum(p.numel() * p.element_size() for p in self.params),
-                         **{f"{p}_s": float(total[3 + i]) / w for i, p in enumerate(PHASES)}}
+                         **{f"{p}_s": float(total[4 + i]) / w for i, p in enumerate(PHASES)}}
         return float(total[0])
 
     def figures(self) -> dict[str, float]:
-        """Of the last training epoch: node-state rows fetched from other ranks and bytes sent
-        to them (all ranks together), the gradients' all-reduce payload (all ranks), and
+        """Of the last training epoch, all ranks together: node-state rows fetched from other
+        ranks, bytes of state rows and of served embeddings (queries, embeddings, gradients)
+        sent to other ranks and their sum `bytes`, the gradients' all-reduce payload; and
         seconds per phase (mean over ranks)."""
         return self._figures
 
     def evaluate(self, start: int, stop: int, negatives: np.ndarray, desc: str) -> tuple[np.ndarray, np.ndarray]:
-        self._eids = []
         pos, neg = super().evaluate(start, stop, negatives, desc)
-        eid = np.concatenate(self._eids) if self._eids else np.zeros(0, np.int64)
-        return gather_scores(eid, pos, neg, self.device)
+        eid = [self.share.positions(self.tg.src[s:e], s) for _, s, e in self.batches(start, stop)]
+        return gather_scores(np.concatenate(eid) if eid else np.zeros(0, np.int64), pos, neg, self.device)
 
 
 @dataclass

@@ -99,17 +99,26 @@ class RecTask(DistLinkTask):
 
     trace: list = field(default_factory=list)
     held_ok: list = field(default_factory=list)
+    forwards: list = field(default_factory=list)
     orig_to_new: np.ndarray = None
 
+    def _forward_here(self, batch):
+        self.forwards.append(batch)
+        return super()._forward_here(batch)
+
     def forward(self, batch):
+        self.forwards = []  # this rank's events; with partitioned memory also the queries it serves
         fw = super().forward(batch)
         st = self.state.state if self.state is not None else None
         if self.memory == "partitioned" and self.model.name == "tgn":
-            # rows this batch needs: its nodes and their recent neighbours (brute force)
-            nodes = torch.cat([batch.src, batch.dst, batch.neg.reshape(-1)]).numpy()
-            times = np.concatenate([batch.t.numpy()] * 2 + [np.repeat(batch.t.numpy(), batch.neg.shape[1])])
-            s = sample_temporal_neighbors(self.tg, nodes, times, NUM_NEIGHBORS)
-            need = np.unique(np.concatenate([nodes, s.nbr[s.mask]]))
+            # rows these forwards need: their nodes and the nodes' recent neighbours (brute force)
+            need = []
+            for f in self.forwards:
+                nodes = torch.cat([f.src, f.dst, f.neg.reshape(-1)]).numpy()
+                times = np.concatenate([f.t.numpy()] * 2 + [np.repeat(f.t.numpy(), f.neg.shape[1])])
+                s = sample_temporal_neighbors(self.tg, nodes, times, NUM_NEIGHBORS)
+                need += [nodes, s.nbr[s.mask]]
+            need = np.unique(np.concatenate(need))
             remote = need[self.share.owner[need] != self.share.rank]
             own = [t.shape[0] for t in rows_of(st.local)]
             fetched = set(st.fetched.tolist())  # the model also reads padded neighbour slots as node 0
@@ -244,7 +253,8 @@ def test_partitioned_state_holds_only_own_rows_and_this_batch_fetch(launched):
             for out in results:
                 held = out[case][1]
                 assert held and all(held), case
-                assert out[case][2]["epochs"][0]["remote_rows"] > 0
+                e = out[case][2]["epochs"][0]
+                assert e["remote_rows"] > 0 and e["embed_bytes"] > 0 and e["bytes"] > e["state_bytes"] > 0
 
 
 def test_resume_on_ranks_ends_with_the_same_figures(launched):
