@@ -28,7 +28,7 @@ from gnndist.node_state import NodeState
 from gnndist.samplers.temporal import sample_tcsr
 from gnndist.tgnn import SPECS, TGNN, Batch, Forward, SampleFn
 
-DEFAULTS = {"epochs": 10, "batch_size": 200, "lr": 1e-4, "memory_dim": 100}
+DEFAULTS = {"epochs": 3, "batch_size": 200, "lr": 1e-3, "memory_dim": 100}
 TIME_DIM = 100
 NUM_NEIGHBORS = 10
 EVAL_NEGATIVES = 10  # per positive, for MRR (AP and AUC use the first one)
