@@ -2,8 +2,9 @@
 
 `ReplicatedNodeState`: every rank holds all rows; after each batch the ranks all-gather the
 rows they wrote and apply them in global event order. `PartitionedNodeState`: each rank holds
-only the rows of the node ids it owns (a contiguous range); `read` fetches remote rows from
-their owners in one batched exchange, `write` sends rows to their owners.
+only the rows of the nodes it owns; `read` fetches other rows from their owners in one batched
+exchange (and keeps none of them), `write` sends rows to their owners. Both are collectives:
+all ranks call `read` and `write` together, with or without rows of their own.
 
 Several ranks may write the same node in one batch (it took part in events of each). Before
 `write`, the trainer names the batch's events on this rank with `begin_batch(src, dst, eid)`;
@@ -17,7 +18,7 @@ to or fetched from other ranks, not what it moved to itself.
 from __future__ import annotations
 
 import math
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 import torch
 from torch import Tensor
@@ -101,7 +102,7 @@ class ReplicatedNodeState(_RankState, NodeState):
         super().__init__(num_nodes, memory_dim, mail_dim, mailbox_size, start_time, device)
 
     def write(self, ids: Tensor, memory: Tensor, last_update: Tensor, mail: Tensor, mail_time: Tensor) -> None:
-        """Apply this batch's rows from every rank (a collective: every rank calls it once per batch)."""
+        """Apply this batch's rows from every rank."""
         buf = pack([ids, self.key_of(ids), memory.detach(), last_update, mail.detach(), mail_time])
         parts = gdist.all_gather_varsize(buf)
         me = gdist.rank()
@@ -119,8 +120,8 @@ class PartitionedNodeState(_RankState):
 
     def __init__(self, node_offsets: Sequence[int], memory_dim: int, mail_dim: int, mailbox_size: int = 1,
                  start_time: float = 0.0, device: torch.device | str = "cpu",
-                 renumber: Optional[Tensor] = None, group: Any = None) -> None:
-        self.rank, self.group = gdist.rank(), group
+                 renumber: Optional[Tensor] = None) -> None:
+        self.rank = gdist.rank()
         self.renumber = None if renumber is None else torch.as_tensor(renumber, dtype=_INT, device=device)
         self.offsets = torch.as_tensor(list(node_offsets), dtype=_INT, device=device)
         if self.offsets.numel() != gdist.world_size() + 1:
@@ -151,20 +152,19 @@ class PartitionedNodeState(_RankState):
         rows sent per rank). Counts the bytes that leave this rank."""
         order = torch.argsort(owner, stable=True)
         sizes = torch.bincount(owner, minlength=len(self.offsets) - 1).tolist()
-        recv = gdist.exchange(rows[order].split(sizes), self.group)
+        recv = gdist.exchange(rows[order].split(sizes))
         per_row = rows[0].numel() * rows.element_size() if rows.shape[0] else 0
         self.bytes_sent += per_row * (sum(sizes) - sizes[self.rank])
         return recv, order, sizes
 
     def read(self, ids: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """(memory, last_update, mail, mail_time) rows of the global ids `ids` (a collective:
-        every rank calls it once per batch, with or without ids)."""
+        """(memory, last_update, mail, mail_time) rows of the node ids `ids`."""
         owner = self.owner(ids)
         asked, order, sizes = self._to_owners(owner, ids.unsqueeze(1))
         recv_sizes = [a.shape[0] for a in asked]
         mine = self.row(torch.cat(asked).squeeze(1)) - self.lo
         rows = pack(self.local.read(mine))
-        back = gdist.exchange(rows.split(recv_sizes), self.group)
+        back = gdist.exchange(rows.split(recv_sizes))
         self.bytes_sent += rows.shape[1] * (sum(recv_sizes) - recv_sizes[self.rank])
         remote = owner != self.rank
         self.fetched = torch.cat([self.fetched, ids[remote]])
@@ -174,8 +174,7 @@ class PartitionedNodeState(_RankState):
         return tuple(unpack(out, _layout(self.local)[2:]))
 
     def write(self, ids: Tensor, memory: Tensor, last_update: Tensor, mail: Tensor, mail_time: Tensor) -> None:
-        """Send each row to its owner, which keeps per node the row of the globally last event
-        (a collective: every rank calls it once per batch)."""
+        """Send each row to its owner, which keeps per node the row of the globally last event."""
         buf = pack([ids, self.key_of(ids), memory.detach(), last_update, mail.detach(), mail_time])
         recv, _, _ = self._to_owners(self.owner(ids), buf)
         ids, key, *rows = unpack(torch.cat(recv), _layout(self.local))

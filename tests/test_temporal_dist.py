@@ -284,5 +284,8 @@ def test_cli_nproc_from_a_partition_store_equals_one_process(tmp_path, monkeypat
     assert m2["world_size"] == 2 and m2["memory"] == "partitioned" and m1["world_size"] == 1
     for k in ("ap", "auc", "mrr"):
         assert abs(m2["test"][k] - m1["test"][k]) < 1e-6
+    capsys.readouterr()
     assert cli.main(["train", str(tmp_path / "store"), *common, "--nproc", "3"]) == 2
     assert "has 2 parts but 3 rank(s) run" in capsys.readouterr().err
+    assert cli.main(["train", str(tmp_path / "store"), *common, "--nproc", "2", "--model", "apan"]) == 2
+    assert "apan" in capsys.readouterr().err
