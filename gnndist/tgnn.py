@@ -116,6 +116,7 @@ class TGNN(nn.Module):
             self.updater = cell(self.mail_dim + time_dim, memory_dim)
         elif spec.updater == "mailbox":
             self.updater = TemporalAttention(memory_dim, self.mail_dim, time_dim, memory_dim, heads, dropout)
+            self.updater_norm = nn.LayerNorm(memory_dim)  # APAN: attention, then layer norm
         if spec.embed == "attention" or spec.attention_mail:
             self.layers = nn.ModuleList(
                 TemporalAttention(memory_dim, memory_dim, edge_dim + time_dim, memory_dim, heads, dropout)
@@ -145,8 +146,8 @@ class TGNN(nn.Module):
             valid = mail_time > float("-inf")
             r, m = valid.shape
             age = torch.where(valid, newest.unsqueeze(1) - mail_time, 0).float()
-            new = self.updater(memory, mail.reshape(r * m, -1), torch.arange(r * m, device=mail.device).view(r, m),
-                               self.time_enc(age.reshape(-1)).view(r, m, -1), valid)
+            new = self.updater_norm(self.updater(memory, mail.reshape(r * m, -1), torch.arange(
+                r * m, device=mail.device).view(r, m), self.time_enc(age.reshape(-1)).view(r, m, -1), valid))
         else:
             dt = torch.where(has, mail_time[:, -1] - last_update, 0).float()
             new = self.updater(torch.cat([mail[:, -1], self.time_enc(dt)], dim=1), memory)
