@@ -72,6 +72,7 @@ class NodeConfig:
     cache: str = "none"
     cache_size: float = 0.1
     device: str = "cpu"
+    prefetch: bool = True  # sample and fetch step i+1 in a background thread during step i
     seed: int = 0
     quiet: bool = False
 
@@ -290,7 +291,7 @@ class NodeTrainer:
                 return seeds, self.shard.sample(seeds, fanouts, seed).node_ids
             return seeds, self.batch(seeds, fanouts, seed)
 
-        return steps, PrefetchLoader(range(steps), make)
+        return steps, PrefetchLoader(range(steps), make, enabled=self.cfg.prefetch)
 
     def _epoch_order(self, epoch: int) -> tuple[np.ndarray, int]:
         """This rank's training nodes in the epoch's seeded order, and its per-step share of the
