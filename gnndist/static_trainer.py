@@ -12,7 +12,8 @@ batches run empty steps that still join every collective.
 Evaluation is distributed the same way (each rank classifies the val/test nodes it owns; the
 counts are summed), over full neighbourhoods unless --eval-fanouts says otherwise. The test
 accuracy is that of the parameters with the best validation accuracy. Cache figures (hit
-rate, remote bytes, counters) cover the remote feature rows of training steps.
+rate, remote bytes, counters) cover the remote feature rows of training steps. Features that
+are never negative (bag-of-words) are row-normalised per batch unless --row-norm off.
 """
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ from gnndist.samplers import (Blocks, DistNeighborSampler, FeatureStore, Prefetc
 from gnndist.static_models import MODELS, MiniBatch, StaticGNN
 
 
-# Per-model defaults, chosen to reach the published Cora/CiteSeer accuracies (see README).
+# Per-model defaults, picked among a few settings on Cora and CiteSeer (public splits, 5 seeds).
 MODEL_DEFAULTS = {
     "sage": dict(hidden=128, dropout=0.5, lr=0.01),
     "gcn": dict(hidden=64, dropout=0.5, lr=0.01),
