@@ -69,11 +69,12 @@ def _check(op: str, fn: Callable[[], Any]) -> Any:
                            f"past {timeout_s():.0f}s): {first}") from e
 
 
-def all_reduce(t: torch.Tensor, op: str = "sum") -> torch.Tensor:
-    """In-place all-reduce (`sum` or `max`); identity in a 1-process world."""
+def all_reduce(t: torch.Tensor, op: str = "sum", group: Any = None) -> torch.Tensor:
+    """In-place all-reduce (`sum` or `max`) over `group` (default: the world); identity in a
+    1-process world."""
     if world_size() > 1:
         red = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}[op]
-        _check(f"all_reduce({op})", lambda: dist.all_reduce(t, op=red))
+        _check(f"all_reduce({op})", lambda: dist.all_reduce(t, op=red, group=group))
     return t
 
 

@@ -9,6 +9,7 @@ seeds of their own.
 """
 from __future__ import annotations
 
+import datetime
 from typing import Any, Sequence
 
 import numpy as np
@@ -34,7 +35,8 @@ def sampler_group() -> Any:
     if not dist.is_initialized() or dist.get_world_size() == 1:
         return None
     if _groups.get("world") is not dist.group.WORLD:
-        _groups.update(world=dist.group.WORLD, group=dist.new_group(backend="gloo"))
+        timeout = datetime.timedelta(seconds=gdist.timeout_s())
+        _groups.update(world=dist.group.WORLD, group=dist.new_group(backend="gloo", timeout=timeout))
     return _groups["group"]
 
 

@@ -189,9 +189,10 @@ class FeatureStore:
 
 def degree_scores(indices: np.ndarray, num_nodes: int) -> np.ndarray:
     """How many CSR rows, over all ranks, list each node (how often it can be sampled: its
-    out-degree in message direction); a collective (one all-reduce)."""
+    out-degree in message direction); a collective (one all-reduce on the samplers' CPU group,
+    so it also works when the trainers' backend is NCCL)."""
     counts = torch.from_numpy(np.bincount(np.asarray(indices, dtype=np.int64), minlength=num_nodes))
-    return gdist.all_reduce(counts).numpy()
+    return gdist.all_reduce(counts, group=sampler_group()).numpy()
 
 
 def visit_scores(node_id_batches, num_nodes: int) -> np.ndarray:
