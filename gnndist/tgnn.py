@@ -13,12 +13,15 @@ the optimizer step):
    JODIE (no data statistics: the elapsed time enters as log(1 + dt)), the memory itself for
    DyRep/APAN) and score positives and negatives;
 4. `write`: the batch's true endpoints get their updated memory (detached) and a new mail
-   `[own memory, other endpoint's memory (DyRep: its attention embedding), edge features]`
-   stamped with the event time; each node once, from its last event in the batch. APAN also
-   delivers the mails to the endpoints' sampled neighbours.
+   `[other endpoint's memory (DyRep: its attention embedding), edge features]` stamped with
+   the event time; each node once, from its last event in the batch. (TGN's message also
+   holds the node's own memory; here that is the GRU's hidden state, which is the same
+   vector, so the mail leaves it out: a third less GRU input and half the mailbox.) APAN
+   mails also hold the sending endpoint's memory and go to the endpoints and their sampled
+   neighbours.
 
-Events of one batch never see each other's state updates. Mail time encodings are computed
-when a mail is consumed (`cos(w * (mail_time - last_update) + b)`), so they receive gradients.
+Events of one batch never see each other's state updates. A mail's time enters as the
+encoding of `mail_time - last_update` when the mail is consumed.
 """
 from __future__ import annotations
 
@@ -110,7 +113,7 @@ class TGNN(nn.Module):
         self.num_nodes, self.edge_dim, self.dim, self.k = num_nodes, edge_dim, memory_dim, num_neighbors
         spec = self.spec
         self.time_enc = time_encoder(time_dim)
-        self.mail_dim = 2 * memory_dim + edge_dim
+        self.mail_dim = (2 if spec.deliver_to_neighbors else 1) * memory_dim + edge_dim
         if spec.updater in ("gru", "rnn"):
             cell = nn.GRUCell if spec.updater == "gru" else nn.RNNCell
             self.updater = cell(self.mail_dim + time_dim, memory_dim)
@@ -164,8 +167,8 @@ class TGNN(nn.Module):
                 r, k = s.mask.shape
                 mask = torch.from_numpy(s.mask).to(dev)
                 dt = self.time_enc(torch.from_numpy(s.dt).to(dev).reshape(-1)).view(r, k, -1)
-                efeat = edge_feat.index_select(0, torch.from_numpy(s.eid).to(dev).reshape(-1)).view(r, k, -1)
-                context = torch.cat([efeat, dt], dim=2) if self.edge_dim else dt
+                context = torch.cat([edge_feat.index_select(0, torch.from_numpy(s.eid).to(dev).reshape(-1)).view(
+                    r, k, -1), dt], dim=2) if self.edge_dim else dt
                 table, index = levels[lvl]
                 keys, key_index = levels[lvl + 1]
                 out.append(layer(table.index_select(0, index), keys, key_index.view(r, k), context, mask))
@@ -233,8 +236,8 @@ class TGNN(nn.Module):
         if spec.attention_mail:
             out.endpoint_embed = self._attend(levels, hops, edge_feat)
         out.embed = z
-        out.pos = self.predictor(z[:b], z[b:2 * b])
-        out.neg = self.predictor(z[:b].repeat_interleave(n, 0), z[2 * b:]).view(b, n)
+        logits = self.predictor(torch.cat([z[:b], z[:b].repeat_interleave(n, 0)]), z[b:])  # dst, then negatives
+        out.pos, out.neg = logits[:b], logits[b:].view(b, n)
         return out
 
     def write(self, state: Optional[NodeState], batch: Batch, fw: Forward, edge_feat: Tensor) -> None:
@@ -251,8 +254,9 @@ class TGNN(nn.Module):
         e = edge_feat.index_select(0, batch.eid)
         # interleaved per event: (src side, dst side), so list position = 2 * event + side
         ends = torch.stack([pos_src, pos_dst], 1).reshape(-1)
-        mails = torch.stack([torch.cat([upd[pos_src], other_src, e], 1),
-                             torch.cat([upd[pos_dst], other_dst, e], 1)], 1).reshape(2 * b, -1)
+        if self.spec.deliver_to_neighbors:  # APAN mails reach other nodes: they name the sender too
+            other_src, other_dst = torch.cat([upd[pos_src], other_src], 1), torch.cat([upd[pos_dst], other_dst], 1)
+        mails = torch.stack([torch.cat([other_src, e], 1), torch.cat([other_dst, e], 1)], 1).reshape(2 * b, -1)
         times = batch.t.repeat_interleave(2)
         if not self.spec.deliver_to_neighbors:
             rows, last = last_per_node(ends, fw.ids.numel())
