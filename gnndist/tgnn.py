@@ -32,6 +32,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from gnndist.graph import TemporalGraph
 from gnndist.node_state import NodeState
 from gnndist.samplers.temporal import TemporalSample, multihop
 from gnndist.tgnn_layers import LinkPredictor, TemporalAttention, last_per_node, merge_mailbox, time_encoder
@@ -72,7 +73,8 @@ class Batch:
     neg: Tensor
 
     @classmethod
-    def from_graph(cls, tg, start: int, stop: int, neg: np.ndarray, device: torch.device | str = "cpu") -> "Batch":
+    def from_graph(cls, tg: TemporalGraph, start: int, stop: int, neg: np.ndarray,
+                   device: torch.device | str = "cpu") -> "Batch":
         """Events [start, stop) of a `TemporalGraph` with their negatives [stop - start, n]."""
         def tensor(a):
             return torch.as_tensor(np.ascontiguousarray(a), device=device)
