@@ -20,14 +20,10 @@ from __future__ import annotations
 import abc
 import argparse
 import copy
-import hashlib
-import json
 import math
-import os
 import sys
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Callable, Optional, Union
 
 import numpy as np
@@ -40,10 +36,11 @@ from gnndist.datasets import load_from_args
 from gnndist.errors import GnndistError
 from gnndist.graph import Graph, TemporalGraph
 from gnndist.io import write_json
-from gnndist.partition import load_partition, partition_graph, read_store_meta
+from gnndist.partition import load_partition, partition_graph
 from gnndist.samplers import (Blocks, DistNeighborSampler, FeatureStore, PrefetchLoader, degree_scores,
                               sample_neighbors, visit_scores)
 from gnndist.static_models import MODELS, MiniBatch, StaticGNN
+from gnndist.stores import auto_partition_dir, check_store, is_store, torchrun_source
 
 
 # Per-model defaults, picked among a few settings on Cora and CiteSeer (public splits, 5 seeds).
@@ -435,37 +432,13 @@ def run_rank(source: Union[Graph, str], cfg: NodeConfig, metrics_out: Optional[s
         dist.teardown()
 
 
-def cache_root() -> Path:
-    """Where partition stores made on demand live: $GNNDIST_CACHE or ~/.cache/gnndist."""
-    return Path(os.environ.get("GNNDIST_CACHE") or Path.home() / ".cache" / "gnndist")
-
-
-def auto_partition_dir(args: argparse.Namespace, parts: int) -> Path:
-    """The store folder for DATA split into `parts` (keyed by the data's identity and options)."""
-    path = Path(args.data)
-    if path.exists():
-        files = sorted(p for p in ([path] if path.is_file() else path.rglob("*")) if p.is_file())
-        ident = [str(path.resolve())] + [f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in files]
-    else:
-        ident = [args.data] + [f"{k}={getattr(args, k, None)}" for k in ("num_nodes", "num_edges", "data_seed")]
-    key = hashlib.sha256(json.dumps(ident + [args.format, parts, "metis", "nodes,train"]).encode()).hexdigest()[:12]
-    return cache_root() / "partitions" / f"{path.name or 'data'}-{parts}parts-{key}"
-
-
 def prepare(args: argparse.Namespace, world: int) -> Union[Graph, str]:
     """What the ranks train on: the loaded graph (one rank), else a partition store folder with
     `world` parts (DATA itself, or a METIS split of DATA made now, or reused from the cache)."""
-    data = Path(args.data)
-    if (data / "meta.json").is_file():
-        meta = read_store_meta(data)
-        if meta.get("kind") != "static":
-            raise GnndistError(f"partition store {data} holds a {meta.get('kind')} graph; --task node needs a static one")
-        if int(meta["num_parts"]) != world:
-            raise GnndistError(f"partition store {data} has {meta['num_parts']} parts but {world} rank(s) run; "
-                               f"use --nproc {meta['num_parts']}")
-        return str(data)
+    if is_store(args.data):
+        return check_store(args.data, "static", world)
     out = auto_partition_dir(args, world) if world > 1 else None
-    if out is not None and (out / "meta.json").is_file():
+    if out is not None and is_store(out):
         dist.log(f"using the partition store {out} ({world} parts, made earlier)")
         return str(out)
     graph = load_from_args(args)
@@ -482,15 +455,7 @@ def main(args: argparse.Namespace) -> int:
     """`gnndist train --task node`: one rank, --nproc local ranks, or one rank of a torchrun world."""
     cfg = config_from_args(args)
     if dist.in_torchrun():
-        world = int(os.environ["WORLD_SIZE"])
-        if world > 1 and not (Path(args.data) / "meta.json").is_file():
-            # rank 0 partitions (or finds the cached store); the others wait for it
-            device = dist.setup(cfg.device)
-            source = prepare(args, world) if dist.rank() == 0 else str(auto_partition_dir(args, world))
-            dist.agree_max(0, device)
-        else:
-            source = prepare(args, world)
-        run_rank(source, cfg, args.metrics_out)
+        run_rank(torchrun_source(args, cfg.device, prepare, auto_partition_dir), cfg, args.metrics_out)
     elif args.nproc > 1:
         dist.launch(args.nproc, run_rank, prepare(args, args.nproc), cfg, args.metrics_out)
     else:

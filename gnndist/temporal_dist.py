@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import time
 from contextlib import contextmanager
 from dataclasses import MISSING, dataclass, fields, replace
@@ -34,12 +33,9 @@ from gnndist.dist_state import PartitionedNodeState, ReplicatedNodeState, pack, 
 from gnndist.errors import GnndistError
 from gnndist.graph import TemporalGraph
 from gnndist.partition import load_id_maps, load_partition, partition_graph, read_store_meta
+from gnndist.stores import auto_partition_dir, check_store, is_store, torchrun_source
 from gnndist.temporal_trainer import LinkTask, run
 from gnndist.tgnn import Batch, Forward
-
-def is_store(path: str) -> bool:
-    """True when `path` is a partition store folder."""
-    return (Path(path) / "meta.json").is_file()
 
 
 def load_store_events(path: str | Path) -> tuple[TemporalGraph, np.ndarray, np.ndarray]:
@@ -352,8 +348,6 @@ def store_dir(args: argparse.Namespace, world: int) -> Path:
     """The cache folder of DATA split into `world` parts by the temporal method: the static
     trainer's folder for DATA (keyed by the file's identity or the generator options), told
     apart by the method and the event count."""
-    from gnndist.static_trainer import auto_partition_dir
-
     base = auto_partition_dir(args, world)
     key = hashlib.sha256(json.dumps(["temporal", getattr(args, "num_events", None)]).encode()).hexdigest()[:8]
     return base.with_name(f"{base.name}-temporal-{key}")
@@ -365,13 +359,7 @@ def prepare(args: argparse.Namespace, world: int) -> str:
     from gnndist.datasets import load_from_args
 
     if is_store(args.data):
-        meta = read_store_meta(args.data)
-        if meta["kind"] != "temporal":
-            raise GnndistError(f"partition store {args.data} holds a static graph; --task link needs a temporal one")
-        if int(meta["num_parts"]) != world:
-            raise GnndistError(f"partition store {args.data} has {meta['num_parts']} parts but {world} rank(s) run; "
-                               f"use --nproc {meta['num_parts']}")
-        return str(args.data)
+        return check_store(args.data, "temporal", world)
     out = store_dir(args, world)
     if is_store(str(out)):
         gdist.log(f"using the partition store {out} ({world} parts, made earlier)")
@@ -402,14 +390,7 @@ def main(args: argparse.Namespace) -> int:
         raise GnndistError("--model apan delivers mails to sampled neighbours, which gnndist does not "
                            "distribute yet; run it on one process (--nproc 1)")
     if gdist.in_torchrun():
-        world = int(os.environ["WORLD_SIZE"])
-        if is_store(args.data):
-            store = prepare(args, world)
-        else:  # rank 0 partitions (or finds the cached store); the others wait for it
-            device = gdist.setup(args.device)
-            store = prepare(args, world) if gdist.rank() == 0 else str(store_dir(args, world))
-            gdist.agree_max(0, device)
-        rank_main(args, store)
+        rank_main(args, torchrun_source(args, args.device, prepare, store_dir))
     else:
         gdist.launch(args.nproc, rank_main, args, prepare(args, args.nproc))
     return 0
