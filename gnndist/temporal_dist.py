@@ -33,6 +33,7 @@ from gnndist.dist_state import PartitionedNodeState, ReplicatedNodeState, pack, 
 from gnndist.errors import GnndistError
 from gnndist.graph import TemporalGraph
 from gnndist.partition import load_id_maps, load_partition, partition_graph, read_store_meta
+from gnndist.samplers.distributed import owners
 from gnndist.stores import auto_partition_dir, check_store, is_store, torchrun_source
 from gnndist.temporal_trainer import LinkTask, run
 from gnndist.tgnn import Batch, Forward
@@ -84,7 +85,7 @@ class Share:
 
 def owner_of_nodes(node_offsets: np.ndarray, orig_to_new: np.ndarray) -> np.ndarray:
     """Owning rank of every original node id."""
-    return (np.searchsorted(node_offsets, orig_to_new, side="right") - 1).astype(np.int32)
+    return owners(orig_to_new, node_offsets).astype(np.int32)
 
 
 def new_state(model: nn.Module, memory: str, node_offsets: np.ndarray, orig_to_new: np.ndarray,

@@ -31,6 +31,7 @@ from gnndist.errors import GnndistError
 from gnndist.graph import Graph, TemporalGraph, unique_ints
 from gnndist.io import atomic_dir, sha256_file, write_json
 from gnndist.partition import methods, stats
+from gnndist.samplers.distributed import owners
 
 FORMAT_VERSION = 1
 MEMORY_CHECK_EDGES = 1_000_000
@@ -84,7 +85,7 @@ class Partition:
 
     def owner(self, ids: np.ndarray) -> np.ndarray:
         """Owning part of each new global id."""
-        return np.searchsorted(self.node_offsets, ids, side="right") - 1
+        return owners(ids, self.node_offsets)
 
     @classmethod
     def from_arrays(cls, meta: dict, part_id: int, arrays: dict[str, np.ndarray]) -> "Partition":
