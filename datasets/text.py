@@ -8,7 +8,6 @@ from __future__ import annotations
 import gzip
 import io
 import os
-import sys
 import warnings
 import zlib
 from typing import Callable, Iterator, Optional
@@ -17,6 +16,7 @@ import numpy as np
 from tqdm import tqdm
 
 from gnndist.errors import GnndistError
+from gnndist.io import show_progress
 
 CHUNK_BYTES = 16 << 20
 PROGRESS_BYTES = 64 << 20  # files at least this large show a progress bar
@@ -40,7 +40,7 @@ def _chunks(path: str) -> Iterator[bytes]:
     rest = b""
     size = os.path.getsize(path)
     with open_bytes(path) as f, tqdm(total=size, unit="B", unit_scale=True, desc=os.path.basename(path),
-                                      disable=size < PROGRESS_BYTES or not sys.stderr.isatty()) as bar:
+                                      disable=size < PROGRESS_BYTES or not show_progress()) as bar:
         raw = getattr(f, "fileobj", f)  # a gzip file's compressed stream
         while True:
             try:

@@ -1,4 +1,5 @@
-"""Atomic writes and checksums: a crash never leaves a half-written file or folder."""
+"""Atomic writes and checksums (a crash never leaves a half-written file or folder), and when to
+draw progress bars."""
 from __future__ import annotations
 
 import contextlib
@@ -6,9 +7,15 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Iterator
+
+
+def show_progress(quiet: bool = False) -> bool:
+    """Whether to draw progress bars: stderr is a terminal and --quiet was not given."""
+    return not quiet and sys.stderr.isatty()
 
 
 def _umask() -> int:

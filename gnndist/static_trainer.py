@@ -21,7 +21,6 @@ import abc
 import argparse
 import copy
 import math
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional, Union
@@ -35,7 +34,7 @@ from gnndist import dist
 from gnndist.datasets import load_from_args
 from gnndist.errors import GnndistError
 from gnndist.graph import Graph, TemporalGraph
-from gnndist.io import write_json
+from gnndist.io import show_progress, write_json
 from gnndist.partition import load_partition, partition_graph
 from gnndist.samplers import (Blocks, DistNeighborSampler, FeatureStore, PrefetchLoader, degree_scores,
                               sample_neighbors, visit_scores)
@@ -391,7 +390,7 @@ class NodeTrainer:
         return dict(zip(COUNTERS, dist.all_reduce(t).cpu().tolist()))
 
     def _quiet(self) -> bool:
-        return self.cfg.quiet or dist.rank() != 0 or not sys.stderr.isatty()
+        return not show_progress(self.cfg.quiet) or dist.rank() != 0
 
 
 def hit_rate(counters: dict) -> Optional[float]:
@@ -447,7 +446,7 @@ def prepare(args: argparse.Namespace, world: int) -> Union[Graph, str]:
         return graph
     dist.log(f"partitioning {args.data} into {world} parts (metis, balance nodes,train) at {out}")
     partition_graph(graph, world, method="metis", balance=["nodes", "train"], out=out,
-                    progress=not args.quiet and sys.stderr.isatty())
+                    progress=show_progress(args.quiet))
     return str(out)
 
 

@@ -32,6 +32,7 @@ from gnndist import dist as gdist
 from gnndist.dist_state import PartitionedNodeState, ReplicatedNodeState, pack, unpack
 from gnndist.errors import GnndistError
 from gnndist.graph import TemporalGraph
+from gnndist.io import show_progress
 from gnndist.partition import load_id_maps, load_partition, partition_graph, read_store_meta
 from gnndist.samplers.distributed import owners
 from gnndist.stores import auto_partition_dir, check_store, is_store, torchrun_source
@@ -369,7 +370,7 @@ def prepare(args: argparse.Namespace, world: int) -> str:
     if not isinstance(tg, TemporalGraph):
         raise GnndistError(f"{args.data} is a static graph: use --task node (link prediction needs timestamped events)")
     gdist.log(f"partitioning {args.data} into {world} parts (temporal) at {out}")
-    partition_graph(tg, world, method="temporal", out=out, progress=not args.quiet)
+    partition_graph(tg, world, method="temporal", out=out, progress=show_progress(args.quiet))
     return str(out)
 
 

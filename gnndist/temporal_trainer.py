@@ -22,7 +22,7 @@ from tqdm import tqdm
 from gnndist import checkpoint
 from gnndist.errors import GnndistError
 from gnndist.graph import TemporalGraph
-from gnndist.io import write_json
+from gnndist.io import show_progress, write_json
 from gnndist.linkpred import eval_negatives, link_metrics, train_negatives
 from gnndist.node_state import NodeState
 from gnndist.samplers.temporal import sample_tcsr
@@ -190,7 +190,7 @@ def run(args: argparse.Namespace, tg: TemporalGraph, world: Optional[Any] = None
     task = (LinkTask if world is None else world.task)(
         tg, model, state, torch.optim.Adam(model.parameters(), lr=args.lr, fused=True), make_sampler(tg, spec.strategy, args.seed),
         edge_feat, train_end, val_end, args.batch_size, args.seed, device,
-        progress=lead and not args.quiet and sys.stderr.isatty())
+        progress=lead and show_progress(args.quiet))
     config = _config(args, tg, args.model) | ({} if world is None else world.summary())
     ckpt_dir = args.checkpoint if world is None or not args.checkpoint else world.checkpoint_dir(args.checkpoint)
     history: list[dict[str, Any]] = []

@@ -18,6 +18,7 @@ import sys
 
 from gnndist.datasets import add_data_args, load_from_args
 from gnndist.graph import Graph
+from gnndist.io import show_progress
 from gnndist.partition.info import format_summary, summary
 from gnndist.partition.methods import METHODS
 from gnndist.partition.stats import available_memory_bytes, fmt_bytes, graph_bytes
@@ -60,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     partition_graph(graph, args.parts, method=method, balance=[b.strip() for b in args.balance.split(",") if b.strip()],
                     imbalance_tol=args.imbalance_tol, halo=args.halo, replicate_hubs=args.replicate_hubs,
                     time_windows=args.time_windows, recency=args.recency, seed=args.seed, force=args.force,
-                    out=args.out, progress=not args.quiet and sys.stderr.isatty())
+                    out=args.out, progress=show_progress(args.quiet))
     s = summary(read_store_meta(args.out))
     print(json.dumps(s) if args.json else f"wrote {args.out}\n{format_summary(s)}")
     return 0
