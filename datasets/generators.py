@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from gnndist.errors import GnndistError
-from gnndist.graph import Graph, TemporalGraph, unique_ints
+from gnndist.graph import Graph, TemporalGraph, indptr_of, unique_ints
 
 HOMOPHILY = 0.8  # share of static edges drawn inside the source's community
 SIGNAL = 0.2  # class-mean scale against unit noise in the static features
@@ -82,9 +82,7 @@ def synthetic_static(num_nodes: int = 10_000, num_edges: int = 100_000, num_feat
     split = rng.random(n)
     bounds = np.cumsum(SPLIT)
     both = np.sort(np.concatenate([keys, (keys % n) * n + keys // n]))  # (row, col) keys, both directions
-    indptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(both // n, minlength=n), out=indptr[1:])
-    return Graph(indptr, both % n, x=x, y=y, train_mask=split < bounds[0],
+    return Graph(indptr_of(both // n, n), both % n, x=x, y=y, train_mask=split < bounds[0],
                  val_mask=(split >= bounds[0]) & (split < bounds[1]), test_mask=(split >= bounds[1]) & (split < bounds[2]))
 
 

@@ -53,12 +53,17 @@ def unique_ints(a: np.ndarray) -> np.ndarray:
     return s
 
 
+def indptr_of(rows: np.ndarray, num_rows: int) -> np.ndarray:
+    """CSR row pointers, int64 [num_rows + 1], of entries whose rows are `rows` (any order)."""
+    indptr = np.zeros(num_rows + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=num_rows), out=indptr[1:])
+    return indptr
+
+
 def csr_from_edges(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """CSR (indptr, indices, perm) with row = src; `perm` maps CSR slots to input edge positions."""
     perm = np.argsort(src, kind="stable")
-    indptr = np.zeros(num_nodes + 1, dtype=np.int64)
-    np.cumsum(np.bincount(src, minlength=num_nodes), out=indptr[1:])
-    return indptr, dst[perm], perm
+    return indptr_of(src, num_nodes), dst[perm], perm
 
 
 @dataclass(eq=False)
@@ -234,8 +239,7 @@ class TemporalGraph:
             nbr = np.concatenate([self.dst, self.src])
             eid = np.concatenate([np.arange(e, dtype=np.int64)] * 2)
             order = np.lexsort((eid, node))  # events are time-sorted, so eid order is time order
-            indptr = np.zeros(self.num_nodes + 1, dtype=np.int64)
-            np.cumsum(np.bincount(node, minlength=self.num_nodes), out=indptr[1:])
+            indptr = indptr_of(node, self.num_nodes)
             eid = eid[order]
             self._tcsr = (indptr, nbr[order], eid, self.t[eid])
         return self._tcsr

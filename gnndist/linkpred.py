@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from gnndist.errors import GnndistError
-from gnndist.graph import TemporalGraph
+from gnndist.graph import TemporalGraph, indptr_of
 
 NEG_STRATEGIES = ("random", "historical", "inductive")
 
@@ -36,9 +36,7 @@ def _pairs_csr(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> tuple[np.nda
     """Distinct (src, dst) pairs as CSR over src: (indptr, dst sorted per src)."""
     key = np.unique(src * num_nodes + dst)
     s, d = key // num_nodes, key % num_nodes
-    indptr = np.zeros(num_nodes + 1, dtype=np.int64)
-    np.cumsum(np.bincount(s, minlength=num_nodes), out=indptr[1:])
-    return indptr, d
+    return indptr_of(s, num_nodes), d
 
 
 def eval_negatives(tg: TemporalGraph, start: int, stop: int, strategy: str = "random", n: int = 1,

@@ -28,7 +28,7 @@ from tqdm import tqdm
 
 import gnndist
 from gnndist.errors import GnndistError
-from gnndist.graph import Graph, TemporalGraph, unique_ints
+from gnndist.graph import Graph, TemporalGraph, indptr_of, unique_ints
 from gnndist.io import atomic_dir, sha256_file, write_json
 from gnndist.partition import methods, stats
 from gnndist.samplers.distributed import owners
@@ -129,8 +129,7 @@ class PartitionStore:
         self.new_to_orig = np.argsort(membership, kind="stable").astype(np.int64)
         self.orig_to_new = np.empty_like(self.new_to_orig)
         self.orig_to_new[self.new_to_orig] = np.arange(graph.num_nodes, dtype=np.int64)
-        self.node_offsets = np.zeros(num_parts + 1, dtype=np.int64)
-        np.cumsum(np.bincount(membership, minlength=num_parts), out=self.node_offsets[1:])
+        self.node_offsets = indptr_of(membership, num_parts)
         self.hubs = hubs  # original ids
         self.figures = figures
 
