@@ -95,11 +95,6 @@ class FeatureStore:
         """Node features (`part.x`) of a static partition."""
         return cls(part.x, part.node_offsets, group)
 
-    @classmethod
-    def edges_from_partition(cls, part: Any, group: Any = None) -> "FeatureStore":
-        """Edge features (`part.edge_feat`, by global event id `part.eid`) of a temporal partition."""
-        return cls.for_ids(part.edge_feat, part.eid, group)
-
     @property
     def num_ids(self) -> int:
         return self.book.num_ids
