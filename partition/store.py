@@ -105,13 +105,19 @@ def gather_rows(indptr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.nd
     return sub, pos
 
 
+def invert_permutation(perm: np.ndarray) -> np.ndarray:
+    """The inverse of the permutation `perm` (new_to_orig from orig_to_new, or back)."""
+    inv = np.empty_like(perm)
+    inv[perm] = np.arange(perm.size, dtype=np.int64)
+    return inv
+
+
 def relabel(graph: Union[Graph, TemporalGraph], orig_to_new: np.ndarray) -> Union[Graph, TemporalGraph]:
     """The same graph with node v renamed `orig_to_new[v]` (static rows reordered to match)."""
     if isinstance(graph, TemporalGraph):
         return TemporalGraph(orig_to_new[graph.src], orig_to_new[graph.dst], graph.t, graph.edge_feat,
                              graph.edge_label, num_nodes=graph.num_nodes)
-    new_to_orig = np.empty_like(orig_to_new)
-    new_to_orig[orig_to_new] = np.arange(orig_to_new.size, dtype=np.int64)
+    new_to_orig = invert_permutation(orig_to_new)
     indptr, pos = gather_rows(graph.indptr, new_to_orig)
     data = {k: getattr(graph, k)[new_to_orig] for k in _NODE_ARRAYS if getattr(graph, k) is not None}
     return Graph(indptr, orig_to_new[graph.indices[pos]], **data)
@@ -127,8 +133,7 @@ class PartitionStore:
         self.kind = "static" if isinstance(graph, Graph) else "temporal"
         self.membership = membership
         self.new_to_orig = np.argsort(membership, kind="stable").astype(np.int64)
-        self.orig_to_new = np.empty_like(self.new_to_orig)
-        self.orig_to_new[self.new_to_orig] = np.arange(graph.num_nodes, dtype=np.int64)
+        self.orig_to_new = invert_permutation(self.new_to_orig)
         self.node_offsets = indptr_of(membership, num_parts)
         self.hubs = hubs  # original ids
         self.figures = figures
@@ -358,9 +363,7 @@ def load_id_maps(path: Union[str, Path]) -> tuple[np.ndarray, np.ndarray]:
     root = Path(path)
     meta = read_store_meta(root)
     orig_to_new = _load_checked(root, "orig_to_new.npy", meta["files"]["orig_to_new.npy"])
-    new_to_orig = np.empty_like(orig_to_new)
-    new_to_orig[orig_to_new] = np.arange(orig_to_new.size, dtype=np.int64)
-    return new_to_orig, orig_to_new
+    return invert_permutation(orig_to_new), orig_to_new
 
 
 def verify_store(path: Union[str, Path]) -> int:
