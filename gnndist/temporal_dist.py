@@ -347,8 +347,8 @@ class World:
 
 
 def store_dir(args: argparse.Namespace, world: int) -> Path:
-    """The cache folder of DATA split into `world` parts by the temporal method: the static
-    trainer's folder for DATA (keyed by the file's identity or the generator options), told
+    """The cache folder of DATA split into `world` parts by the temporal method:
+    `gnndist.stores.auto_partition_dir` (keyed by the file's identity or the generator options), told
     apart by the method and the event count."""
     base = auto_partition_dir(args, world)
     key = hashlib.sha256(json.dumps(["temporal", getattr(args, "num_events", None)]).encode()).hexdigest()[:8]
