@@ -124,29 +124,28 @@ def figures(graph: Union[Graph, TemporalGraph], membership: np.ndarray, num_part
                             np.zeros(0, np.int64) if hubs is None else hubs, num_windows)
 
 
-def peak_memory_bytes() -> int:
-    """This process's peak resident set size so far, in bytes: VmHWM from /proc/self/status
-    (ru_maxrss where that is absent; it also counts the parent's memory at fork)."""
+def _proc_bytes(path: str, key: str) -> Optional[int]:
+    """The `key:` figure (in kB) of a /proc file, in bytes; None where it cannot be read."""
     try:
-        with open("/proc/self/status") as f:
+        with open(path) as f:
             for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
-
-
-def available_memory_bytes() -> Optional[int]:
-    """MemAvailable from /proc/meminfo, or None where it cannot be read."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
+                if line.startswith(key + ":"):
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
     return None
+
+
+def peak_memory_bytes() -> int:
+    """This process's peak resident set size so far, in bytes: VmHWM from /proc/self/status
+    (ru_maxrss where that is absent; it also counts the parent's memory at fork)."""
+    peak = _proc_bytes("/proc/self/status", "VmHWM")
+    return peak if peak is not None else int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def available_memory_bytes() -> Optional[int]:
+    """MemAvailable from /proc/meminfo, or None where it cannot be read."""
+    return _proc_bytes("/proc/meminfo", "MemAvailable")
 
 
 def graph_bytes(graph: Union[Graph, TemporalGraph]) -> int:
