@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from gnndist.errors import GnndistError
-from gnndist.graph import TemporalGraph, indptr_of
+from gnndist.graph import TemporalGraph, indptr_of, unique_ints
 
 NEG_STRATEGIES = ("random", "historical", "inductive")
 
@@ -34,7 +34,7 @@ def train_negatives(seed: int, epoch: int, batch_index: int, dst: np.ndarray, nu
 
 def _pairs_csr(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
     """Distinct (src, dst) pairs as CSR over src: (indptr, dst sorted per src)."""
-    key = np.unique(src * num_nodes + dst)
+    key = unique_ints(src * num_nodes + dst)
     s, d = key // num_nodes, key % num_nodes
     return indptr_of(s, num_nodes), d
 
@@ -57,7 +57,7 @@ def eval_negatives(tg: TemporalGraph, start: int, stop: int, strategy: str = "ra
     if strategy == "historical":
         indptr, cand = _pairs_csr(tg.src[:start], tg.dst[:start], N)
     else:
-        seen = np.unique(tg.src[:start] * N + tg.dst[:start])
+        seen = unique_ints(tg.src[:start] * N + tg.dst[:start])
         key = src * N + dst
         new = ~np.isin(key, seen)
         indptr, cand = _pairs_csr(src[new], dst[new], N)
