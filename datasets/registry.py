@@ -30,6 +30,9 @@ GENERATORS: dict[str, tuple[Callable[..., Union[Graph, TemporalGraph]], str]] = 
     "synthetic-temporal": (synthetic_temporal, "link prediction: bursty sessions, repeated and drifting "
                                                "preferred partners within communities, edge features"),
 }
+# format or generator name -> the kind of graph it gives
+KIND = {"snap": "temporal", "csv": "temporal", "npz": "static", "planetoid": "static",
+        "synthetic-static": "static", "synthetic-temporal": "temporal"}
 _EXTENSIONS = {".npz": "npz", ".csv": "csv", ".txt": "snap", ".tsv": "snap", ".edges": "snap"}
 
 
@@ -73,12 +76,25 @@ def load(name_or_path: str, format: Optional[str] = None, **options: Any) -> Uni
     if options:
         raise GnndistError(f"{', '.join(sorted(options))}: options of the built-in generators only "
                            f"({', '.join(GENERATORS)}), not of files")
+    data_kind(name_or_path, format)  # checks the format and that the path exists
+    return FORMATS[format or detect_format(name_or_path)][0](name_or_path)
+
+
+def data_kind(name_or_path: str, format: Optional[str] = None) -> str:
+    """"static" or "temporal": what `load` would return, told without loading it (a partition
+    store's kind comes from its meta.json)."""
+    if format is None and name_or_path in GENERATORS:
+        return KIND[name_or_path]
+    if os.path.isfile(os.path.join(name_or_path, "meta.json")):
+        from gnndist.partition import read_store_meta
+
+        return read_store_meta(name_or_path)["kind"]
     if format is not None and format not in FORMATS:
         raise GnndistError(f"unknown format '{format}' (known: {', '.join(FORMATS)})")
     if not os.path.exists(name_or_path):
         raise GnndistError(f"{name_or_path}: no such file, folder or built-in dataset "
                            f"(built-ins: {', '.join(GENERATORS)})")
-    return FORMATS[format or detect_format(name_or_path)][0](name_or_path)
+    return KIND[format or detect_format(name_or_path)]
 
 
 def add_data_args(p: argparse.ArgumentParser) -> None:

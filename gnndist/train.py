@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 
 from gnndist.datasets import add_data_args
+from gnndist.datasets.registry import data_kind
 
 TEMPORAL_MODELS = ("tgn", "jodie", "apan", "dyrep", "tgat")
 STATIC_MODELS = ("sage", "gcn", "gat")
@@ -86,7 +87,12 @@ def run(args: argparse.Namespace) -> int:
 
     if args.resume and not args.checkpoint:
         raise GnndistError("--resume needs --checkpoint DIR")
-    if args.task == "node" or (args.model in STATIC_MODELS):
+    if args.task is None:
+        if args.model is not None:
+            args.task = "node" if args.model in STATIC_MODELS else "link"
+        else:
+            args.task = "node" if data_kind(args.data, args.format) == "static" else "link"
+    if args.task == "node":
         from gnndist.static_trainer import main
     else:
         from gnndist.temporal_trainer import main

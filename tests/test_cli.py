@@ -35,3 +35,21 @@ def test_resume_without_checkpoint_is_a_user_error(capsys):
     assert main(["train", "synthetic-temporal", "--resume"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == "gnndist train: error: --resume needs --checkpoint DIR"
+
+
+def test_task_defaults_to_what_the_data_is(tmp_path):
+    import json
+
+    import numpy as np
+
+    from gnndist.datasets.registry import data_kind
+
+    snap = tmp_path / "events.txt"
+    snap.write_text("1 2 10\n2 3 11\n")
+    np.savez(tmp_path / "g.npz", foo=np.zeros(1))
+    assert data_kind("synthetic-static") == "static" and data_kind("synthetic-temporal") == "temporal"
+    assert data_kind(str(snap)) == "temporal" and data_kind(str(tmp_path / "g.npz")) == "static"
+    out = tmp_path / "m.json"
+    assert main(["train", "synthetic-static", "--num-nodes", "300", "--num-edges", "1200", "--epochs", "1",
+                 "--quiet", "--metrics-out", str(out)]) == 0
+    assert json.loads(out.read_text())["task"] == "node"

@@ -57,8 +57,8 @@ def test_checkpoint_rejects_pickled_objects(tmp_path):
         checkpoint.load(path)
 
 
-def test_static_data_without_task_suggests_node(capsys):
-    rc = main(["train", "synthetic-static", "--num-nodes", "50", "--num-edges", "200", "--quiet"])
+def test_link_task_on_static_data_suggests_node(capsys):
+    rc = main(["train", "synthetic-static", "--task", "link", "--num-nodes", "50", "--num-edges", "200", "--quiet"])
     assert rc == 2 and "--task node" in capsys.readouterr().err
 
 
