@@ -62,6 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of the `gnndist` console script; returns the exit status."""
     args = build_parser().parse_args(argv)
+    if args.debug:
+        os.environ["GNNDIST_DEBUG"] = "1"  # ranks started by --nproc show their tracebacks too
     try:
         return int(args.run(args) or 0)
     except (GnndistError, OSError) as e:
