@@ -76,8 +76,7 @@ def load(name_or_path: str, format: Optional[str] = None, **options: Any) -> Uni
     if options:
         raise GnndistError(f"{', '.join(sorted(options))}: options of the built-in generators only "
                            f"({', '.join(GENERATORS)}), not of files")
-    data_kind(name_or_path, format)  # checks the format and that the path exists
-    return FORMATS[format or detect_format(name_or_path)][0](name_or_path)
+    return FORMATS[_file_format(name_or_path, format)][0](name_or_path)
 
 
 def data_kind(name_or_path: str, format: Optional[str] = None) -> str:
@@ -89,12 +88,17 @@ def data_kind(name_or_path: str, format: Optional[str] = None) -> str:
         from gnndist.partition import read_store_meta
 
         return read_store_meta(name_or_path)["kind"]
+    return KIND[_file_format(name_or_path, format)]
+
+
+def _file_format(path: str, format: Optional[str]) -> str:
+    """The format to read `path` with: `format` if given (checked), else detected."""
     if format is not None and format not in FORMATS:
         raise GnndistError(f"unknown format '{format}' (known: {', '.join(FORMATS)})")
-    if not os.path.exists(name_or_path):
-        raise GnndistError(f"{name_or_path}: no such file, folder or built-in dataset "
+    if not os.path.exists(path):
+        raise GnndistError(f"{path}: no such file, folder or built-in dataset "
                            f"(built-ins: {', '.join(GENERATORS)})")
-    return KIND[format or detect_format(name_or_path)]
+    return format or detect_format(path)
 
 
 def add_data_args(p: argparse.ArgumentParser) -> None:
