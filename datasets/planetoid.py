@@ -15,7 +15,7 @@ import numpy as np
 
 from gnndist.datasets.formats import csr_to_dense
 from gnndist.datasets.text import check_ids, read_table
-from gnndist.errors import GnndistError
+from gnndist.errors import GnndistError, first_line
 from gnndist.graph import Graph
 
 try:
@@ -75,8 +75,7 @@ def _unpickle(path: str):
     except FileNotFoundError:
         raise GnndistError(f"{path}: no such file (a Planetoid folder needs ind.NAME.{{{','.join(PARTS)}}})") from None
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError, KeyError) as e:
-        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise GnndistError(f"{path}: not a valid Planetoid pickle: {msg}") from None
+        raise GnndistError(f"{path}: not a valid Planetoid pickle: {first_line(e)}") from None
 
 
 def _matrix(path: str) -> np.ndarray:

@@ -12,7 +12,7 @@ import sys
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from typing import Optional, Sequence
 
-from gnndist.errors import GnndistError
+from gnndist.errors import GnndistError, first_line
 
 EPILOG = """examples:
   gnndist datasets
@@ -69,7 +69,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (GnndistError, OSError) as e:
         if args.debug:
             raise
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        msg = first_line(e)
         print(f"gnndist {args.command}: error: {msg}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.distributed as dist
 
-from gnndist.errors import GnndistError
+from gnndist.errors import GnndistError, first_line
 
 
 def timeout_s() -> float:
@@ -64,7 +64,7 @@ def _check(op: str, fn: Callable[[], Any]) -> Any:
     try:
         return fn()
     except (RuntimeError, dist.DistBackendError) as e:  # gloo/nccl report peers' failures so
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        first = first_line(e)
         raise PeerFailure(f"rank {rank()}: collective {op} failed (a peer rank died or stalled "
                            f"past {timeout_s():.0f}s): {first}") from e
 
@@ -131,7 +131,7 @@ def _run_rank(errdir: str, entrypoint: Callable[..., Any], *args: Any) -> Any:
     except Exception as e:
         kind = "peer" if isinstance(e, PeerFailure) else "own"
         r = os.environ.get("RANK", "0")
-        line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        line = first_line(e)
         with open(os.path.join(errdir, f"{kind}-{r}.txt"), "w") as f:
             f.write(line if kind == "peer" else f"rank {r}: {line}")
         if os.environ.get("GNNDIST_DEBUG") != "1":  # --debug: the rank's traceback too
