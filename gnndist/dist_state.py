@@ -11,8 +11,12 @@ Several ranks may write the same node in one batch (it took part in events of ea
 each written row is keyed by its node's last event there (`2 * eid + side`), and the row with
 the largest key over all ranks wins: the node's globally last event, as in one process.
 
+APAN's mails go to more nodes than the batch's endpoints (`deliver`): each mail travels alone,
+with its global order `2 * eid + side`, and the holder of the node's row merges it into the
+mailbox by (time, order), as one process does.
+
 Rows travel as raw bytes: one uint8 row per node holding its id, key, memory, last-update time,
-mails and mail times. Traffic counters (`rows_fetched`, `bytes_sent`) count what this rank sent
+mails and mail times (a delivered mail: recipient id, order, time, mail). Traffic counters (`rows_fetched`, `bytes_sent`) count what this rank sent
 to or fetched from other ranks, not what it moved to itself.
 """
 from __future__ import annotations
@@ -94,6 +98,11 @@ def _layout(state: NodeState) -> list[tuple[torch.dtype, tuple[int, ...]]]:
                                        (state.memory, state.last_update, state.mail, state.mail_time)]
 
 
+def _mail_layout(state: NodeState) -> list[tuple[torch.dtype, tuple[int, ...]]]:
+    """(dtype, row shape) of a delivered mail: (recipient, order, time, mail)."""
+    return [(_INT, ()), (_INT, ()), (state.mail_time.dtype, ()), (state.mail.dtype, tuple(state.mail.shape[2:]))]
+
+
 class ReplicatedNodeState(_RankState, NodeState):
     """All rows on every rank; writes are all-gathered and applied in global event order."""
 
@@ -101,16 +110,30 @@ class ReplicatedNodeState(_RankState, NodeState):
                  start_time: float = 0.0, device: torch.device | str = "cpu") -> None:
         super().__init__(num_nodes, memory_dim, mail_dim, mailbox_size, start_time, device)
 
-    def write(self, ids: Tensor, memory: Tensor, last_update: Tensor, mail: Tensor, mail_time: Tensor) -> None:
-        """Apply this batch's rows from every rank."""
-        buf = pack([ids, self.key_of(ids), memory.detach(), last_update, mail.detach(), mail_time])
+    def _gather(self, buf: Tensor) -> Tensor:
+        """Every rank's `buf` rows, concatenated (counts what this rank sends and receives)."""
         parts = gdist.all_gather_varsize(buf)
         me = gdist.rank()
         self.bytes_sent += buf.numel() * (len(parts) - 1)
         self.rows_fetched += sum(p.shape[0] for r, p in enumerate(parts) if r != me)
-        ids, key, *rows = unpack(torch.cat(parts), _layout(self))
+        return torch.cat(parts)
+
+    def write(self, ids: Tensor, memory: Tensor, last_update: Tensor, mail: Tensor, mail_time: Tensor) -> None:
+        """Apply this batch's rows from every rank."""
+        buf = pack([ids, self.key_of(ids), memory.detach(), last_update, mail.detach(), mail_time])
+        ids, key, *rows = unpack(self._gather(buf), _layout(self))
         keep = last_event_rows(ids, key)
         super().write(ids[keep], *(x[keep] for x in rows))
+
+    def deliver(self, ids: Tensor, memory: Tensor, last_update: Tensor, to: Tensor, mail: Tensor,
+                mail_time: Tensor, seq: Tensor) -> None:
+        """Apply this batch's memory rows and mails from every rank."""
+        ids, key, memory, last_update = unpack(self._gather(pack([ids, self.key_of(ids), memory.detach(),
+                                                                  last_update])), _layout(self)[:4])
+        to, seq, mail_time, mail = unpack(self._gather(pack([to, seq, mail_time, mail.detach()])),
+                                          _mail_layout(self))
+        keep = last_event_rows(ids, key)
+        super().deliver(ids[keep], memory[keep], last_update[keep], to, mail, mail_time, seq)
 
 
 class PartitionedNodeState(_RankState):
@@ -180,6 +203,20 @@ class PartitionedNodeState(_RankState):
         ids, key, *rows = unpack(torch.cat(recv), _layout(self.local))
         keep = last_event_rows(ids, key)
         self.local.write(self.row(ids[keep]) - self.lo, *(x[keep] for x in rows))
+
+    def deliver(self, ids: Tensor, memory: Tensor, last_update: Tensor, to: Tensor, mail: Tensor,
+                mail_time: Tensor, seq: Tensor) -> None:
+        """Send each memory row and each mail to its node's owner, which keeps the memory of the
+        globally last event and merges the mails into the mailbox."""
+        rows = pack([ids, self.key_of(ids), memory.detach(), last_update])
+        ids, key, memory, last_update = unpack(torch.cat(self._to_owners(self.owner(ids), rows)[0]),
+                                               _layout(self.local)[:4])
+        mails = pack([to, seq, mail_time, mail.detach()])
+        to, seq, mail_time, mail = unpack(torch.cat(self._to_owners(self.owner(to), mails)[0]),
+                                          _mail_layout(self.local))
+        keep = last_event_rows(ids, key)
+        self.local.deliver(self.row(ids[keep]) - self.lo, memory[keep], last_update[keep], self.row(to) - self.lo,
+                           mail, mail_time, seq)
 
     def state_dict(self) -> dict[str, Tensor]:
         """This rank's rows, with the id range they belong to."""

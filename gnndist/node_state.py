@@ -3,7 +3,8 @@
 `memory` [N, d], `last_update` [N] (time of the last mail folded into the memory), and a
 mailbox of the last M mails per node: `mail` [N, M, m] with `mail_time` [N, M] (an empty slot
 has time -inf). Times are float64 so that unix-second timestamps keep their resolution.
-The trainer only goes through `read` and `write`; a distributed version replaces this class.
+The trainer only goes through `read`, `write` and `deliver`; a distributed version replaces
+this class.
 """
 from __future__ import annotations
 
@@ -46,6 +47,20 @@ class NodeState:
         self.mail.index_copy_(0, ids, mail.detach())
         self.mail_time.index_copy_(0, ids, mail_time)
 
+    def deliver(self, ids: Tensor, memory: Tensor, last_update: Tensor, to: Tensor, mail: Tensor,
+                mail_time: Tensor, seq: Tensor) -> None:
+        """Overwrite the memory and last-update rows of the unique node ids `ids`, and append mail
+        i (time `mail_time[i]`, global order `seq[i]`) to the mailbox of node `to[i]`; each
+        mailbox keeps its M latest mails by (time, seq)."""
+        self.memory.index_copy_(0, ids, memory.detach())
+        self.last_update.index_copy_(0, ids, last_update)
+        if to.numel():
+            nodes, rows = torch.unique(to, return_inverse=True)
+            box, box_time = merge_mailbox(self.mail.index_select(0, nodes), self.mail_time.index_select(0, nodes),
+                                          rows, mail.detach(), mail_time, seq)
+            self.mail.index_copy_(0, nodes, box)
+            self.mail_time.index_copy_(0, nodes, box_time)
+
     def state_dict(self) -> dict[str, Tensor]:
         return {"memory": self.memory, "last_update": self.last_update, "mail": self.mail,
                 "mail_time": self.mail_time}
@@ -56,3 +71,29 @@ class NodeState:
             if value.shape != mine.shape:
                 raise GnndistError(f"node state {name} has shape {tuple(value.shape)}, expected {tuple(mine.shape)}")
             mine.copy_(value)
+
+
+def merge_mailbox(mail: Tensor, mail_time: Tensor, rows: Tensor, new_mail: Tensor, new_time: Tensor,
+                  seq: Tensor) -> tuple[Tensor, Tensor]:
+    """Mailboxes [R, M, m] / [R, M] after delivering new mails to `rows`: each keeps its M latest
+    mails by (time, seq), oldest first; old mails go before new ones of the same time."""
+    r, m_slots, dim = mail.shape
+    dev = mail.device
+    own = torch.arange(r, device=dev).repeat_interleave(m_slots)
+    all_rows = torch.cat([own, rows])
+    times = torch.cat([mail_time.reshape(-1), new_time])
+    seqs = torch.cat([torch.arange(m_slots, device=dev).repeat(r) - m_slots - 1, seq.to(dev)])
+    o = torch.argsort(seqs, stable=True)
+    o = o[torch.argsort(times[o], stable=True)]
+    o = o[torch.argsort(all_rows[o], stable=True)]
+    sorted_rows = all_rows[o]
+    end = torch.cumsum(torch.bincount(all_rows, minlength=r), 0)
+    from_end = end[sorted_rows] - torch.arange(o.numel(), device=dev) - 1
+    keep = from_end < m_slots
+    slot = m_slots - 1 - from_end[keep]
+    out_mail = torch.empty_like(mail)
+    out_time = torch.empty_like(mail_time)
+    kept, kept_rows = o[keep], sorted_rows[keep]
+    out_mail[kept_rows, slot] = torch.cat([mail.reshape(-1, dim), new_mail])[kept]
+    out_time[kept_rows, slot] = times[kept]
+    return out_mail, out_time

@@ -154,6 +154,10 @@ class TimedState:
         with self.timers.phase("sync"):
             self.state.write(*rows)
 
+    def deliver(self, *rows: Tensor) -> None:
+        with self.timers.phase("sync"):
+            self.state.deliver(*rows)
+
     def __getattr__(self, name: str):
         return getattr(self.state, name)
 
@@ -270,6 +274,9 @@ class DistLinkTask(LinkTask):
     def write(self, batch: Batch, fw: Forward) -> None:
         if batch.src.numel():
             super().write(batch, fw)
+        elif self.model.spec.deliver_to_neighbors:  # no events here: take part in the collective
+            none = fw.ids[:0]
+            self.state.deliver(none, fw.memory, fw.last_update, none, fw.mail[:, 0], fw.mail_time[:, 0], none)
         elif self.state is not None:
             self.state.write(fw.ids, fw.memory, fw.last_update, fw.mail, fw.mail_time)
 
@@ -388,9 +395,6 @@ def rank_main(args: argparse.Namespace, store: str) -> dict:
 
 def main(args: argparse.Namespace) -> int:
     """`gnndist train --task link` on --nproc local ranks, or as one rank of a torchrun world."""
-    if args.model == "apan":
-        raise GnndistError("--model apan delivers mails to sampled neighbours, which gnndist does not "
-                           "distribute yet; run it on one process (--nproc 1)")
     if gdist.in_torchrun():
         rank_main(args, torchrun_source(args, args.device, prepare, store_dir))
     else:

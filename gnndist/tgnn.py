@@ -35,7 +35,7 @@ from torch import Tensor, nn
 from gnndist.graph import TemporalGraph
 from gnndist.node_state import NodeState
 from gnndist.samplers.temporal import TemporalSample, multihop
-from gnndist.tgnn_layers import LinkPredictor, TemporalAttention, last_per_node, merge_mailbox, time_encoder
+from gnndist.tgnn_layers import LinkPredictor, TemporalAttention, last_per_node, time_encoder
 
 SampleFn = Callable[[np.ndarray, np.ndarray, int, int], TemporalSample]
 
@@ -276,6 +276,6 @@ class TGNN(nn.Module):
         recv = torch.cat([ends, nbr_rows])
         key = torch.unique(recv * (2 * b) + seq)
         recv, seq = key // (2 * b), key % (2 * b)
-        rows, local = torch.unique(recv, return_inverse=True)
-        box, box_time = merge_mailbox(fw.mail[rows], fw.mail_time[rows], local, mails[seq], times[seq], seq)
-        state.write(fw.ids[rows], upd[rows], fw.updated_time[rows], box, box_time)
+        rows = torch.unique(ends)  # only the endpoints' memories change
+        state.deliver(fw.ids[rows], upd[rows], fw.updated_time[rows], fw.ids[recv], mails[seq], times[seq],
+                      2 * batch.eid[seq // 2] + seq % 2)  # mails in global event order

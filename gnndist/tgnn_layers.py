@@ -118,29 +118,3 @@ def last_per_node(nodes: Tensor, num: int) -> tuple[Tensor, Tensor]:
     best.scatter_reduce_(0, nodes, order, reduce="amax")
     rows = torch.nonzero(best >= 0).squeeze(1)
     return rows, best[rows]
-
-
-def merge_mailbox(mail: Tensor, mail_time: Tensor, rows: Tensor, new_mail: Tensor, new_time: Tensor,
-                  seq: Tensor) -> tuple[Tensor, Tensor]:
-    """Mailboxes [R, M, m] / [R, M] after delivering new mails to `rows`: each keeps its M latest
-    mails by (time, seq), oldest first; old mails go before new ones of the same time."""
-    r, m_slots, dim = mail.shape
-    dev = mail.device
-    own = torch.arange(r, device=dev).repeat_interleave(m_slots)
-    all_rows = torch.cat([own, rows])
-    times = torch.cat([mail_time.reshape(-1), new_time])
-    seqs = torch.cat([torch.arange(m_slots, device=dev).repeat(r) - m_slots - 1, seq.to(dev)])
-    o = torch.argsort(seqs, stable=True)
-    o = o[torch.argsort(times[o], stable=True)]
-    o = o[torch.argsort(all_rows[o], stable=True)]
-    sorted_rows = all_rows[o]
-    end = torch.cumsum(torch.bincount(all_rows, minlength=r), 0)
-    from_end = end[sorted_rows] - torch.arange(o.numel(), device=dev) - 1
-    keep = from_end < m_slots
-    slot = m_slots - 1 - from_end[keep]
-    out_mail = torch.empty_like(mail)
-    out_time = torch.empty_like(mail_time)
-    kept, kept_rows = o[keep], sorted_rows[keep]
-    out_mail[kept_rows, slot] = torch.cat([mail.reshape(-1, dim), new_mail])[kept]
-    out_time[kept_rows, slot] = times[kept]
-    return out_mail, out_time

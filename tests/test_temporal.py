@@ -10,7 +10,8 @@ from gnndist.linkpred import eval_negatives, train_negatives
 from gnndist.node_state import NodeState
 from gnndist.temporal_trainer import batch_loss, make_sampler
 from gnndist.tgnn import SPECS, TGNN, Batch
-from gnndist.tgnn_layers import last_per_node, merge_mailbox
+from gnndist.node_state import merge_mailbox
+from gnndist.tgnn_layers import last_per_node
 
 MEMORY_MODELS = [m for m in SPECS if SPECS[m].updater is not None]
 
@@ -124,6 +125,15 @@ class SpyState(NodeState):
         before = (self.last_update[ids].clone(), self.mail_time[ids].clone(), self.memory[ids].clone())
         self.writes.append((ids.clone(), memory.clone(), last_update.clone(), mail.clone(), mail_time.clone(), before))
         super().write(ids, memory, last_update, mail, mail_time)
+
+    def deliver(self, ids, memory, last_update, to, mail, mail_time, seq):
+        """Recorded as a write of every node it touched, with the rows it left."""
+        assert torch.unique(ids).numel() == ids.numel()  # each memory row once
+        rows = torch.unique(torch.cat([ids, to]))
+        before = (self.last_update[rows].clone(), self.mail_time[rows].clone(), self.memory[rows].clone())
+        super().deliver(ids, memory, last_update, to, mail, mail_time, seq)
+        self.writes.append((rows, *(t[rows].clone() for t in (self.memory, self.last_update, self.mail,
+                                                               self.mail_time)), before))
 
 
 @pytest.mark.parametrize("name", MEMORY_MODELS)
