@@ -1,0 +1,40 @@
+"""`torchrun ... -m gnndist train` joins the world torchrun describes: on raw data rank 0
+partitions once (the others wait and take its store), and the run ends with the figures of the
+same training started by `--nproc`."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from gnndist.cli import main
+
+CASES = {
+    "link": ["synthetic-temporal", "--num-nodes", "60", "--num-events", "900", "--task", "link", "--model", "tgn",
+             "--memory-dim", "8", "--batch-size", "100", "--memory", "partitioned"],
+    "node": ["synthetic-static", "--num-nodes", "300", "--num-edges", "1500", "--task", "node", "--model", "sage", "--hidden", "16",
+             "--batch-size", "64"],
+}
+
+
+@pytest.mark.parametrize("task", sorted(CASES))
+def test_torchrun_equals_nproc(task, tmp_path, monkeypatch):
+    env = {**os.environ, "GNNDIST_CACHE": str(tmp_path / "torchrun-cache"), "GNNDIST_TIMEOUT": "60",
+           "OMP_NUM_THREADS": "1"}
+    argv = [*CASES[task], "--epochs", "1", "--quiet"]
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                        "-m", "gnndist", "train", *argv, "--metrics-out", str(tmp_path / "torchrun.json")],
+                       env=env, capture_output=True, text=True, timeout=240)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stderr.count("partitioning") == 1, p.stderr  # rank 0 alone, and said where
+    stores = list((tmp_path / "torchrun-cache" / "partitions").iterdir())
+    assert len(stores) == 1 and (stores[0] / "meta.json").is_file()
+
+    monkeypatch.setenv("GNNDIST_CACHE", str(tmp_path / "nproc-cache"))
+    monkeypatch.setenv("GNNDIST_TIMEOUT", "60")
+    assert main(["train", *argv, "--nproc", "2", "--metrics-out", str(tmp_path / "nproc.json")]) == 0
+    got, want = (json.loads((tmp_path / f).read_text()) for f in ("torchrun.json", "nproc.json"))
+    assert got["world_size"] == want["world_size"] == 2
+    assert got["test"] == pytest.approx(want["test"], abs=1e-6)
+    assert got["epochs"][0]["loss"] == pytest.approx(want["epochs"][0]["loss"], abs=1e-6)
