@@ -18,7 +18,8 @@ the optimizer step):
    holds the node's own memory; here that is the GRU's hidden state, which is the same
    vector, so the mail leaves it out: a third less GRU input and half the mailbox.) APAN
    mails also hold the sending endpoint's memory and go to the endpoints and their sampled
-   neighbours.
+   neighbours, whose mailboxes keep their latest by (time, global event order)
+   (`NodeState.deliver`).
 
 Events of one batch never see each other's state updates. A mail's time enters as the
 encoding of `mail_time - last_update` when the mail is consumed.
