@@ -22,27 +22,29 @@ from gnndist.io import show_progress
 from gnndist.partition.info import format_summary, summary
 from gnndist.partition.methods import METHODS
 from gnndist.partition.stats import available_memory_bytes, fmt_bytes, graph_bytes
-from gnndist.partition.store import check_memory, partition_graph, read_store_meta
+from gnndist.partition.store import check_memory, check_out, partition_graph, read_store_meta
 
 
 def configure(p: argparse.ArgumentParser) -> None:
     add_data_args(p)
-    p.add_argument("--parts", type=int, required=True, metavar="K", help="number of parts")
+    p.add_argument("--parts", type=int, required=True, metavar="K", help="number of parts, at most the node "
+                   "count (temporal method: at most the nodes that are an event source)")
     p.add_argument("--out", required=True, metavar="DIR", help="store folder to write (replaced atomically)")
     p.add_argument("--method", choices=METHODS, default=None,
                    help="default: metis for static graphs, temporal for temporal graphs")
     p.add_argument("--balance", default="nodes", help="metis: comma-separated weights to balance: "
                    "nodes, edges, train (temporal graphs: nodes, edges = events) (default: nodes)")
     p.add_argument("--imbalance-tol", type=float, default=1.03,
-                   help="allowed max/mean of each balanced weight (default: 1.03)")
+                   help="allowed max/mean of each balanced weight, from 1.001 to 10 (default: 1.03)")
     p.add_argument("--halo", type=int, choices=(0, 1), default=0, help="1: store each part's 1-hop halo")
     p.add_argument("--replicate-hubs", type=int, default=0, metavar="K",
                    help="temporal: copy the events of the K busiest nodes into every part")
     p.add_argument("--time-windows", type=int, default=4, metavar="W",
-                   help="temporal method: balance owned events in each of W equal time windows (default: 4)")
+                   help="temporal graphs: balance owned events in each of W equal time windows; W from 1 to 64, "
+                   "with at least 10 events per part in each window (default: 4)")
     p.add_argument("--recency", type=float, default=1.0, metavar="R",
-                   help="temporal method: the latest events weigh 1+R times the first (default: 1)")
-    p.add_argument("--seed", type=int, default=0, help="partitioner seed")
+                   help="temporal method: the latest events weigh 1+R times the first; finite, >= 0 (default: 1)")
+    p.add_argument("--seed", type=int, default=0, help="partitioner seed, from 0 to 2**32-1 (default: 0)")
     p.add_argument("--force", action="store_true", help="partition even if the memory estimate exceeds "
                    "the available memory")
     p.add_argument("--json", action="store_true", help="print the figures as one JSON object")
@@ -50,6 +52,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_out(args.out, args.data)
     graph = load_from_args(args)
     method = args.method or ("metis" if isinstance(graph, Graph) else "temporal")
     need = check_memory(graph, method, force=True)

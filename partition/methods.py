@@ -11,8 +11,13 @@ owns its source node.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
-from typing import Optional, Sequence, Union
+import math
+import operator
+import os
+import sys
+from typing import Iterator, Optional, Sequence, Union
 
 import numba
 import numpy as np
@@ -23,6 +28,42 @@ from gnndist.graph import Graph, TemporalGraph
 
 METHODS = ("metis", "random", "temporal")
 BALANCE_KEYS = ("nodes", "edges", "train")
+MAX_IMBALANCE_TOL = 10.0  # METIS ufactor 9000; beyond it balance means nothing
+SEED_LIMIT = 2**32
+MAX_TIME_WINDOWS = 64
+MIN_WINDOW_EVENTS_PER_PART = 10
+
+
+# ---------------------------------------------------------------- parameter checks
+
+def check_seed(seed: int) -> int:
+    """The partitioner seed, checked: an integer in [0, 2**32)."""
+    try:
+        value = operator.index(seed)
+    except TypeError:
+        value = -1
+    if isinstance(seed, bool) or not 0 <= value < SEED_LIMIT:
+        raise GnndistError(f"--seed must be an integer from 0 to {SEED_LIMIT - 1}, got {seed!r}")
+    return value
+
+
+def check_imbalance_tol(imbalance_tol: float) -> float:
+    """The max/mean part-weight tolerance, checked: finite, from 1.001 to MAX_IMBALANCE_TOL."""
+    if not 1.001 <= imbalance_tol <= MAX_IMBALANCE_TOL:
+        raise GnndistError(f"--imbalance-tol must be from 1.001 to {MAX_IMBALANCE_TOL:g}, got {imbalance_tol}")
+    return float(imbalance_tol)
+
+
+def check_time_windows(num_events: int, num_parts: int, num_windows: int) -> int:
+    """The temporal time-window count, checked: from 1 to the most windows that still hold
+    MIN_WINDOW_EVENTS_PER_PART events per part each, and at most MAX_TIME_WINDOWS (each window
+    is one METIS balance constraint: more make it slow and the balance meaningless)."""
+    most = min(MAX_TIME_WINDOWS, max(1, num_events // (MIN_WINDOW_EVENTS_PER_PART * num_parts)))
+    if not 1 <= num_windows <= most:
+        raise GnndistError(f"--time-windows must be from 1 to {most} (at most {MAX_TIME_WINDOWS}, and each window "
+                           f"needs {MIN_WINDOW_EVENTS_PER_PART} events per part: {num_events} events, {num_parts} "
+                           f"parts), got {num_windows}")
+    return num_windows
 
 
 # ---------------------------------------------------------------- METIS call
@@ -32,9 +73,23 @@ _IDX = np.dtype(pymetis.zero_copy_dtype())
 
 def metis_options(imbalance_tol: float, seed: int) -> pymetis.Options:
     """pymetis options for a max/mean part-weight tolerance `imbalance_tol` and a seed."""
-    if not imbalance_tol >= 1.001:
-        raise GnndistError(f"--imbalance-tol must be >= 1.001, got {imbalance_tol}")
-    return pymetis.Options(ufactor=int(round((imbalance_tol - 1.0) * 1000)), seed=int(seed))
+    ufactor = int(round((check_imbalance_tol(imbalance_tol) - 1.0) * 1000))
+    return pymetis.Options(ufactor=ufactor, seed=check_seed(seed))
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """Send what C code writes to file descriptor 1 (METIS's messages) to stderr, so that
+    it never mixes into the command's output (`--json`)."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        ctypes.CDLL(None).fflush(None)  # C stdio buffers what it printed: out before fd 1 is restored
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def _kway_fn():
@@ -72,8 +127,10 @@ def metis_kway(xadj: np.ndarray, adjncy: np.ndarray, num_parts: int, vwgt: Optio
     def ptr(a):
         return None if a is None else a.ctypes.data_as(ctypes.c_void_p)
 
-    status = _kway_fn()(ptr(scalars[0]), ptr(scalars[1]), ptr(arrays[0]), ptr(arrays[1]), ptr(arrays[2]),
-                        None, ptr(arrays[3]), ptr(scalars[2]), None, None, ptr(opt), ptr(scalars[3]), ptr(part))
+    with _stdout_to_stderr():
+        status = _kway_fn()(ptr(scalars[0]), ptr(scalars[1]), ptr(arrays[0]), ptr(arrays[1]), ptr(arrays[2]),
+                            None, ptr(arrays[3]), ptr(scalars[2]), None, None, ptr(opt), ptr(scalars[3]),
+                            ptr(part))
     if status != 1:  # METIS_OK
         raise GnndistError(f"METIS failed with status {status} (input error or out of memory)")
     return int(scalars[3][0]), part.astype(np.int64, copy=False)
@@ -144,13 +201,18 @@ def _rebalance(xadj, adjncy, adjwgt, vwgt, part, k, caps):  # pragma: no cover -
 def balanced_kway(xadj: np.ndarray, adjncy: np.ndarray, num_parts: int, vwgt: Optional[np.ndarray],
                   adjwgt: Optional[np.ndarray], imbalance_tol: float, seed: int) -> np.ndarray:
     """METIS k-way, then greedy moves that bring any part METIS left above `imbalance_tol`
-    (max/mean, per constraint) back within it where possible."""
+    (max/mean, per constraint) back within it where possible. Raises GnndistError when a part
+    is left without nodes."""
     part = metis_kway(xadj, adjncy, num_parts, vwgt, adjwgt, metis_options(imbalance_tol, seed))[1]
     w = np.ones((xadj.size - 1, 1)) if vwgt is None else vwgt.reshape(xadj.size - 1, -1).astype(np.float64)
     caps = imbalance_tol * w.sum(axis=0) / num_parts
     if num_parts > 1 and caps.size and np.all(caps > 0):
         _rebalance(xadj, adjncy, np.zeros(0) if adjwgt is None else adjwgt.astype(np.float64), w, part,
                    num_parts, caps)
+    empty = np.flatnonzero(np.bincount(part, minlength=num_parts) == 0)
+    if empty.size:
+        raise GnndistError(f"partitioning left {empty.size} of the {num_parts} parts without nodes: the graph is too "
+                           "small or too skewed for that many parts; use fewer --parts")
     return part
 
 
@@ -246,6 +308,7 @@ def csr_symmetric_adjacency(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
 
 def random_membership(num_nodes: int, num_parts: int, seed: int = 0) -> np.ndarray:
     """Part = a seeded 64-bit mix (splitmix64) of the node id, modulo `num_parts`."""
+    seed = check_seed(seed)
     z = np.arange(num_nodes, dtype=np.uint64) + np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15)
     with np.errstate(over="ignore"):
         z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
@@ -316,10 +379,13 @@ def temporal_membership(graph: TemporalGraph, num_parts: int, num_windows: int =
     every part gets its share of events in every window. Events touching a replicated hub
     (`hubs`) are left out of the pair weights: they are local reads in every part.
     """
-    if num_windows < 1:
-        raise GnndistError(f"--time-windows must be >= 1, got {num_windows}")
-    if recency < 0:
-        raise GnndistError(f"--recency must be >= 0, got {recency}")
+    check_time_windows(graph.num_events, num_parts, num_windows)
+    if not (math.isfinite(recency) and recency >= 0):
+        raise GnndistError(f"--recency must be a finite number >= 0, got {recency}")
+    owners = np.unique(graph.src).size
+    if num_parts > owners:
+        raise GnndistError(f"--method temporal balances the events each part owns, so --parts must be at most the "
+                           f"{owners} nodes that own events (are an event source), got {num_parts}")
     t = graph.t
     span = float(t[-1] - t[0]) if graph.num_events else 0.0
     w = 1.0 + recency * ((t - t[0]) / span if span > 0 else np.zeros_like(t))

@@ -18,6 +18,7 @@ owned by one part; other parts hold read-only copies of their events).
 from __future__ import annotations
 
 import json
+import reprlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -193,9 +194,7 @@ class PartitionStore:
 
     def save(self, out: Union[str, Path], progress: bool = False) -> Path:
         """Write the store to folder `out` atomically; an existing store there is replaced."""
-        out = Path(out)
-        if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / "meta.json").exists())):
-            raise GnndistError(f"refusing to overwrite {out}: it exists and is not a partition store")
+        out = check_out(out)
         t0 = time.perf_counter()
         files: dict[str, str] = {}
         with atomic_dir(out) as tmp:
@@ -213,6 +212,37 @@ class PartitionStore:
             meta["files"] = files
             write_json(tmp / "meta.json", meta)
         return out
+
+
+def check_out(out: Union[str, Path], data: Union[str, Path, None] = None) -> Path:
+    """`out` as a Path, after checking that writing a store there loses nothing: it must not
+    be or contain the input `data` path, and an existing folder must be empty or a partition
+    store holding only the files its meta.json lists."""
+    out = Path(out)
+    if data is not None and Path(data).exists():
+        d, o = Path(data).resolve(), out.resolve()
+        if d == o or o in d.parents:
+            raise GnndistError(f"refusing to write the store to {out}: it contains the input {data}, which replacing "
+                               "it would delete; choose another --out")
+    if not out.exists():
+        return out
+    if not out.is_dir():
+        raise GnndistError(f"refusing to overwrite {out}: it exists and is not a partition store")
+    found = sorted(f.relative_to(out).as_posix() for f in out.rglob("*") if f.is_symlink() or not f.is_dir())
+    if not found:
+        return out
+    if "meta.json" not in found:
+        raise GnndistError(f"refusing to overwrite {out}: it exists and is not a partition store")
+    try:
+        listed = set(read_store_meta(out)["files"]) | {"meta.json"}
+    except GnndistError:
+        raise GnndistError(f"refusing to replace {out}: its meta.json is unreadable, so the store's files cannot be "
+                           "told from others; delete the folder yourself or choose another --out") from None
+    foreign = [f for f in found if f not in listed]
+    if foreign:
+        raise GnndistError(f"refusing to replace partition store {out}: it holds {foreign[0]}, which the store did "
+                           "not write; move it away or choose another --out")
+    return out
 
 
 def check_memory(graph: Union[Graph, TemporalGraph], method: str, force: bool = False) -> Optional[int]:
@@ -266,6 +296,11 @@ def partition_graph(graph: Union[Graph, TemporalGraph], num_parts: int, method: 
     if not 0 <= replicate_hubs <= graph.num_nodes:
         raise GnndistError(f"--replicate-hubs must be between 0 and the node count, got {replicate_hubs}")
     balance = methods.check_balance(balance)
+    imbalance_tol, seed = methods.check_imbalance_tol(imbalance_tol), methods.check_seed(seed)
+    if temporal:
+        methods.check_time_windows(graph.num_events, num_parts, time_windows)
+    if out is not None:
+        check_out(out)
     check_memory(graph, method, force)
 
     t0 = time.perf_counter()
@@ -298,8 +333,62 @@ def partition_graph(graph: Union[Graph, TemporalGraph], num_parts: int, method: 
 
 # ---------------------------------------------------------------- reading
 
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _ints(n: int):
+    """Check: a list of `n` integers >= 0."""
+    return lambda v: isinstance(v, list) and len(v) == n and all(_is_int(x) and x >= 0 for x in v)
+
+
+def _meta_problem(meta: dict) -> Optional[str]:
+    """What is wrong with meta.json's contents (a key or type the code relies on), or None."""
+    kind, k = meta.get("kind"), meta.get("num_parts")
+    if kind not in ("static", "temporal"):
+        return f"kind must be 'static' or 'temporal', got {reprlib.repr(kind)}"
+    if not (_is_int(k) and k >= 1):
+        return f"num_parts must be an integer >= 1, got {reprlib.repr(k)}"
+    temporal = kind == "temporal"
+    count = lambda v: _is_int(v) and v >= 0  # noqa: E731
+    top = {"method": lambda v: isinstance(v, str), "num_nodes": count,
+           ("num_events" if temporal else "num_edges"): count, "node_offsets": _ints(k + 1),
+           "params": lambda v: isinstance(v, dict),
+           "files": lambda v: isinstance(v, dict) and "orig_to_new.npy" in v
+           and all(isinstance(x, str) for x in [*v, *v.values()]),
+           "replicated_hubs": lambda v: isinstance(v, list) and all(_is_int(x) for x in v),
+           "stats": lambda v: isinstance(v, dict)}
+    per_part = ("nodes_per_part", "halo_nodes_per_part", "train_nodes_per_part",
+                *(("events_per_part", "stored_events_per_part") if temporal else ("edges_per_part",)))
+    numbers = ("edge_cut_fraction", "replication_factor", "partition_time_s", "peak_memory_bytes", "write_time_s",
+               *(("cross_partition_event_fraction", "cross_partition_event_fraction_with_replicas")
+                 if temporal else ()))
+    stats = {**{key: _ints(k) for key in per_part}, **{key: _is_number for key in numbers},
+             "imbalance": lambda v: isinstance(v, dict) and all(_is_number(x) for x in v.values())}
+    optional = {"replicated_hubs", "train_nodes_per_part", "write_time_s"}
+    for where, d, checks in (("", meta, top), ("stats.", meta.get("stats"), stats)):
+        for key, ok in checks.items():
+            if key not in d:
+                if key in optional:
+                    continue
+                return f"missing key {where}{key}"
+            if not ok(d[key]):
+                return f"bad {where}{key}: {reprlib.repr(d[key])}"
+    offsets = meta["node_offsets"]
+    if offsets[0] != 0 or offsets[-1] != meta["num_nodes"] or any(a > b for a, b in zip(offsets, offsets[1:])):
+        return f"node_offsets {reprlib.repr(offsets)} do not split num_nodes = {meta['num_nodes']} into parts"
+    if meta["stats"]["nodes_per_part"] != np.diff(offsets).tolist():
+        return "stats.nodes_per_part disagrees with node_offsets"
+    return None
+
+
 def read_store_meta(path: Union[str, Path]) -> dict:
-    """meta.json of the store at `path`, checked for the format version this gnndist reads."""
+    """meta.json of the store at `path`, checked for the format version this gnndist reads and
+    for every key and type the code reads from it."""
     f = Path(path) / "meta.json"
     if not f.is_file():
         raise GnndistError(f"{path} is not a partition store (no meta.json)")
@@ -312,6 +401,9 @@ def read_store_meta(path: Union[str, Path]) -> dict:
     if meta["format_version"] != FORMAT_VERSION:
         raise GnndistError(f"{path} was written in partition store format {meta['format_version']}; this gnndist "
                            f"reads format {FORMAT_VERSION}: re-run `gnndist partition`")
+    problem = _meta_problem(meta)
+    if problem:
+        raise GnndistError(f"{f}: malformed ({problem}): re-run `gnndist partition`")
     return meta
 
 

@@ -7,8 +7,10 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from gnndist.cli import main
+from gnndist.errors import GnndistError
 from gnndist.datasets import load
 from gnndist.partition import load_partition, read_store_meta
 
@@ -87,3 +89,126 @@ def test_corrupted_store_is_reported_by_info_verify(tmp_path):
     p = run("info", str(out), "--verify")
     assert p.returncode == 2 and "Traceback" not in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1 and "sha256 mismatch" in p.stderr
+
+
+def write_events(path: Path, n: int = 40, e: int = 300, skew: float = 1.0) -> None:
+    """A small temporal edge list (src dst t per line); `skew` > 1 gives low ids more events."""
+    rng = np.random.default_rng(1)
+    src = (n * rng.random(e) ** skew).astype(np.int64)
+    rows = np.stack([src, rng.integers(0, n, e), np.arange(e) * 10], axis=1)
+    path.write_text("".join(f"{a} {b} {t}\n" for a, b, t in rows.tolist()))
+
+
+def assert_one_line_error(argv, msg, capsys) -> str:
+    capsys.readouterr()
+    assert main(argv) == 2, argv
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1 and msg in err, (argv, err)
+    return err
+
+
+def test_replacing_a_store_never_deletes_other_files(tmp_path, capsys):
+    own = tmp_path / "own"
+    data = tmp_path / "data.txt"
+    write_events(data)
+    argv = ["partition", str(data), "--parts", "2", "--quiet", "--out", str(own)]
+    assert main(argv) == 0
+    before = {f: f.read_bytes() for f in own.rglob("*") if f.is_file()}
+    (own / "data.txt").write_bytes(data.read_bytes())
+    (own / "NOTES.md").write_text("mine")
+    for out in (own, own / "data.txt"):  # --out holds, or is, the input
+        assert_one_line_error(["partition", str(own / "data.txt"), "--parts", "2", "--out", str(out)],
+                              "contains the input", capsys)
+    assert_one_line_error(argv, "holds NOTES.md, which the store did not write", capsys)
+    (own / "NOTES.md").unlink()
+    (own / "part1" / "extra.npy").write_bytes(b"x")
+    assert_one_line_error(argv, "holds data.txt, which", capsys)  # the first foreign file, sorted
+    (own / "data.txt").unlink()
+    assert_one_line_error(argv, "holds part1/extra.npy, which", capsys)
+    assert (own / "part1" / "extra.npy").read_bytes() == b"x"
+    assert {f: f.read_bytes() for f in own.rglob("*") if f.is_file() and f.name != "extra.npy"} == before
+    (own / "part1" / "extra.npy").unlink()
+    (own / "meta.json").write_text("{}")
+    assert_one_line_error(argv, "meta.json is unreadable", capsys)
+    (own / "meta.json").unlink()
+    assert_one_line_error(argv, "is not a partition store", capsys)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data.txt", "own"]  # no temp folders left
+    for f in [*own.rglob("*")][::-1]:
+        f.rmdir() if f.is_dir() else f.unlink()
+    assert main(argv) == 0 and read_store_meta(own)["num_parts"] == 2  # an empty folder is fine
+
+
+BAD_META = [
+    (lambda m: m.pop("stats"), "missing key stats"),
+    (lambda m: m.pop("params"), "missing key params"),
+    (lambda m: m.pop("kind"), "kind must be"),
+    (lambda m: m.pop("num_parts"), "num_parts must be"),
+    (lambda m: m.pop("files"), "missing key files"),
+    (lambda m: m["stats"].pop("nodes_per_part"), "missing key stats.nodes_per_part"),
+    (lambda m: m.pop("node_offsets"), "missing key node_offsets"),
+    (lambda m: m.update(stats=None), "bad stats: None"),
+    (lambda m: m.update(num_parts="two"), "num_parts must be"),
+    (lambda m: m.update(num_parts=3), "bad node_offsets"),
+    (lambda m: m.update(files=[1, 2]), "bad files"),
+    (lambda m: m["stats"].update(nodes_per_part=m["stats"]["nodes_per_part"][:1]), "bad stats.nodes_per_part"),
+    (lambda m: m["stats"].update(nodes_per_part=m["stats"]["nodes_per_part"][::-1]), "disagrees with node_offsets"),
+    (lambda m: m.update(node_offsets=[0, 500, 100]), "do not split num_nodes"),
+    (lambda m: m["files"].pop("orig_to_new.npy"), "bad files"),
+    (lambda m: m["stats"].update(imbalance=[1.0]), "bad stats.imbalance"),
+]
+
+
+def test_malformed_meta_json_is_one_line_error(tmp_path, capsys):
+    out = tmp_path / "s"
+    assert main(["partition", "synthetic-static", "--num-nodes", "100", "--num-edges", "300", "--parts", "2",
+                 "--method", "random", "--out", str(out), "--quiet"]) == 0
+    good = read_store_meta(out)
+    assert good["stats"]["nodes_per_part"][0] != good["stats"]["nodes_per_part"][1]  # the reversal is a change
+    for spoil, msg in BAD_META:
+        meta = json.loads(json.dumps(good))
+        spoil(meta)
+        (out / "meta.json").write_text(json.dumps(meta))
+        for flags in ([], ["--json"], ["--verify"]):
+            err = assert_one_line_error(["info", str(out), *flags], f"{out / 'meta.json'}: malformed (", capsys)
+            assert msg in err and "re-run `gnndist partition`" in err, err
+        with pytest.raises(GnndistError, match="re-run `gnndist partition`"):
+            load_partition(out, 0)
+
+
+def test_bad_flag_values_are_one_line_errors(tmp_path, capsys):
+    base = ["partition", "synthetic-temporal", "--num-nodes", "60", "--num-events", "400", "--parts", "2",
+            "--out", str(tmp_path / "a")]
+    cases = [
+        (["--seed", "-1", "--method", "random"], "--seed must be an integer from 0 to 4294967295"),
+        (["--seed", str(2**32)], "--seed must be"),
+        (["--imbalance-tol", "inf"], "--imbalance-tol must be from 1.001 to 10"),
+        (["--imbalance-tol", "1e30"], "--imbalance-tol must be"),
+        (["--imbalance-tol", "nan", "--method", "random"], "--imbalance-tol must be"),
+        (["--recency", "nan"], "--recency must be a finite number >= 0"),
+        (["--recency", "inf"], "--recency must be"),
+        (["--time-windows", "1000000000"], "--time-windows must be from 1 to 20 (at most 64, and each window needs "
+                                           "10 events per part: 400 events, 2 parts), got 1000000000"),
+        (["--time-windows", "21", "--method", "random"], "--time-windows must be from 1 to 20"),
+        (["--time-windows", "0"], "--time-windows must be"),
+    ]
+    for extra, msg in cases:
+        assert_one_line_error(base + extra, msg, capsys)
+    assert not (tmp_path / "a").exists()
+    assert main(base + ["--time-windows", "20", "--seed", str(2**32 - 1), "--imbalance-tol", "10", "--quiet"]) == 0
+
+
+def test_too_many_parts_refused_and_json_stays_clean(tmp_path, capfd):
+    data = tmp_path / "g.txt"
+    write_events(data, n=120, e=400, skew=3.0)  # node 0 owns a fifth of the events
+    owners = np.unique(np.loadtxt(data, dtype=np.int64)[:, 0]).size
+    argv = ["partition", str(data), "--out", str(tmp_path / "o"), "--json", "--quiet", "--time-windows", "1",
+            "--parts"]
+    assert main(argv + [str(owners + 1)]) == 2
+    out, err = capfd.readouterr()
+    assert out == "" and f"at most the {owners} nodes that own events" in err
+    assert main(argv + ["20"]) == 2
+    out, err = capfd.readouterr()
+    assert out == "" and "without nodes" in err and len(err.strip().splitlines()) == 1
+    assert main(argv + ["4"]) == 0
+    s = json.loads(capfd.readouterr().out)
+    assert min(s["nodes_per_part"]) > 0 and min(s["events_per_part"]) > 0
