@@ -309,8 +309,8 @@ def csr_symmetric_adjacency(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
 def random_membership(num_nodes: int, num_parts: int, seed: int = 0) -> np.ndarray:
     """Part = a seeded 64-bit mix (splitmix64) of the node id, modulo `num_parts`."""
     seed = check_seed(seed)
-    z = np.arange(num_nodes, dtype=np.uint64) + np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15)
     with np.errstate(over="ignore"):
+        z = np.arange(num_nodes, dtype=np.uint64) + np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15)
         z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
         z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
         z ^= z >> np.uint64(31)

@@ -293,3 +293,31 @@ def test_bad_arguments(graph):
 def test_single_part(graph):
     store = partition_graph(graph, 1, method="metis")
     assert store.figures["nodes_per_part"] == [graph.num_nodes] and store.figures["edge_cut_fraction"] == 0.0
+
+
+def test_seed_and_tolerance_bounds(graph):
+    for bad in (-1, 2**32, 1.5, True):
+        with pytest.raises(GnndistError, match=r"--seed must be an integer from 0 to 4294967295"):
+            partition_graph(graph, 2, method="random", seed=bad)
+    with pytest.raises(GnndistError, match="--seed"):
+        random_membership(10, 2, -1)
+    for bad in (float("inf"), float("nan"), 1e30, 10.5, 1.0):
+        with pytest.raises(GnndistError, match=r"--imbalance-tol must be from 1.001 to 10"):
+            partition_graph(graph, 2, method="random", imbalance_tol=bad)
+    top = partition_graph(graph, 2, method="metis", imbalance_tol=10.0, seed=2**32 - 1)
+    assert top.params["seed"] == 2**32 - 1 and sum(top.figures["nodes_per_part"]) == graph.num_nodes
+    same = random_membership(graph.num_nodes, 3, 2**32 - 1)
+    assert np.array_equal(same, random_membership(graph.num_nodes, 3, 2**32 - 1))
+    assert not np.array_equal(same, random_membership(graph.num_nodes, 3, 0))
+
+
+def test_metis_messages_never_reach_stdout(capfd):
+    """METIS prints to C stdout when asked for too many parts; it must land on stderr."""
+    g = load("synthetic-temporal", num_nodes=100, num_events=300)
+    xadj, adjncy, _ = symmetric_adjacency(g.src, g.dst, g.num_nodes)
+    vwgt = np.bincount(g.src, minlength=g.num_nodes)[:, None]
+    print("before", flush=True)
+    metis_kway(xadj, adjncy, 90, vwgt)
+    print("after")
+    out, err = capfd.readouterr()
+    assert out == "before\nafter\n" and "Cannot bisect" in err

@@ -9,7 +9,7 @@ import numpy as np
 import pymetis
 import pytest
 
-from gnndist import TemporalGraph
+from gnndist import GnndistError, TemporalGraph
 from gnndist.datasets import load
 from gnndist.partition import load_id_maps, load_partition, partition_graph, relabel
 from gnndist.partition.methods import temporal_membership
@@ -161,3 +161,28 @@ def test_uci_temporal_beats_random():
         "cross_partition_event_fraction_with_replicas"]
     assert hub_t["cross_partition_event_fraction_with_replicas"] <= 0.5 * rnd["cross_partition_event_fraction"]
     assert hub_t["replication_factor"] > tmp["replication_factor"]
+
+
+def test_temporal_parameter_bounds(tg):
+    e = tg.num_events  # 4000: 4 parts allow 4000 // (10 * 4) = 100 windows, capped at 64
+    for kw, msg in [(dict(recency=float("nan")), "--recency must be a finite number >= 0"),
+                    (dict(recency=float("inf")), "--recency"), (dict(recency=-0.5), "--recency"),
+                    (dict(num_windows=0), r"--time-windows must be from 1 to 64 \(at most 64"),
+                    (dict(num_windows=65), "--time-windows must be from 1 to 64"),
+                    (dict(num_windows=10**9), "--time-windows must be from 1 to 64")]:
+        with pytest.raises(GnndistError, match=msg):
+            temporal_membership(tg, 4, **kw)
+    with pytest.raises(GnndistError, match="--time-windows must be from 1 to 40 "):
+        partition_graph(tg, 10, method="random", time_windows=41)  # the figures use the windows too
+    assert partition_graph(tg, 10, method="random", time_windows=40).figures["events_per_window_per_part"]
+    windows = np.asarray(partition_graph(tg, 4, time_windows=64).figures["events_per_window_per_part"])
+    assert windows.shape == (64, 4) and windows.sum() == e
+
+
+def test_temporal_parts_need_event_owners(tg):
+    owners = np.unique(tg.src).size
+    small = TemporalGraph(tg.src[:12], tg.dst[:12], tg.t[:12], num_nodes=tg.num_nodes)
+    k = np.unique(small.src).size
+    with pytest.raises(GnndistError, match=f"--parts must be at most the {k} nodes that own events"):
+        temporal_membership(small, k + 1, num_windows=1)
+    assert owners >= 4 and np.bincount(temporal_membership(tg, 4), minlength=4).min() > 0
