@@ -17,8 +17,10 @@ owned by one part; other parts hold read-only copies of their events).
 """
 from __future__ import annotations
 
+import errno
 import json
 import reprlib
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -124,6 +126,20 @@ def relabel(graph: Union[Graph, TemporalGraph], orig_to_new: np.ndarray) -> Unio
     return Graph(indptr, orig_to_new[graph.indices[pos]], **data)
 
 
+def _save_array(path: Path, a: np.ndarray, store: Path) -> None:
+    """`np.save` of `a` to `path` inside the folder being written for `store`; a write that
+    fails for want of space (ENOSPC, or numpy's short write with less free than the array
+    needs) raises GnndistError saying so."""
+    try:
+        np.save(path, a)
+    except OSError as e:
+        free = shutil.disk_usage(path.parent).free
+        if e.errno == errno.ENOSPC or free < a.nbytes:
+            raise GnndistError(f"no space left on device writing the partition store {store} ({path.name} needs "
+                               f"{stats.fmt_bytes(a.nbytes)}, {stats.fmt_bytes(free)} free)") from None
+        raise
+
+
 class PartitionStore:
     """A computed partition of a graph: renumbering, figures, and each part on demand
     (`part(p)`), written to disk with `save(dir)`."""
@@ -198,13 +214,13 @@ class PartitionStore:
         t0 = time.perf_counter()
         files: dict[str, str] = {}
         with atomic_dir(out) as tmp:
-            np.save(tmp / "orig_to_new.npy", self.orig_to_new)
+            _save_array(tmp / "orig_to_new.npy", self.orig_to_new, out)
             files["orig_to_new.npy"] = sha256_file(tmp / "orig_to_new.npy")
             for p in tqdm(range(self.num_parts), desc="writing parts", unit="part", disable=not progress):
                 (tmp / f"part{p}").mkdir()
                 for name, a in self.part_arrays(p).items():
                     rel = f"part{p}/{name}.npy"
-                    np.save(tmp / rel, np.ascontiguousarray(a))
+                    _save_array(tmp / rel, np.ascontiguousarray(a), out)
                     files[rel] = sha256_file(tmp / rel)
             meta = self.meta()
             meta["stats"] = {**meta["stats"], "write_time_s": time.perf_counter() - t0,

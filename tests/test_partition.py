@@ -2,7 +2,9 @@
 checksums, atomic writes."""
 from __future__ import annotations
 
+import errno
 import json
+import shutil
 from pathlib import Path
 
 import networkx as nx
@@ -321,3 +323,32 @@ def test_metis_messages_never_reach_stdout(capfd):
     print("after")
     out, err = capfd.readouterr()
     assert out == "before\nafter\n" and "Cannot bisect" in err
+
+
+def test_out_of_space_is_named(graph, tmp_path, monkeypatch):
+    out = tmp_path / "s"
+    partition_graph(graph, 2, method="random", out=out)
+    before = read_store_meta(out)
+    real_save = np.save
+
+    def full_disk(path, arr):
+        if Path(path).name == "indices.npy":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_save(path, arr)
+
+    def short_write(path, arr):  # numpy's own message for a short write
+        if Path(path).name == "indices.npy":
+            raise OSError(f"{arr.nbytes} requested and 0 written")
+        real_save(path, arr)
+
+    monkeypatch.setattr(pstore.np, "save", full_disk)
+    with pytest.raises(GnndistError, match=f"no space left on device writing the partition store {out} "
+                       r"\(indices.npy needs"):
+        partition_graph(graph, 3, method="metis", out=out)
+    monkeypatch.setattr(pstore.np, "save", short_write)
+    monkeypatch.setattr(pstore.shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(10**9, 10**9, 0))
+    with pytest.raises(GnndistError, match="no space left on device"):
+        partition_graph(graph, 3, method="metis", out=out)
+    monkeypatch.undo()
+    assert read_store_meta(out) == before and verify_store(out) > 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s"]
