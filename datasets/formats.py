@@ -6,12 +6,15 @@ the original ids as the graph attribute `orig_ids` (`orig_ids[new_id] == origina
 from __future__ import annotations
 
 import os
-from typing import Optional
+import zipfile
+import zlib
+from typing import Optional, Union
 
 import numpy as np
+from numpy.lib.npyio import NpzFile
 
 from gnndist.datasets.text import check_finite, check_ids, read_table
-from gnndist.errors import GnndistError
+from gnndist.errors import GnndistError, first_line
 from gnndist.graph import Graph, TemporalGraph
 
 # CSV header names (lower case) -> column role
@@ -80,7 +83,8 @@ def _csv_check(values: np.ndarray, names: Optional[list[str]]) -> Optional[tuple
     """First row with a bad node id or a NaN/inf value."""
     names = names or _NO_HEADER
     r = _csv_roles(names)
-    return check_ids(values, (r["src"], r["dst"])) or check_finite(values, names)
+    labels = None if r["label"] is None else check_ids(values, (r["label"],), "label")  # classes 0, 1, ...
+    return check_ids(values, (r["src"], r["dst"])) or labels or check_finite(values, names)
 
 
 def load_csv(path: str) -> TemporalGraph:
@@ -120,38 +124,78 @@ def _tgn_edge_features(path: str, idx: np.ndarray, edge_feat: Optional[np.ndarra
     npy = os.path.splitext(path[:-3] if path.endswith(".gz") else path)[0] + ".npy"
     if not os.path.isfile(npy):
         return edge_feat
-    try:
-        table = np.load(npy, allow_pickle=False)
-    except ValueError as e:
-        raise GnndistError(f"{npy}: not a numeric .npy array: {e}") from None
-    if table.ndim != 2 or idx.max(initial=0) >= table.shape[0] or idx.min(initial=0) < 0:
-        raise GnndistError(f"{npy}: expected a 2-d array with a row for every idx in {path}, got shape {table.shape}")
+    table = np_file(npy, ".npy")
+    if (table.ndim != 2 or table.dtype.kind not in "biuf" or idx.max(initial=0) >= table.shape[0]
+            or idx.min(initial=0) < 0):
+        raise GnndistError(f"{npy}: expected a 2-d numeric array with a row for every idx in {path}, "
+                           f"got {table.dtype} {table.shape}")
     return table[idx].astype(np.float32)
 
 
-def _npz_key(path: str, z, key: str) -> np.ndarray:
+# what np.load and reading an .npz member raise for a corrupt, truncated or pickled file
+_NP_READ_ERRORS = (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error, NotImplementedError)
+MAX_DENSE = 1 << 31  # entries of the largest dense matrix built from CSR parts (8 GiB of float32)
+
+
+def np_file(path: str, kind: str) -> Union[NpzFile, np.ndarray]:
+    """np.load(path) without pickle, checked to be what `kind` (".npz" or ".npy") names."""
+    try:
+        obj = np.load(path, allow_pickle=False)
+    except _NP_READ_ERRORS as e:
+        raise GnndistError(f"{path}: not a readable {kind} file ({type(e).__name__}: {first_line(e)})") from None
+    if isinstance(obj, NpzFile if kind == ".npz" else np.ndarray):
+        return obj
+    if isinstance(obj, NpzFile):
+        obj.close()
+    got = "an .npz archive" if isinstance(obj, NpzFile) else "a single .npy array"
+    raise GnndistError(f"{path}: not a readable {kind} file (it holds {got})")
+
+
+def _npz_key(path: str, z: NpzFile, key: str) -> np.ndarray:
     if key not in z.files:
         raise GnndistError(f"{path}: missing array '{key}' (have: {', '.join(z.files)})")
     try:
         return z[key]
-    except ValueError as e:
-        raise GnndistError(f"{path}: array '{key}' cannot be read without pickle: {e}") from None
+    except _NP_READ_ERRORS as e:
+        raise GnndistError(f"{path}: array '{key}' cannot be read ({type(e).__name__}: {first_line(e)})") from None
+
+
+def as_ints(a, where: str) -> np.ndarray:
+    """`a` as int64; GnndistError if it holds anything but integers (1.5, NaN, text, > 2**53 as float)."""
+    a = np.asarray(a)
+    if a.dtype.kind in "iu":
+        return a.astype(np.int64)
+    flat = a.ravel()
+    ok = np.zeros(flat.size, dtype=bool)
+    if a.dtype.kind == "f":
+        ok = np.isfinite(flat) & (flat == np.floor(flat)) & (np.abs(flat) < 2.0 ** 53)
+    if ok.all():
+        return a.astype(np.int64)
+    raise GnndistError(f"{where} must hold integers, got {a.dtype} value {flat[~ok][0].item()!r}")
 
 
 def csr_to_dense(data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, shape, where: str) -> np.ndarray:
     """A dense float32 matrix from CSR parts (duplicate entries summed, as scipy's todense)."""
     rows, cols = csr_rows_cols(indices, indptr, shape, where)
-    if data.size != cols.size:
-        raise GnndistError(f"{where}: CSR data has {data.size} entries, indices {cols.size}")
-    out = np.zeros((int(shape[0]), int(shape[1])), dtype=np.float32)
+    data = np.asarray(data)
+    if data.ndim != 1 or data.dtype.kind not in "biuf" or data.size != cols.size:
+        raise GnndistError(f"{where}: CSR data must be {cols.size} numbers, got {data.dtype} {data.shape}")
+    n, m = (int(v) for v in shape)
+    if n * m > MAX_DENSE:
+        raise GnndistError(f"{where}: shape ({n}, {m}) would make a dense matrix of {n * m:.3g} entries "
+                           f"(more than {MAX_DENSE})")
+    out = np.zeros((n, m), dtype=np.float32)
     np.add.at(out, (rows, cols), data.astype(np.float32))
     return out
 
 
 def csr_rows_cols(indices: np.ndarray, indptr: np.ndarray, shape, where: str) -> tuple[np.ndarray, np.ndarray]:
     """Row and column of every entry of a CSR matrix, checked against `shape`."""
-    indptr, indices = np.asarray(indptr, dtype=np.int64), np.asarray(indices, dtype=np.int64)
+    shape = as_ints(shape, f"{where}: CSR shape")
+    if shape.shape != (2,) or shape.min() < 0:
+        raise GnndistError(f"{where}: CSR shape must be 2 non-negative integers, got {shape.tolist()}")
     n, m = (int(x) for x in shape)
+    indptr, indices = as_ints(indptr, f"{where}: CSR indptr"), as_ints(indices, f"{where}: CSR indices")
     if (indptr.ndim != 1 or indptr.size != n + 1 or indptr[0] != 0 or indptr[-1] != indices.size
             or np.any(np.diff(indptr) < 0)):
         raise GnndistError(f"{where}: inconsistent CSR indptr for shape ({n}, {m})")
@@ -165,24 +209,21 @@ def load_npz(path: str) -> Graph:
 
     The adjacency is symmetrized; duplicate edges are dropped, self-loops kept once.
     """
-    try:
-        z = np.load(path, allow_pickle=False)
-    except FileNotFoundError:
-        raise GnndistError(f"{path}: no such file") from None
-    except (OSError, ValueError) as e:
-        raise GnndistError(f"{path}: not a readable .npz file: {e}") from None
-    with z:
+    with np_file(path, ".npz") as z:
         shape = _npz_key(path, z, "adj_shape")
-        if shape.shape != (2,) or shape[0] != shape[1]:
-            raise GnndistError(f"{path}: adj_shape must be square, got {shape.tolist()}")
-        n = int(shape[0])
         rows, cols = csr_rows_cols(_npz_key(path, z, "adj_indices"), _npz_key(path, z, "adj_indptr"), shape,
                                    f"{path}: adj")
+        if shape[0] != shape[1]:
+            raise GnndistError(f"{path}: adj_shape must be square, got {shape.tolist()}")
+        n = int(shape[0])
         if "attr_matrix" in z.files:
-            x = _npz_key(path, z, "attr_matrix").astype(np.float32)
+            x = _npz_key(path, z, "attr_matrix")
+            if x.ndim != 2 or x.dtype.kind not in "biuf":
+                raise GnndistError(f"{path}: attr_matrix must be a 2-d numeric array, got {x.dtype} {x.shape}")
+            x = x.astype(np.float32)
         elif "attr_data" in z.files:
-            x = csr_to_dense(z["attr_data"], _npz_key(path, z, "attr_indices"), _npz_key(path, z, "attr_indptr"),
-                             _npz_key(path, z, "attr_shape"), f"{path}: attr")
+            x = csr_to_dense(*(_npz_key(path, z, f"attr_{k}") for k in ("data", "indices", "indptr", "shape")),
+                             where=f"{path}: attr")
         else:
             x = None
         y = _npz_key(path, z, "labels") if "labels" in z.files else None
@@ -190,6 +231,8 @@ def load_npz(path: str) -> Graph:
         raise GnndistError(f"{path}: labels must be a 1-d integer array, got {y.dtype} {y.shape}")
     if y is not None and y.size and y.min() < 0:
         raise GnndistError(f"{path}: labels hold a negative class ({y.min()})")
+    if y is not None and y.size and y.max() >= n:
+        raise GnndistError(f"{path}: labels hold class {y.max()}, more classes than the {n} nodes")
     if x is not None and x.shape[0] != n:
         raise GnndistError(f"{path}: {x.shape[0]} attribute rows for {n} nodes")
     return Graph.from_edges(rows, cols, num_nodes=n, undirected=True, dedup=True, x=x,

@@ -14,7 +14,7 @@ import re
 import numpy as np
 
 from gnndist.datasets.formats import csr_to_dense
-from gnndist.datasets.text import check_ids, read_table
+from gnndist.datasets.text import check_ids, open_bytes, read_table
 from gnndist.errors import GnndistError, first_line
 from gnndist.graph import Graph
 
@@ -70,10 +70,8 @@ class _RestrictedUnpickler(pickle.Unpickler):
 
 def _unpickle(path: str):
     try:
-        with open(path, "rb") as f:
+        with open_bytes(path) as f:
             return _RestrictedUnpickler(f, encoding="latin1").load()
-    except FileNotFoundError:
-        raise GnndistError(f"{path}: no such file (a Planetoid folder needs ind.NAME.{{{','.join(PARTS)}}})") from None
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError, KeyError) as e:
         raise GnndistError(f"{path}: not a valid Planetoid pickle: {first_line(e)}") from None
 
@@ -88,8 +86,17 @@ def _matrix(path: str) -> np.ndarray:
     raise GnndistError(f"{path}: expected a 2-d numeric matrix, got {type(obj).__name__}")
 
 
-def _edges(path: str, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
-    """(src, dst) from the pickled {node: [neighbours]} dict."""
+def _labels(path: str) -> np.ndarray:
+    """A label matrix (y, ty, ally): rows one-hot, or all zero (PyG's argmax makes those class 0)."""
+    m = _matrix(path)
+    if m.shape[1] == 0 or not np.all((m == 0) | (m == 1)) or np.any(m.sum(axis=1) > 1):
+        raise GnndistError(f"{path}: expected one-hot label rows (or all-zero ones) with at least one class, "
+                           f"got a {m.shape} matrix that is not")
+    return m
+
+
+def _edges(path: str) -> tuple[np.ndarray, np.ndarray, int]:
+    """(src, dst, 1 + the largest node id) from the pickled {node: [neighbours]} dict."""
     d = _unpickle(path)
     if not isinstance(d, dict):
         raise GnndistError(f"{path}: expected a dict of neighbour lists, got {type(d).__name__}")
@@ -97,15 +104,17 @@ def _edges(path: str, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
     lists = list(d.values())
     if not all(isinstance(v, list) for v in lists):
         raise GnndistError(f"{path}: every value of the graph dict must be a list of node ids")
+    bad = GnndistError(f"{path}: graph dict holds a node id that is not a non-negative integer")
     try:
-        src = np.repeat(np.asarray(keys, dtype=np.int64), [len(v) for v in lists])
-        dst = np.fromiter((u for v in lists for u in v), dtype=np.int64, count=src.size)
+        nodes, dst = np.asarray(keys), np.asarray([u for v in lists for u in v])
     except (TypeError, ValueError, OverflowError):
-        raise GnndistError(f"{path}: graph dict holds a non-integer node id") from None
-    ids = np.concatenate([src, dst])
-    if ids.size and (ids.min() < 0 or ids.max() >= num_nodes):
-        raise GnndistError(f"{path}: node id out of range [0, {num_nodes})")
-    return src, dst
+        raise bad from None
+    # ints only: a 1.5 or "3" is refused, not truncated or parsed
+    if any(a.size and (a.ndim != 1 or a.dtype.kind not in "iu" or a.min() < 0) for a in (nodes, dst)):
+        raise bad
+    src = np.repeat(nodes.astype(np.int64), [len(v) for v in lists])
+    dst = dst.astype(np.int64)
+    return src, dst, int(max(nodes.max(initial=-1), dst.max(initial=-1))) + 1
 
 
 def planetoid_files(path: str) -> tuple[str, str]:
@@ -129,7 +138,7 @@ def load_planetoid(path: str) -> Graph:
     folder, name = planetoid_files(path)
     f = {part: os.path.join(folder, f"ind.{name}.{part}") for part in PARTS}
     x, tx, allx = (_matrix(f[p]) for p in ("x", "tx", "allx"))
-    y, ty, ally = (_matrix(f[p]) for p in ("y", "ty", "ally"))
+    y, ty, ally = (_labels(f[p]) for p in ("y", "ty", "ally"))
     _, ti = read_table(f["test.index"], ncols=1, check=lambda v, _: check_ids(v, (0,)), what="node id")
     test_index = ti[:, 0].astype(np.int64)
     if x.shape[0] != y.shape[0] or allx.shape[0] != ally.shape[0] or tx.shape[0] != ty.shape[0] or tx.shape[0] != test_index.size:
@@ -140,6 +149,11 @@ def load_planetoid(path: str) -> Graph:
     lo, hi = int(test_index.min()), int(test_index.max())
     if lo < allx.shape[0]:
         raise GnndistError(f"{f['test.index']}: test id {lo} falls among the {allx.shape[0]} allx rows")
+    src, dst, top = _edges(f["graph"])
+    top = max(top, allx.shape[0] + tx.shape[0])  # nodes the graph and the feature rows imply
+    if hi >= top:  # checked before gap rows up to `hi` are allocated
+        raise GnndistError(f"{f['test.index']}: test id {hi} is beyond the {top} nodes that the graph "
+                           f"and the allx/tx rows imply")
     sorted_test = np.sort(test_index)
     if hi - lo + 1 > test_index.size:  # isolated test nodes left out of tx/ty: zero rows for them
         tx_ext = np.zeros((hi - lo + 1, tx.shape[1]), np.float32)
@@ -156,6 +170,7 @@ def load_planetoid(path: str) -> Graph:
     masks["train_mask"][:y.shape[0]] = True
     masks["val_mask"][y.shape[0]:y.shape[0] + 500] = True
     masks["test_mask"][test_index] = True
-    src, dst = _edges(f["graph"], n)
+    if src.size and max(src.max(), dst.max()) >= n:
+        raise GnndistError(f"{f['graph']}: node id {max(src.max(), dst.max())} out of range [0, {n})")
     keep = src != dst
     return Graph.from_edges(src[keep], dst[keep], num_nodes=n, dedup=True, x=feats, y=labels, **masks)

@@ -9,7 +9,7 @@ from typing import Any, Callable, Optional, Union
 from gnndist.datasets.formats import load_csv, load_npz, load_snap
 from gnndist.datasets.generators import synthetic_static, synthetic_temporal
 from gnndist.datasets.planetoid import PARTS, load_planetoid
-from gnndist.datasets.text import open_bytes
+from gnndist.datasets.text import check_regular, open_bytes
 from gnndist.errors import GnndistError
 from gnndist.graph import Graph, TemporalGraph
 
@@ -98,6 +98,7 @@ def _file_format(path: str, format: Optional[str]) -> str:
     if not os.path.exists(path):
         raise GnndistError(f"{path}: no such file, folder or built-in dataset "
                            f"(built-ins: {', '.join(GENERATORS)})")
+    check_regular(path, folder_ok=True)
     return format or detect_format(path)
 
 

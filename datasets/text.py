@@ -25,19 +25,32 @@ RowCheck = Callable[[np.ndarray, Optional[list[str]]], Optional[tuple[int, str]]
 
 
 def open_bytes(path: str):
-    """A binary file object for `path`, gunzipped when it ends in .gz; GnndistError if missing."""
+    """A binary file object for `path`, gunzipped when it ends in .gz; GnndistError if missing or
+    not a regular file (a fifo or device is refused before it is opened: reading it could block
+    or never end)."""
+    check_regular(path)
     try:
         return gzip.open(path, "rb") if str(path).endswith(".gz") else open(path, "rb")
-    except FileNotFoundError:
-        raise GnndistError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise GnndistError(f"{path}: is a folder, expected a file") from None
+    except OSError as e:
+        raise GnndistError(f"{path}: cannot open: {e.strerror or e}") from None
+
+
+def check_regular(path: str, folder_ok: bool = False) -> None:
+    """GnndistError unless `path` is a regular file (or, with `folder_ok`, a folder); only stats it."""
+    if not os.path.exists(path):
+        raise GnndistError(f"{path}: no such file")
+    if os.path.isdir(path) and not folder_ok:
+        raise GnndistError(f"{path}: is a folder, expected a file")
+    if not (os.path.isfile(path) or os.path.isdir(path)):
+        raise GnndistError(f"{path}: not a regular file{' or folder' if folder_ok else ''} "
+                           f"(a fifo, device or socket cannot be read as data)")
 
 
 def _chunks(path: str) -> Iterator[bytes]:
     """The file's bytes in pieces of about CHUNK_BYTES that end at a line end, with a progress
     bar over the bytes on disk for large files when stderr is a terminal."""
     rest = b""
+    first = True
     size = os.path.getsize(path)
     with open_bytes(path) as f, tqdm(total=size, unit="B", unit_scale=True, desc=os.path.basename(path),
                                       disable=size < PROGRESS_BYTES or not show_progress()) as bar:
@@ -50,6 +63,8 @@ def _chunks(path: str) -> Iterator[bytes]:
             bar.update(raw.tell() - bar.n)
             if not block:
                 break
+            if first:  # a UTF-8 byte order mark is not part of the first field
+                block, first = block.removeprefix(b"\xef\xbb\xbf"), False
             block = rest + block
             cut = block.rfind(b"\n") + 1
             if cut == 0:
@@ -164,8 +179,8 @@ def read_table(path: str, sep: str = "whitespace", header: bool = False, ncols: 
     return names, np.concatenate(parts) if len(parts) > 1 else parts[0]
 
 
-def check_ids(values: np.ndarray, cols: tuple[int, ...]) -> Optional[tuple[int, str]]:
-    """First row whose columns `cols` are not non-negative integer node ids."""
+def check_ids(values: np.ndarray, cols: tuple[int, ...], what: str = "node id") -> Optional[tuple[int, str]]:
+    """First row whose columns `cols` are not non-negative integers (`what`: node ids, labels)."""
     a = values[:, list(cols)]
     bad = ~((a >= 0) & (a == np.floor(a)) & (a < 2.0 ** 53))
     rows = np.flatnonzero(bad.any(axis=1))
@@ -174,7 +189,7 @@ def check_ids(values: np.ndarray, cols: tuple[int, ...]) -> Optional[tuple[int, 
     r = int(rows[0])
     v = a[r][bad[r]][0]
     why = "is negative" if v < 0 else "is too large" if v >= 2.0 ** 53 else "is not an integer"
-    return r, f"node id {v:g} {why}"
+    return r, f"{what} {v:g} {why}"
 
 
 def check_finite(values: np.ndarray, names: Optional[list[str]] = None) -> Optional[tuple[int, str]]:

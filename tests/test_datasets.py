@@ -4,6 +4,7 @@ import csv
 import gzip
 import os
 import pickle
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ from gnndist.cli import main
 from gnndist.datasets import (FORMATS, GENERATORS, add_data_args, chronological_split, load, load_from_args,
                               new_nodes_after)
 from gnndist.datasets.generators import synthetic_static, synthetic_temporal
+from gnndist.datasets.registry import data_kind
 from gnndist.errors import GnndistError
 from gnndist.graph import Graph, TemporalGraph
 
@@ -162,6 +164,10 @@ MALFORMED = [
     ("negid.csv", "src,dst,t\n1,2,3\n1,-2,4\n", 3, "negative"),
     ("header.csv", "\na,b,c\n1,2,3\n", 2, "header needs exactly one src column"),
     ("short.csv", "user_id,item_id,timestamp,state_label\n1,2,3\n", 2, "expected 4 fields"),
+    ("neglabel.csv", "src,dst,t,label\n1,2,3,0\n1,2,4,-1\n", 3, "label -1 is negative"),
+    ("fraclabel.csv", ",u,i,ts,label,idx\n0,1,2,3,1,0\n1,1,2,4,2.7,1\n", 3, "label 2.7 is not an integer"),
+    ("hugelabel.csv", "user_id,item_id,timestamp,state_label\n1,2,3,1e30\n", 2, "label 1e+30 is too large"),
+    ("nanlabel.csv", "src,dst,t,label\n1,2,3,nan\n", 2, "label nan is not an integer"),
 ]
 
 
@@ -179,6 +185,9 @@ def test_malformed_text_names_file_and_line(tmp_path, name, content, line, messa
     ("blank.txt", "\n  \n# only a comment\n", "empty file"),
     ("only_header.csv", "from,to,feature,time\n", "no data lines after the header"),
     ("cut.txt.gz", gzip.compress(b"1 2 3\n" * 1000)[:40], "cannot read"),
+    ("empty.npz", b"", r"not a readable \.npz file \(EOFError"),
+    ("garbage.npz", b"PK\x03\x04garbage", r"not a readable \.npz file \(BadZipFile"),
+
 ])
 def test_empty_or_corrupt_files(tmp_path, name, content, message):
     p = tmp_path / name
@@ -186,6 +195,18 @@ def test_empty_or_corrupt_files(tmp_path, name, content, message):
     with pytest.raises(GnndistError, match=message) as e:
         load(str(p))
     assert str(p) in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("name,content", [
+    ("bom.csv", "src,dst,t,label\n1,2,3,1\n4,1,5,0\n"),
+    ("bom.txt", "1 2 3\n4 1 5\n"),
+    ("bom.csv.gz", "1,2,3\n4,1,5\n"),
+])
+def test_utf8_bom_is_accepted(tmp_path, name, content):
+    plain, bom = load(write(tmp_path, name, content)), load(write(tmp_path, "b" + name, "\ufeff" + content))
+    assert bom.orig_ids.tolist() == plain.orig_ids.tolist() == [1, 2, 4]
+    assert np.array_equal(bom.src, plain.src) and np.array_equal(bom.t, plain.t)
+    assert (bom.edge_label is None) == (plain.edge_label is None) == ("label" not in content)
 
 
 def test_missing_path_unknown_format_and_file_options(tmp_path):
@@ -227,9 +248,13 @@ def test_tgn_ml_csv_reads_edge_features_from_npy(tmp_path):
     g = load(p)
     assert g.num_nodes == 4 and g.orig_ids.tolist() == [1, 2, 3, 4]
     assert g.edge_label.tolist() == [0, 1, 0] and np.array_equal(g.edge_feat, feats[1:4].astype(np.float32))
-    np.save(tmp_path / "ml_toy.npy", np.array([1, 2], dtype=object), allow_pickle=True)
-    with pytest.raises(GnndistError, match="ml_toy.npy"):
-        load(p)
+    for bad, message in [(lambda f: np.save(f, np.array([1, 2], dtype=object), allow_pickle=True), "Object arrays"),
+                         (lambda f: f.write_bytes(npz_bytes(tmp_path)[:100]), r"\(BadZipFile"),
+                         (lambda f: np.save(f, np.array([["a", "b"]] * 4)), "2-d numeric array")]:
+        bad(tmp_path / "ml_toy.npy")
+        with pytest.raises(GnndistError, match=r"ml_toy\.npy: .*" + message) as e:
+            load(p)
+        assert "\n" not in str(e.value)
 
 
 # ---------------------------------------------------------------- npz and planetoid errors
@@ -240,7 +265,7 @@ def test_npz_errors(tmp_path):
         load(str(tmp_path / "noadj.npz"))
     np.savez(tmp_path / "obj.npz", adj_shape=np.array([1, 1]), adj_indices=np.array([0]),
              adj_indptr=np.array([0, 1]), labels=np.array([None], dtype=object))
-    with pytest.raises(GnndistError, match="cannot be read without pickle"):
+    with pytest.raises(GnndistError, match=r"array 'labels' cannot be read \(ValueError: Object arrays"):
         load(str(tmp_path / "obj.npz"))
     np.savez(tmp_path / "range.npz", adj_shape=np.array([2, 2]), adj_indices=np.array([5]),
              adj_indptr=np.array([0, 1, 1]))
@@ -249,6 +274,174 @@ def test_npz_errors(tmp_path):
     (tmp_path / "junk.npz").write_bytes(b"not a zip")
     with pytest.raises(GnndistError, match="junk.npz"):
         load(str(tmp_path / "junk.npz"))
+
+
+def npz_arrays(**change) -> dict:
+    """A 3-node path graph with 2 CSR features and labels, as gnn-benchmark arrays; `change` replaces
+    arrays (None drops one)."""
+    a = dict(adj_shape=np.array([3, 3]), adj_indices=np.array([1, 2, 0]), adj_indptr=np.array([0, 1, 2, 3]),
+             attr_data=np.array([1.0, 2.0, 3.0]), attr_indices=np.array([0, 1, 1]), attr_indptr=np.array([0, 1, 2, 3]),
+             attr_shape=np.array([3, 2]), labels=np.array([0, 1, 1]))
+    a.update(change)
+    return {k: v for k, v in a.items() if v is not None}
+
+
+def npz_bytes(tmp_path, **change) -> bytes:
+    np.savez(tmp_path / "_tmp.npz", **npz_arrays(**change))
+    return (tmp_path / "_tmp.npz").read_bytes()
+
+
+def test_npz_reference_graph_and_integral_float_ids(tmp_path):
+    np.savez(tmp_path / "g.npz", **npz_arrays())
+    g = load(str(tmp_path / "g.npz"))
+    assert undirected_pairs(g) == {(0, 1), (1, 2), (0, 2)} and g.y.tolist() == [0, 1, 1]
+    assert g.x.tolist() == [[1, 0], [0, 2], [0, 3]]
+    np.savez(tmp_path / "f.npz", **npz_arrays(adj_indices=np.array([1.0, 2.0, 0.0]), attr_matrix=g.x,
+                                              attr_data=None))
+    f = load(str(tmp_path / "f.npz"))
+    assert np.array_equal(f.indices, g.indices) and np.array_equal(f.x, g.x)
+
+
+NPZ_MALFORMED = [  # (arrays changed from npz_arrays, message)
+    (dict(attr_shape=np.array([3, 2, 1])), r"attr: CSR shape must be 2 non-negative integers, got \[3, 2, 1\]"),
+    (dict(attr_shape=np.array([3, 1e12])), r"attr: shape \(3, 1000000000000\) would make a dense matrix"),
+    (dict(attr_shape=np.array([3, 2.5])), r"attr: CSR shape must hold integers, got float64 value 2\.5"),
+    (dict(attr_data=np.array(["a", "b", "c"])), "attr: CSR data must be 3 numbers"),
+    (dict(attr_data=None, attr_matrix=np.ones(3)), r"attr_matrix must be a 2-d numeric array, got float64 \(3,\)"),
+    (dict(attr_data=None, attr_matrix=np.array([["a", "b"]] * 3)), "attr_matrix must be a 2-d numeric array"),
+    (dict(attr_data=None, attr_matrix=np.ones((3, 2, 2))), r"2-d numeric array, got float64 \(3, 2, 2\)"),
+    (dict(adj_indices=np.array([1.5, 2, 0])), r"adj: CSR indices must hold integers, got float64 value 1\.5"),
+    (dict(adj_indptr=np.array([0, 1, np.nan, 3])), "adj: CSR indptr must hold integers, got float64 value nan"),
+    (dict(labels=np.array([0, 1, 10**9])), "labels hold class 1000000000, more classes than the 3 nodes"),
+]
+
+
+@pytest.mark.parametrize("change,message", NPZ_MALFORMED)
+def test_malformed_npz_contents(tmp_path, change, message):
+    p = tmp_path / "bad.npz"
+    np.savez(p, **npz_arrays(**change))
+    with pytest.raises(GnndistError, match=message) as e:
+        load(str(p))
+    assert str(e.value).startswith(f"{p}: ") and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("corrupt,message", [
+    (lambda b: b[:len(b) // 2], "not a readable .npz file (BadZipFile"),
+    (lambda b: b[:-10], "not a readable .npz file (BadZipFile"),
+    (lambda b: b[:300] + b"\xff" * 40 + b[340:], "array 'adj_indices' cannot be read (BadZipFile: Bad CRC-32"),
+    (lambda b: np.lib.format.magic(1, 0) + b[6:], "not a readable .npz file ("),
+])
+def test_corrupt_npz_file(tmp_path, corrupt, message):
+    p = tmp_path / "c.npz"
+    p.write_bytes(corrupt(npz_bytes(tmp_path)))
+    with pytest.raises(GnndistError) as e:
+        load(str(p))
+    assert str(e.value).startswith(f"{p}: {message}") and "\n" not in str(e.value)
+
+
+def test_npy_saved_as_npz_and_random_byte_damage(tmp_path):
+    p = tmp_path / "arr.npz"
+    with open(p, "wb") as f:
+        np.save(f, np.arange(6).reshape(3, 2))
+    with pytest.raises(GnndistError, match=r"arr\.npz: not a readable \.npz file \(it holds a single \.npy array\)"):
+        load(str(p))
+    good = npz_bytes(tmp_path)
+    rng = np.random.default_rng(0)
+    outcomes = set()
+    for i in range(60):  # overwrite a random run of bytes: a one-line GnndistError or an unharmed load
+        b = bytearray(good)
+        at = int(rng.integers(0, len(b) - 8))
+        b[at:at + 8] = rng.integers(0, 256, 8, dtype=np.uint8).tobytes()
+        p.write_bytes(bytes(b))
+        try:
+            g = load(str(p))
+        except GnndistError as e:
+            assert str(e).startswith(f"{p}: ") and "\n" not in str(e)
+            outcomes.add("refused")
+        else:
+            assert g.num_nodes == 3
+            outcomes.add("loaded")
+    assert "refused" in outcomes
+
+
+@pytest.fixture
+def no_hang():
+    """Fail (instead of hanging) a test whose code blocks for more than 10 s."""
+    def stop(*_):
+        raise TimeoutError("blocked: the loader opened or read something it should have refused")
+    old = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, 10)
+    yield
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    signal.signal(signal.SIGALRM, old)
+
+
+def test_fifo_and_device_refused_without_opening(tmp_path, no_hang):
+    fifo = tmp_path / "fifo.txt"
+    os.mkfifo(fifo)
+    paths = [str(fifo)] + ["/dev/zero"] * os.path.exists("/dev/zero")
+    for path in paths:
+        for call in (lambda: load(path), lambda: data_kind(path), lambda: load(path, format="npz")):
+            with pytest.raises(GnndistError, match="not a regular file or folder") as e:
+                call()
+            assert str(e.value).startswith(f"{path}: ")
+    write_planetoid(tmp_path / "pl")
+    os.remove(tmp_path / "pl" / "ind.toy.ty")
+    os.mkfifo(tmp_path / "pl" / "ind.toy.ty")
+    with pytest.raises(GnndistError, match=r"ind\.toy\.ty: not a regular file"):
+        load(str(tmp_path / "pl"))
+
+
+def write_planetoid(folder: Path, **change) -> None:
+    """A tiny Planetoid set `toy`: 2 train rows, 500 allx rows, 10 test rows (ids 500..509, given in
+    reverse), one all-zero test label row; `change` replaces parts (arrays, dict, or test.index text)."""
+    rng = np.random.default_rng(0)
+    eye = np.eye(3, dtype=np.float32)
+    ally = eye[rng.integers(0, 3, 500)]
+    ty = eye[rng.integers(0, 3, 10)]
+    ty[4] = 0
+    parts = dict(x=rng.random((2, 4)), y=ally[:2], allx=rng.random((500, 4)), ally=ally,
+                 tx=rng.random((10, 4)), ty=ty, graph={0: [1, 509], 1: [0], 509: [0, 509]},
+                 **{"test.index": "".join(f"{i}\n" for i in range(509, 499, -1))})
+    parts.update(change)
+    folder.mkdir(exist_ok=True)
+    for part, v in parts.items():
+        f = folder / f"ind.toy.{part}"
+        f.write_text(v) if isinstance(v, str) else f.write_bytes(pickle.dumps(v, protocol=3))
+
+
+def test_planetoid_toy_against_reference(tmp_path):
+    write_planetoid(tmp_path)
+    g = load(str(tmp_path))
+    ally = pickle.loads((tmp_path / "ind.toy.ally").read_bytes())
+    ty = pickle.loads((tmp_path / "ind.toy.ty").read_bytes())
+    tx = pickle.loads((tmp_path / "ind.toy.tx").read_bytes())
+    assert g.num_nodes == 510 and g.y.tolist() == ally.argmax(1).tolist() + ty.argmax(1).tolist()[::-1]
+    assert g.y[505] == 0 and np.allclose(g.x[509], tx[0]) and np.allclose(g.x[500], tx[9])
+    assert undirected_pairs(g) == {(0, 1), (0, 509)}
+
+
+PLANETOID_MALFORMED = [  # (part: replacement, message)
+    (dict(ally=np.zeros((500, 0))), r"ind\.toy\.ally: expected one-hot label rows"),
+    (dict(ty=np.zeros((10, 0))), r"ind\.toy\.ty: expected one-hot label rows"),
+    (dict(y=np.zeros((2, 0))), r"ind\.toy\.y: expected one-hot label rows"),
+    (dict(ally=np.full((500, 3), np.nan)), r"ind\.toy\.ally: expected one-hot label rows"),
+    (dict(ally=np.full((500, 3), 0.5)), r"ind\.toy\.ally: expected one-hot label rows"),
+    (dict(ty=np.ones((10, 3))), r"ind\.toy\.ty: expected one-hot label rows"),
+    (dict(graph={0: [1.5], 1: [0]}), r"ind\.toy\.graph: graph dict holds a node id that is not a non-negative"),
+    (dict(graph={0: ["1"]}), r"ind\.toy\.graph: graph dict holds a node id that is not a non-negative"),
+    (dict(graph={0.5: [1]}), r"ind\.toy\.graph: graph dict holds a node id that is not a non-negative"),
+    ({"test.index": "1000000000\n" + "".join(f"{i}\n" for i in range(501, 510))},
+     r"ind\.toy\.test\.index: test id 1000000000 is beyond the 510 nodes"),
+]
+
+
+@pytest.mark.parametrize("change,message", PLANETOID_MALFORMED)
+def test_malformed_planetoid(tmp_path, change, message):
+    write_planetoid(tmp_path, **change)
+    with pytest.raises(GnndistError, match=message) as e:
+        load(str(tmp_path))
+    assert "\n" not in str(e.value)
 
 
 class _Evil:
