@@ -29,7 +29,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     add_data_args(p)
     p.add_argument("--parts", type=int, required=True, metavar="K", help="number of parts, at most the node "
                    "count (temporal method: at most the nodes that are an event source)")
-    p.add_argument("--out", required=True, metavar="DIR", help="store folder to write (replaced atomically)")
+    p.add_argument("--out", required=True, metavar="DIR", help="store folder to write (replaced atomically; refused "
+                   "when it is or holds DATA, or holds files an earlier store did not write)")
     p.add_argument("--method", choices=METHODS, default=None,
                    help="default: metis for static graphs, temporal for temporal graphs")
     p.add_argument("--balance", default="nodes", help="metis: comma-separated weights to balance: "

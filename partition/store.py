@@ -357,9 +357,13 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+def _is_count(v: Any) -> bool:
+    return _is_int(v) and v >= 0
+
+
 def _ints(n: int):
     """Check: a list of `n` integers >= 0."""
-    return lambda v: isinstance(v, list) and len(v) == n and all(_is_int(x) and x >= 0 for x in v)
+    return lambda v: isinstance(v, list) and len(v) == n and all(_is_count(x) for x in v)
 
 
 def _meta_problem(meta: dict) -> Optional[str]:
@@ -370,9 +374,8 @@ def _meta_problem(meta: dict) -> Optional[str]:
     if not (_is_int(k) and k >= 1):
         return f"num_parts must be an integer >= 1, got {reprlib.repr(k)}"
     temporal = kind == "temporal"
-    count = lambda v: _is_int(v) and v >= 0  # noqa: E731
-    top = {"method": lambda v: isinstance(v, str), "num_nodes": count,
-           ("num_events" if temporal else "num_edges"): count, "node_offsets": _ints(k + 1),
+    top = {"method": lambda v: isinstance(v, str), "num_nodes": _is_count,
+           ("num_events" if temporal else "num_edges"): _is_count, "node_offsets": _ints(k + 1),
            "params": lambda v: isinstance(v, dict),
            "files": lambda v: isinstance(v, dict) and "orig_to_new.npy" in v
            and all(isinstance(x, str) for x in [*v, *v.values()]),
