@@ -21,11 +21,12 @@ from pathlib import Path
 
 import numpy as np
 
+from gnndist.launch import launch
 from gnndist import dist
 from gnndist.datasets import load
 from gnndist.partition import load_partition, partition_graph
 from gnndist.samplers import POLICIES
-from gnndist.static_trainer import GraphShard, NodeConfig, NodeTrainer, PartitionShard, local_share
+from gnndist.static.trainer import GraphShard, NodeConfig, NodeTrainer, PartitionShard, local_share
 
 
 def capped(shard, cfg: NodeConfig, steps: int):
@@ -89,7 +90,7 @@ def main() -> None:
             t0 = time.perf_counter()
             partition_graph(graph, w, method="metis", balance=["nodes", "train"], out=store)
             print(f"partitioned into {w} parts in {time.perf_counter() - t0:.1f}s", flush=True)
-            recs = dist.launch(w, bench_rank, str(store), cfgs, a.steps)[0]
+            recs = launch(w, bench_rank, str(store), cfgs, a.steps)[0]
             rows += [(w, cfg.cache, rec) for cfg, rec in zip(cfgs, recs)]
 
     base = next((r["nodes_per_s"] for w, _, r in rows if w == 1), None)

@@ -30,6 +30,7 @@ import time  # noqa: E402
 import numba  # noqa: E402
 import numpy as np  # noqa: E402
 
+from gnndist.launch import launch  # noqa: E402
 from gnndist import dist  # noqa: E402
 from gnndist.datasets.generators import synthetic_static, synthetic_temporal  # noqa: E402
 from gnndist.graph import Graph  # noqa: E402
@@ -148,7 +149,7 @@ def bench_traffic(g: Graph, parts: int, method: str, batch: int, capacity: float
         _, wp, _ = timed(lambda: partition_graph(g, parts, method=method, out=folder))
         os.environ.setdefault("GNNDIST_TIMEOUT", "600")
         os.environ["NUMBA_NUM_THREADS"] = "1"  # W ranks share the cores; counts do not depend on it
-        res, w, _ = timed(lambda: dist.launch(parts, traffic_rank, folder, batch // parts, capacity))
+        res, w, _ = timed(lambda: launch(parts, traffic_rank, folder, batch // parts, capacity))
     print(f"feature traffic: one epoch over {int(g.train_mask.sum()):,} training nodes on {parts} ranks "
           f"({method} partition, {wp:.0f} s), global batch {batch} ({batch // parts}/rank, "
           f"{res[0]['none']['steps']} steps), [15,10], {g.num_features} float32 features, "

@@ -22,8 +22,8 @@ import numpy as np
 import torch
 
 from gnndist.datasets import chronological_split, load
-from gnndist.linkpred import average_precision, eval_negatives
-from gnndist.temporal_trainer import DEFAULTS, EVAL_NEGATIVES, NUM_NEIGHBORS, TIME_DIM, make_sampler, run
+from gnndist.temporal.linkpred import average_precision, eval_negatives
+from gnndist.temporal.trainer import DEFAULTS, EVAL_NEGATIVES, NUM_NEIGHBORS, TIME_DIM, make_sampler, run
 
 UCI = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "uci_collegemsg" / "CollegeMsg.txt.gz"
 MEMORY = 100

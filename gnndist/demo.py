@@ -24,7 +24,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from gnndist.datasets import load
-    from gnndist.temporal_trainer import DEFAULTS, run as train_link
+    from gnndist.temporal.trainer import DEFAULTS, run as train_link
 
     t0 = time.perf_counter()
     tg = load("synthetic-temporal", num_nodes=args.num_nodes, num_events=args.num_events, seed=args.seed)

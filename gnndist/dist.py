@@ -124,59 +124,6 @@ class PeerFailure(GnndistError):
     """A collective failed because another rank died or stalled."""
 
 
-def _run_rank(errdir: str, entrypoint: Callable[..., Any], *args: Any) -> Any:
-    """Child side of `launch`: a user error leaves its one-line message in `errdir`."""
-    try:
-        return entrypoint(*args)
-    except Exception as e:
-        kind = "peer" if isinstance(e, PeerFailure) else "own"
-        r = os.environ.get("RANK", "0")
-        line = first_line(e)
-        with open(os.path.join(errdir, f"{kind}-{r}.txt"), "w") as f:
-            f.write(line if kind == "peer" else f"rank {r}: {line}")
-        if os.environ.get("GNNDIST_DEBUG") != "1":  # --debug: the rank's traceback too
-            raise SystemExit(2) from None
-        raise
-
-
-def launch(nproc: int, entrypoint: Callable[..., Any], *args: Any) -> list[Any]:
-    """Run `entrypoint(*args)` on `nproc` local ranks with torch's elastic launcher.
-
-    Returns the per-rank return values in rank order. If a rank fails, raises `GnndistError`
-    with the one-line reason of the rank that failed first (not of its peers' follow-up errors).
-    """
-    import logging
-    import tempfile
-
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
-
-    if os.environ.get("GNNDIST_DEBUG") != "1":
-        for name in ("torch.distributed.elastic", "torch.multiprocessing"):
-            logging.getLogger(name).setLevel(logging.CRITICAL)
-    config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id="gnndist",
-                          rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0", max_restarts=0,
-                          monitor_interval=0.1, start_method="spawn")
-    # as torchrun does: ranks share the cores, so each gets its part (unless the user chose)
-    omp = os.environ.get("OMP_NUM_THREADS")
-    if omp is None:
-        os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // nproc))
-    with tempfile.TemporaryDirectory(prefix="gnndist-err-") as errdir:
-        try:
-            out = elastic_launch(config, _run_rank)(errdir, entrypoint, *args)
-        except ChildFailedError as e:
-            files = sorted(os.listdir(errdir), key=lambda f: (not f.startswith("own"), f))
-            if files:
-                with open(os.path.join(errdir, files[0])) as f:
-                    raise GnndistError(f.read()) from None
-            rank_, failure = e.get_first_failure()
-            raise GnndistError(f"rank {rank_} exited with code {failure.exitcode}") from None
-        finally:
-            if omp is None:
-                del os.environ["OMP_NUM_THREADS"]
-    return [out[r] for r in sorted(out)]
-
-
 def log(msg: str) -> None:
     """Print on rank 0 only."""
     if rank() == 0:

@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             args.task = "node" if data_kind(args.data, args.format) == "static" else "link"
     if args.task == "node":
-        from gnndist.static_trainer import main
+        from gnndist.static.trainer import main
     else:
-        from gnndist.temporal_trainer import main
+        from gnndist.temporal.trainer import main
     return main(args)

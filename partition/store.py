@@ -31,10 +31,9 @@ from tqdm import tqdm
 
 import gnndist
 from gnndist.errors import GnndistError
-from gnndist.graph import Graph, TemporalGraph, indptr_of, unique_ints
+from gnndist.graph import Graph, TemporalGraph, indptr_of, owners, unique_ints
 from gnndist.io import atomic_dir, sha256_file, write_json
 from gnndist.partition import methods, stats
-from gnndist.samplers.distributed import owners
 
 FORMAT_VERSION = 1
 MEMORY_CHECK_EDGES = 1_000_000

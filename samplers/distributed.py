@@ -18,7 +18,7 @@ import torch.distributed as dist
 
 from gnndist import dist as gdist
 from gnndist.errors import GnndistError
-from gnndist.graph import TemporalGraph, _as_ids
+from gnndist.graph import TemporalGraph, _as_ids, owners
 from gnndist.samplers.static import Blocks, build_blocks, check_fanouts, sample_rows
 from gnndist.samplers.temporal import TemporalSample, check_query, multihop, sample_tcsr
 
@@ -38,11 +38,6 @@ def sampler_group() -> Any:
         timeout = datetime.timedelta(seconds=gdist.timeout_s())
         _groups.update(world=dist.group.WORLD, group=dist.new_group(backend="gloo", timeout=timeout))
     return _groups["group"]
-
-
-def owners(ids: np.ndarray, node_offsets: np.ndarray) -> np.ndarray:
-    """Owner rank of each global id under contiguous ranges `node_offsets` [P+1]."""
-    return np.searchsorted(node_offsets, ids, side="right") - 1
 
 
 def check_offsets(node_offsets) -> np.ndarray:

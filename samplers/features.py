@@ -19,7 +19,8 @@ import torch
 from gnndist import dist as gdist
 from gnndist.errors import GnndistError
 from gnndist.samplers.cache import capacity_rows, make_cache
-from gnndist.samplers.distributed import Requests, check_offsets, owners, sampler_group
+from gnndist.graph import owners
+from gnndist.samplers.distributed import Requests, check_offsets, sampler_group
 
 COUNTERS = ("requests", "hits", "misses", "local", "bytes_fetched", "bytes_saved")
 

@@ -6,6 +6,7 @@ import time
 import pytest
 import torch
 
+from gnndist.launch import launch
 from gnndist import GnndistError, dist
 
 
@@ -24,7 +25,7 @@ def exchange_worker():
 
 
 def test_exchange_gather_and_agree_on_three_ranks():
-    out = dist.launch(3, exchange_worker)
+    out = launch(3, exchange_worker)
     for r, (got, gathered, agreed) in enumerate(out):
         assert got == [[[10.0 * s + r] * 2] * (s + r) for s in range(3)]
         assert gathered == [list(range(s + 1)) for s in range(3)]
@@ -51,7 +52,7 @@ def failing_worker():
 def test_a_failing_rank_is_named_in_one_line():
     t0 = time.time()
     with pytest.raises(GnndistError) as e:
-        dist.launch(2, failing_worker)
+        launch(2, failing_worker)
     assert str(e.value) == "rank 1: partition 1 does not match"
     assert time.time() - t0 < 30
 
@@ -66,5 +67,5 @@ def stalling_worker():
 def test_a_stalled_rank_ends_in_a_timeout_not_a_hang():
     t0 = time.time()
     with pytest.raises(GnndistError, match="collective all_reduce.*died or stalled"):
-        dist.launch(2, stalling_worker)
+        launch(2, stalling_worker)
     assert time.time() - t0 < 40

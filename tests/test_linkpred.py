@@ -4,7 +4,7 @@ import pytest
 
 from gnndist.errors import GnndistError
 from gnndist.graph import TemporalGraph
-from gnndist.linkpred import average_precision, eval_negatives, link_metrics, mrr, roc_auc, train_negatives
+from gnndist.temporal.linkpred import average_precision, eval_negatives, link_metrics, mrr, roc_auc, train_negatives
 
 
 def brute_ap(pos, neg):

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from gnndist.launch import launch
 from gnndist import dist
 from gnndist.samplers import (POLICIES, DistNeighborSampler, DistTemporalSampler, FeatureStore, PrefetchLoader,
                               degree_scores, sample_neighbors, sample_temporal_multihop,
@@ -121,7 +122,7 @@ def run(request):
     mp = pytest.MonkeyPatch()
     mp.setenv("GNNDIST_TIMEOUT", "60")
     try:
-        yield request.param, dist.launch(request.param, worker)
+        yield request.param, launch(request.param, worker)
     finally:
         mp.undo()
 

@@ -3,10 +3,11 @@ import numpy as np
 import pytest
 import torch
 
+from gnndist.launch import launch
 from gnndist import dist
 from gnndist.graph import Graph
 from gnndist.partition import load_partition, partition_graph
-from gnndist.static_trainer import GraphShard, NodeConfig, NodeTrainer, PartitionShard
+from gnndist.static.trainer import GraphShard, NodeConfig, NodeTrainer, PartitionShard
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -83,7 +84,7 @@ def worker(store_dir: str):
 @pytest.fixture(scope="module")
 def ranks(short_timeout, store):
     """Both workloads in one 2-rank launch (launching dominates the cost)."""
-    return dist.launch(2, worker, store[1])
+    return launch(2, worker, store[1])
 
 
 def test_two_ranks_cover_the_training_set_with_identical_parameters(store, ranks):

@@ -7,7 +7,7 @@ from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
 from gnndist import GnndistError
 from gnndist.graph import Graph, TemporalGraph
-from gnndist.static_trainer import GraphShard, NodeConfig, NodeTrainer, check_node_graph
+from gnndist.static.trainer import GraphShard, NodeConfig, NodeTrainer, check_node_graph
 
 
 def small_graph(n: int = 60, m: int = 200, f: int = 8, c: int = 3, seed: int = 0) -> Graph:

@@ -6,12 +6,12 @@ import torch
 
 from gnndist.datasets import load
 from gnndist.graph import TemporalGraph
-from gnndist.linkpred import eval_negatives, train_negatives
-from gnndist.node_state import NodeState
-from gnndist.temporal_trainer import batch_loss, make_sampler
-from gnndist.tgnn import SPECS, TGNN, Batch
-from gnndist.node_state import merge_mailbox
-from gnndist.tgnn_layers import last_per_node
+from gnndist.temporal.linkpred import eval_negatives, train_negatives
+from gnndist.temporal.state import NodeState
+from gnndist.temporal.trainer import batch_loss, make_sampler
+from gnndist.temporal.models import SPECS, TGNN, Batch
+from gnndist.temporal.state import merge_mailbox
+from gnndist.temporal.modules import last_per_node
 
 MEMORY_MODELS = [m for m in SPECS if SPECS[m].updater is not None]
 

@@ -13,14 +13,15 @@ import numpy as np
 import pytest
 import torch
 
+from gnndist.launch import launch
 from gnndist import cli
 from gnndist import dist as gdist
-from gnndist.dist_state import pack, unpack
+from gnndist.temporal.dist_state import pack, unpack
 from gnndist.graph import TemporalGraph
 from gnndist.partition import partition_graph
 from gnndist.samplers import sample_temporal_neighbors
-from gnndist.temporal_dist import DistLinkTask, Share, World, owner_of_nodes
-from gnndist.temporal_trainer import NUM_NEIGHBORS, LinkTask, run
+from gnndist.temporal.dist_trainer import DistLinkTask, Share, World, owner_of_nodes
+from gnndist.temporal.trainer import NUM_NEIGHBORS, LinkTask, run
 
 BATCH = 35  # the last training batch has 2 events: some ranks get none
 CASES = {2: [("tgn", "replicated", "owner"), ("tgn", "partitioned", "owner"), ("tgn", "partitioned", "slice"),
@@ -191,7 +192,7 @@ def launched(request, tmp_path_factory):
     tg = graph()
     store = partition_graph(tg, request.param, method="temporal")
     try:
-        yield request.param, gdist.launch(request.param, worker, tg, store.node_offsets, store.orig_to_new,
+        yield request.param, launch(request.param, worker, tg, store.node_offsets, store.orig_to_new,
                                           str(tmp_path_factory.mktemp("ckpt")))
     finally:
         mp.undo()

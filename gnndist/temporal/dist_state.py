@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 from gnndist import dist as gdist
-from gnndist.node_state import NodeState
+from gnndist.temporal.state import NodeState
 
 _INT = torch.int64
 

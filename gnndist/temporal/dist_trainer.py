@@ -6,7 +6,7 @@ the batch). Its loss is the sum over its events divided by the global B and the 
 are summed (one all-reduce per step), so every rank takes the step one process would take on the
 whole batch. Negatives are drawn per global batch and sliced; neighbours are sampled from the
 same events with random streams keyed by node and time, so they equal one process's. Node state
-is replicated or partitioned (`gnndist.dist_state`); node ownership comes from a temporal
+is replicated or partitioned (`gnndist.temporal.dist_state`); node ownership comes from a temporal
 partition store.
 
 Every rank holds the event stream (src, dst, t, edge features) in the dataset's own node ids and
@@ -29,15 +29,15 @@ import torch
 from torch import Tensor, nn
 
 from gnndist import dist as gdist
-from gnndist.dist_state import PartitionedNodeState, ReplicatedNodeState, pack, unpack
+from gnndist.temporal.dist_state import PartitionedNodeState, ReplicatedNodeState, pack, unpack
 from gnndist.errors import GnndistError
 from gnndist.graph import TemporalGraph
 from gnndist.io import show_progress
 from gnndist.partition import load_id_maps, load_partition, partition_graph, read_store_meta
-from gnndist.samplers.distributed import owners
-from gnndist.stores import auto_partition_dir, check_store, is_store, torchrun_source
-from gnndist.temporal_trainer import LinkTask, run
-from gnndist.tgnn import Batch, Forward
+from gnndist.graph import owners
+from gnndist.launch import auto_partition_dir, check_store, is_store, launch, torchrun_source
+from gnndist.temporal.trainer import LinkTask, run
+from gnndist.temporal.models import Batch, Forward
 
 
 def load_store_events(path: str | Path) -> tuple[TemporalGraph, np.ndarray, np.ndarray]:
@@ -355,7 +355,7 @@ class World:
 
 def store_dir(args: argparse.Namespace, world: int) -> Path:
     """The cache folder of DATA split into `world` parts by the temporal method:
-    `gnndist.stores.auto_partition_dir` (keyed by the file's identity or the generator options), told
+    `gnndist.launch.auto_partition_dir` (keyed by the file's identity or the generator options), told
     apart by the method and the event count."""
     base = auto_partition_dir(args, world)
     key = hashlib.sha256(json.dumps(["temporal", getattr(args, "num_events", None)]).encode()).hexdigest()[:8]
@@ -398,5 +398,5 @@ def main(args: argparse.Namespace) -> int:
     if gdist.in_torchrun():
         rank_main(args, torchrun_source(args, args.device, prepare, store_dir))
     else:
-        gdist.launch(args.nproc, rank_main, args, prepare(args, args.nproc))
+        launch(args.nproc, rank_main, args, prepare(args, args.nproc))
     return 0

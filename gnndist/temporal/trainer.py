@@ -1,5 +1,5 @@
 """Link prediction on a temporal graph (`gnndist train DATA --task link`): the training loop,
-evaluation protocol, checkpoints and CLI glue around the models of `gnndist.tgnn`.
+evaluation protocol, checkpoints and CLI glue around the models of `gnndist.temporal.models`.
 
 Chronological 70/15/15 split. Each epoch resets the node state, trains on the training events
 in time order, then evaluates on the validation events while the memory keeps absorbing the
@@ -23,10 +23,10 @@ from gnndist import checkpoint
 from gnndist.errors import GnndistError
 from gnndist.graph import TemporalGraph
 from gnndist.io import show_progress, write_json
-from gnndist.linkpred import eval_negatives, link_metrics, train_negatives
-from gnndist.node_state import NodeState
+from gnndist.temporal.linkpred import eval_negatives, link_metrics, train_negatives
+from gnndist.temporal.state import NodeState
 from gnndist.samplers.temporal import sample_tcsr
-from gnndist.tgnn import SPECS, TGNN, Batch, Forward, SampleFn
+from gnndist.temporal.models import SPECS, TGNN, Batch, Forward, SampleFn
 
 DEFAULTS = {"epochs": 3, "batch_size": 200, "lr": 1e-3, "memory_dim": 100}
 TIME_DIM = 100
@@ -71,7 +71,7 @@ class LinkTask:
     def _bar(self, total: int, desc: str) -> tqdm:
         return tqdm(total=total, desc=desc, unit="ev", leave=False, disable=not self.progress)
 
-    # per-batch steps, replaced by the distributed task (gnndist.temporal_dist.DistLinkTask)
+    # per-batch steps, replaced by the distributed task (gnndist.temporal.dist_trainer.DistLinkTask)
     def batch(self, index: int, start: int, stop: int, neg: np.ndarray) -> Batch:
         """The events of global batch `index` ([start, stop)) this process scores, with `neg`."""
         return Batch.from_graph(self.tg, start, stop, neg, self.device)
@@ -162,7 +162,7 @@ def main(args: argparse.Namespace) -> int:
 
     _defaults(args)
     if args.nproc > 1 or dist.in_torchrun():
-        from gnndist.temporal_dist import main as run_distributed
+        from gnndist.temporal.dist_trainer import main as run_distributed
         return run_distributed(args)
     run(args, load_from_args(args))
     return 0
@@ -170,7 +170,7 @@ def main(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace, tg: TemporalGraph, world: Optional[Any] = None) -> dict[str, Any]:
     """Train, evaluate, print the table, and write --metrics-out and --checkpoint; returns the
-    metrics. With `world` (a `gnndist.temporal_dist.World`) this is one rank of a distributed run."""
+    metrics. With `world` (a `gnndist.temporal.dist_trainer.World`) this is one rank of a distributed run."""
     from gnndist import dist
     from gnndist.datasets import chronological_split, new_nodes_after
 

@@ -34,9 +34,9 @@ import torch
 from torch import Tensor, nn
 
 from gnndist.graph import TemporalGraph
-from gnndist.node_state import NodeState
+from gnndist.temporal.state import NodeState
 from gnndist.samplers.temporal import TemporalSample, multihop
-from gnndist.tgnn_layers import LinkPredictor, TemporalAttention, last_per_node, time_encoder
+from gnndist.temporal.modules import LinkPredictor, TemporalAttention, last_per_node, time_encoder
 
 SampleFn = Callable[[np.ndarray, np.ndarray, int, int], TemporalSample]
 

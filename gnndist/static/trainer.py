@@ -38,8 +38,8 @@ from gnndist.io import show_progress, write_json
 from gnndist.partition import load_partition, partition_graph
 from gnndist.samplers import (Blocks, DistNeighborSampler, FeatureStore, PrefetchLoader, degree_scores,
                               sample_neighbors, visit_scores)
-from gnndist.static_models import MODELS, MiniBatch, StaticGNN
-from gnndist.stores import auto_partition_dir, check_store, is_store, torchrun_source
+from gnndist.static.models import MODELS, MiniBatch, StaticGNN
+from gnndist.launch import auto_partition_dir, check_store, is_store, launch, torchrun_source
 
 
 # Per-model defaults, picked among a few settings on Cora and CiteSeer (public splits, 5 seeds).
@@ -456,7 +456,7 @@ def main(args: argparse.Namespace) -> int:
     if dist.in_torchrun():
         run_rank(torchrun_source(args, cfg.device, prepare, auto_partition_dir), cfg, args.metrics_out)
     elif args.nproc > 1:
-        dist.launch(args.nproc, run_rank, prepare(args, args.nproc), cfg, args.metrics_out)
+        launch(args.nproc, run_rank, prepare(args, args.nproc), cfg, args.metrics_out)
     else:
         run_rank(prepare(args, 1), cfg, args.metrics_out)
     return 0

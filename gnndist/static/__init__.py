@@ -1,0 +1,1 @@
+"""Static node classification: models and the trainer."""

@@ -1,0 +1,1 @@
+"""Temporal link prediction: node state, models, negatives and metrics, the trainer."""
