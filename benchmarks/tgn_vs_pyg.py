@@ -23,7 +23,12 @@ import torch
 
 from gnndist.datasets import chronological_split, load
 from gnndist.temporal.linkpred import average_precision, eval_negatives
-from gnndist.temporal.trainer import DEFAULTS, EVAL_NEGATIVES, NUM_NEIGHBORS, TIME_DIM, make_sampler, run
+from gnndist.temporal.config import LinkConfig
+from gnndist.temporal.dist_trainer import train_link
+from gnndist.temporal.trainer import make_sampler
+
+DEFAULTS = LinkConfig()
+TIME_DIM, NUM_NEIGHBORS, EVAL_NEGATIVES = DEFAULTS.time_dim, DEFAULTS.num_neighbors, DEFAULTS.eval_negatives
 
 UCI = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "uci_collegemsg" / "CollegeMsg.txt.gz"
 MEMORY = 100
@@ -31,10 +36,8 @@ MEMORY = 100
 
 def gnndist_side(tg, lr: float, seed: int) -> dict:
     """One epoch of `gnndist train --task link --model tgn`, through the trainer itself."""
-    args = argparse.Namespace(data="-", model="tgn", epochs=1, batch_size=200, lr=lr, memory_dim=MEMORY,
-                              neg="random", seed=seed, device="cpu", quiet=True, checkpoint=None, resume=False,
-                              metrics_out=None)
-    ep = (m := run(args, tg))["epochs"][0]
+    cfg = LinkConfig(model="tgn", epochs=1, batch_size=200, lr=lr, memory_dim=MEMORY, seed=seed, quiet=True)
+    ep = (m := train_link(tg, cfg))["epochs"][0]
     return {"events_per_s": ep["events_per_s"], "train_s": ep["time_s"], "cpu_s": ep["cpu_s"], "test_ap": m["test"]["ap"]}
 
 
@@ -129,7 +132,7 @@ def main() -> None:
     p.add_argument("--data", default=str(UCI), help="temporal graph file (default: UCI CollegeMsg)")
     p.add_argument("--events", type=int, default=None, help="use only the first N events (a scaled-down run)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
-    p.add_argument("--lr", type=float, default=DEFAULTS["lr"], help="learning rate of both")
+    p.add_argument("--lr", type=float, default=DEFAULTS.lr, help="learning rate of both")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
     if args.threads:

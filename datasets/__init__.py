@@ -4,14 +4,8 @@
 `TemporalGraph`. A name picks a built-in generator (`gnndist datasets` lists them); a path
 is read by the loader its extension and content point to, or the one `format` names.
 """
-from gnndist.datasets.registry import (
-    FORMATS,
-    GENERATORS,
-    add_data_args,
-    load,
-    load_from_args,
-)
+from gnndist.datasets.registry import FORMATS, GENERATORS, DataSource, load
 from gnndist.datasets.split import chronological_split, new_nodes_after
 
-__all__ = ["FORMATS", "GENERATORS", "add_data_args", "load", "load_from_args",
+__all__ = ["DataSource", "FORMATS", "GENERATORS", "load",
            "chronological_split", "new_nodes_after"]

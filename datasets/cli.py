@@ -7,8 +7,40 @@ from __future__ import annotations
 import argparse
 from typing import Union
 
-from gnndist.datasets.registry import FORMATS, GENERATORS, generator_options, load
+from gnndist.datasets.registry import FORMATS, GENERATORS, DataSource, generator_options, load
 from gnndist.graph import Graph, TemporalGraph
+
+
+def _generator_flags() -> dict[str, tuple[type, list[str]]]:
+    """Every generator option but the seed: (type, the generators that take it)."""
+    flags: dict[str, tuple[type, list[str]]] = {}
+    for name in GENERATORS:
+        for opt, default in generator_options(name).items():
+            if opt != "seed":
+                flags.setdefault(opt, (type(default), []))[1].append(name)
+    return flags
+
+
+def add_data_args(p: argparse.ArgumentParser) -> None:
+    """The positional DATA argument and the flags that choose its format or shape a generator
+    (one flag per generator option; `--data-seed` is the generators' seed)."""
+    p.add_argument("data", metavar="DATA", help="a built-in dataset name (see `gnndist datasets`), "
+                   "a file or folder, or (for train) a partition store")
+    p.add_argument("--format", default=None, help="file format, when the extension does not tell")
+    g = p.add_argument_group("built-in generators")
+    for opt, (kind, names) in _generator_flags().items():
+        g.add_argument(f"--{opt.replace('_', '-')}", type=kind, default=None, dest=opt,
+                       help=f"{opt.replace('_', ' ')} ({', '.join(names)})")
+    g.add_argument("--data-seed", type=int, default=0, help="generator seed")
+
+
+def source_from_args(args: argparse.Namespace) -> DataSource:
+    """The `DataSource` the flags of `add_data_args` describe (generator flags left unset keep
+    the generator's defaults; they are refused for files by `load`)."""
+    opts = {opt: getattr(args, opt) for opt in _generator_flags() if getattr(args, opt, None) is not None}
+    if args.format is None and args.data in GENERATORS:
+        opts["seed"] = args.data_seed
+    return DataSource(args.data, args.format, opts)
 
 
 def configure(p: argparse.ArgumentParser) -> None:

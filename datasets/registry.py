@@ -1,9 +1,10 @@
-"""Which loader or generator a DATA argument means, and the CLI flags that go with it."""
+"""Which loader or generator a DATA argument means (`DataSource`), and loading it."""
 from __future__ import annotations
 
-import argparse
 import inspect
 import os
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
 from gnndist.datasets.formats import load_csv, load_npz, load_snap
@@ -102,21 +103,28 @@ def _file_format(path: str, format: Optional[str]) -> str:
     return format or detect_format(path)
 
 
-def add_data_args(p: argparse.ArgumentParser) -> None:
-    """The positional DATA argument and the flags that choose its format or scale a generator."""
-    p.add_argument("data", metavar="DATA", help="a built-in dataset name (see `gnndist datasets`), "
-                   "a file or folder, or (for train) a partition store")
-    p.add_argument("--format", default=None, help="file format, when the extension does not tell")
-    g = p.add_argument_group("built-in generators")
-    g.add_argument("--num-nodes", type=int, default=None, help="nodes to generate")
-    g.add_argument("--num-edges", type=int, default=None, help="edges to generate (synthetic-static)")
-    g.add_argument("--num-events", type=int, default=None, help="events to generate (synthetic-temporal)")
-    g.add_argument("--data-seed", type=int, default=0, help="generator seed")
+@dataclass(frozen=True)
+class DataSource:
+    """What a DATA argument names: a built-in generator with its options, or a file or folder
+    read by `format` (None: told by the name and content)."""
 
+    name: str
+    format: Optional[str] = None
+    options: dict[str, Any] = field(default_factory=dict)  # generator options, e.g. num_events, seed
 
-def load_from_args(args: argparse.Namespace) -> Union[Graph, TemporalGraph]:
-    """`load` with the options `add_data_args` parsed."""
-    opts = {k: getattr(args, k) for k in ("num_nodes", "num_edges", "num_events") if getattr(args, k, None) is not None}
-    if args.format is None and args.data in GENERATORS:
-        opts["seed"] = args.data_seed
-    return load(args.data, format=args.format, **opts)
+    def load(self) -> Union[Graph, TemporalGraph]:
+        return load(self.name, self.format, **self.options)
+
+    def kind(self) -> str:
+        """"static" or "temporal", told without loading (see `data_kind`)."""
+        return data_kind(self.name, self.format)
+
+    def identity(self) -> list[str]:
+        """What tells this data apart from any other, for cache keys: the file's resolved path,
+        sizes and modification times, or the generator's name and options."""
+        path = Path(self.name)
+        if self.format is None and self.name in GENERATORS:
+            return [self.name] + [f"{k}={v}" for k, v in sorted(self.options.items())]
+        files = sorted(p for p in ([path] if path.is_file() else path.rglob("*")) if p.is_file())
+        return ([str(path.resolve()), str(self.format)]
+                + [f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in files])

@@ -24,16 +24,15 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from gnndist.datasets import load
-    from gnndist.temporal.trainer import DEFAULTS, run as train_link
+    from gnndist.launch import Outputs
+    from gnndist.temporal.config import LinkConfig
+    from gnndist.temporal.dist_trainer import train_link
 
     t0 = time.perf_counter()
     tg = load("synthetic-temporal", num_nodes=args.num_nodes, num_events=args.num_events, seed=args.seed)
     print(f"synthetic-temporal: {tg.num_nodes} nodes, {tg.num_events} events, {tg.edge_dim} edge features; "
           f"TGN, {args.epochs} epochs", file=sys.stderr)
-    train_args = argparse.Namespace(
-        data="synthetic-temporal", model="tgn", epochs=args.epochs, batch_size=DEFAULTS["batch_size"],
-        lr=DEFAULTS["lr"], memory_dim=DEFAULTS["memory_dim"], neg="random", seed=args.seed, device="cpu",
-        quiet=args.quiet, checkpoint=None, resume=False, metrics_out=args.metrics_out)
-    train_link(train_args, tg)
+    train_link(tg, LinkConfig(model="tgn", epochs=args.epochs, seed=args.seed, quiet=args.quiet),
+               outputs=Outputs(metrics_out=args.metrics_out))
     print(f"done in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     return 0

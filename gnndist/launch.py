@@ -1,28 +1,58 @@
-"""Starting ranks and what they train on: the elastic launcher for --nproc local ranks, and
-partition stores as the trainers' input (checking one given as DATA, the cache folder of one
-made on demand, and making it once under torchrun: rank 0 partitions, the others wait)."""
+"""Starting a training job, the one path both trainers share: what its ranks train on (the
+graph itself in one process, else a partition store with one part per rank) and how they start
+(in this process, on --nproc local ranks with torch's elastic launcher, or as one rank of the
+world torchrun describes).
+
+Given raw data and W > 1 ranks, the data is first split into a store in the cache folder
+($GNNDIST_CACHE or ~/.cache/gnndist), keyed by the data's identity and the split; a later run
+on the same data finds it there. Under torchrun rank 0 partitions while the others wait.
+"""
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Optional, Union
+
+import numpy as np
 
 from gnndist import dist
+from gnndist.datasets import DataSource
 from gnndist.errors import GnndistError, first_line
-from gnndist.partition import read_store_meta
+from gnndist.graph import Graph, TemporalGraph
+from gnndist.io import show_progress
+from gnndist.partition import partition_graph, read_store_meta
 
 TASK_OF_KIND = {"static": "node", "temporal": "link"}
+Data = Union[DataSource, Graph, TemporalGraph, str]  # a str names a partition store or a DataSource
 
 
-def is_store(path: str | os.PathLike) -> bool:
+@dataclass(frozen=True)
+class Split:
+    """How a trainer wants raw data split into one part per rank."""
+
+    kind: str  # the graph kind the trainer takes: "static" | "temporal"
+    method: str  # partition method
+    balance: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """Where a run writes: the metrics JSON (rank 0), and the checkpoint folder (each epoch)."""
+
+    metrics_out: Optional[str] = None
+    checkpoint: Optional[str] = None
+    resume: bool = False
+
+
+def is_store(path: Union[str, os.PathLike]) -> bool:
     """True when `path` is a partition store folder."""
     return (Path(path) / "meta.json").is_file()
 
 
-def check_store(path: str | os.PathLike, kind: str, world: int) -> str:
+def check_store(path: Union[str, os.PathLike], kind: str, world: int) -> str:
     """`path`, a store of a `kind` graph with `world` parts, as a string; GnndistError otherwise."""
     meta = read_store_meta(path)
     if meta.get("kind") != kind:
@@ -39,30 +69,83 @@ def cache_root() -> Path:
     return Path(os.environ.get("GNNDIST_CACHE") or Path.home() / ".cache" / "gnndist")
 
 
-def auto_partition_dir(args: argparse.Namespace, parts: int) -> Path:
-    """The store folder for DATA split into `parts` (keyed by the data's identity and options)."""
-    path = Path(args.data)
-    if path.exists():
-        files = sorted(p for p in ([path] if path.is_file() else path.rglob("*")) if p.is_file())
-        ident = [str(path.resolve())] + [f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in files]
-    else:
-        ident = [args.data] + [f"{k}={getattr(args, k, None)}" for k in ("num_nodes", "num_edges", "data_seed")]
-    key = hashlib.sha256(json.dumps(ident + [args.format, parts, "metis", "nodes,train"]).encode()).hexdigest()[:12]
-    return cache_root() / "partitions" / f"{path.name or 'data'}-{parts}parts-{key}"
+def _identity(data: Union[DataSource, Graph, TemporalGraph]) -> list[str]:
+    """What tells the data apart: a source's identity, or a graph's content hash."""
+    if isinstance(data, DataSource):
+        return data.identity()
+    arrays = (data.indptr, data.indices) if isinstance(data, Graph) else (data.src, data.dst, data.t)
+    h = hashlib.sha256()
+    for a in arrays:
+        h.update(np.ascontiguousarray(a).view(np.uint8))
+    return [type(data).__name__, h.hexdigest()]
 
 
-def torchrun_source(args: argparse.Namespace, device: str, prepare: Callable[[argparse.Namespace, int], Any],
-                    cache_dir: Callable[[argparse.Namespace, int], Path]) -> Any:
-    """What this rank of a torchrun world trains on: `prepare(args, world)`. When DATA is not a
-    store and several ranks run, rank 0 prepares (partitions into `cache_dir(args, world)`, or
-    finds it there) while the others wait for it and take that folder."""
-    world = int(os.environ["WORLD_SIZE"])
-    if world == 1 or is_store(args.data):
-        return prepare(args, world)
+def store_dir(data: Union[DataSource, Graph, TemporalGraph], world: int, split: Split) -> Path:
+    """The cache folder of `data` split into `world` parts as `split` says."""
+    key = hashlib.sha256(json.dumps(_identity(data) + [world, split.method, list(split.balance)]).encode())
+    name = Path(data.name).name if isinstance(data, DataSource) else type(data).__name__.lower()
+    return cache_root() / "partitions" / f"{name or 'data'}-{world}parts-{split.method}-{key.hexdigest()[:12]}"
+
+
+def _load(data: Union[DataSource, Graph, TemporalGraph], split: Split) -> Union[Graph, TemporalGraph]:
+    """The graph of `data`, which must be of the kind the trainer takes (told before loading)."""
+    kind = data.kind() if isinstance(data, DataSource) else "static" if isinstance(data, Graph) else "temporal"
+    if kind != split.kind:
+        other = {"static": "node", "temporal": "link"}[kind]
+        raise GnndistError(f"DATA is a {kind} graph: use --task {other} (--task {TASK_OF_KIND[split.kind]} needs a "
+                           f"{split.kind} graph)")
+    return data.load() if isinstance(data, DataSource) else data
+
+
+def _normal(data: Data) -> Union[DataSource, Graph, TemporalGraph, Path]:
+    """`data` with a str resolved to a store folder (a Path) or a DataSource."""
+    if isinstance(data, (str, os.PathLike)):
+        return Path(data) if is_store(data) else DataSource(str(data))
+    return data
+
+
+def make_store(data: Data, world: int, split: Split, quiet: bool = False) -> str:
+    """The store with `world` parts the ranks train on: DATA itself, or a split of DATA made now
+    (or earlier, found in the cache)."""
+    data = _normal(data)
+    if isinstance(data, Path):
+        return check_store(data, split.kind, world)
+    out = store_dir(data, world, split)
+    if is_store(out):
+        dist.log(f"using the partition store {out} ({world} parts, made earlier)")
+        return str(out)
+    graph = _load(data, split)
+    dist.log(f"partitioning into {world} parts ({split.method}) at {out}")
+    partition_graph(graph, world, method=split.method, balance=list(split.balance) or ("nodes",), out=out,
+                    progress=show_progress(quiet))
+    return str(out)
+
+
+def rank_source(data: Data, world: int, split: Split, device: str = "cpu", quiet: bool = False
+                ) -> Union[Graph, TemporalGraph, str]:
+    """What one rank of `world` trains on: the graph (one rank, raw data) or a store folder.
+    Under torchrun with raw data and W > 1, rank 0 makes the store while the others wait."""
+    data = _normal(data)
+    if world == 1 and not isinstance(data, Path):
+        return _load(data, split)
+    if world == 1 or isinstance(data, Path) or not dist.in_torchrun():
+        return make_store(data, world, split, quiet)
     dev = dist.setup(device)
-    source = prepare(args, world) if dist.rank() == 0 else str(cache_dir(args, world))
-    dist.agree_max(0, dev)
+    source = make_store(data, world, split, quiet) if dist.rank() == 0 else str(store_dir(data, world, split))
+    dist.agree_max(0, dev)  # the others wait for rank 0's store
     return source
+
+
+def run_job(data: Data, nproc: int, split: Split, rank_fn: Callable[..., dict], *args: Any,
+            device: str = "cpu", quiet: bool = False) -> dict:
+    """`rank_fn(source, *args)` on every rank of the job, where `source` is what `rank_source`
+    gives: in this process (nproc 1), on `nproc` local ranks, or on this rank of a torchrun world.
+    Returns rank 0's result (this rank's under torchrun)."""
+    if dist.in_torchrun():
+        return rank_fn(rank_source(data, int(os.environ["WORLD_SIZE"]), split, device, quiet), *args)
+    if nproc == 1:
+        return rank_fn(rank_source(data, 1, split, device, quiet), *args)
+    return launch(nproc, rank_fn, make_store(data, nproc, split, quiet), *args)[0]
 
 
 def _run_rank(errdir: str, entrypoint: Callable[..., Any], *args: Any) -> Any:

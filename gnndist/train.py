@@ -10,9 +10,14 @@ launcher); under torchrun it joins the run torchrun describes.
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
-from gnndist.datasets import add_data_args
+from gnndist.datasets.cli import add_data_args, source_from_args
 from gnndist.datasets.registry import data_kind
+
+if TYPE_CHECKING:  # pragma: no cover
+    from gnndist.static.trainer import NodeConfig
+    from gnndist.temporal.config import LinkConfig
 
 TEMPORAL_MODELS = ("tgn", "jodie", "apan", "dyrep", "tgat")
 STATIC_MODELS = ("sage", "gcn", "gat")
@@ -57,11 +62,11 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     link = p.add_argument_group("link prediction (temporal)")
     link.add_argument("--memory-dim", type=_positive(int), default=None, help="node memory size")
-    link.add_argument("--neg", choices=("random", "historical", "inductive"), default="random",
+    link.add_argument("--neg", choices=("random", "historical", "inductive"), default=None,
                       help="negative sampling for evaluation")
-    link.add_argument("--memory", choices=("replicated", "partitioned"), default="replicated",
+    link.add_argument("--memory", choices=("replicated", "partitioned"), default=None,
                       help="how node memory is held across ranks")
-    link.add_argument("--share", choices=("owner", "slice"), default="owner",
+    link.add_argument("--share", choices=("owner", "slice"), default=None,
                       help="each rank's events of a global batch: those whose source node it owns, "
                            "or a contiguous slice")
     link.add_argument("--checkpoint", default=None, metavar="DIR", help="write a checkpoint each epoch here")
@@ -82,8 +87,27 @@ def configure(p: argparse.ArgumentParser) -> None:
                            "(auto: when no feature is negative, e.g. bag-of-words)")
 
 
+def link_config(args: argparse.Namespace) -> "LinkConfig":
+    """The `LinkConfig` the flags describe (unset flags keep its defaults)."""
+    from gnndist.temporal.config import LinkConfig
+
+    names = ("model", "epochs", "batch_size", "lr", "memory_dim", "neg", "memory", "share", "cache", "cache_size",
+             "device", "seed", "quiet")
+    return LinkConfig(**{n: getattr(args, n) for n in names if getattr(args, n, None) is not None})
+
+
+def node_config(args: argparse.Namespace) -> "NodeConfig":
+    """The `NodeConfig` the flags describe (unset flags keep the model's defaults)."""
+    from gnndist.static.trainer import NodeConfig
+
+    names = ("epochs", "batch_size", "fanouts", "eval_fanouts", "lr", "weight_decay", "hidden", "dropout",
+             "row_norm", "cache", "cache_size", "device", "seed", "quiet")
+    return NodeConfig.for_model(args.model or "sage", **{n: getattr(args, n, None) for n in names})
+
+
 def run(args: argparse.Namespace) -> int:
     from gnndist.errors import GnndistError
+    from gnndist.launch import Outputs, is_store
 
     if args.resume and not args.checkpoint:
         raise GnndistError("--resume needs --checkpoint DIR")
@@ -92,8 +116,14 @@ def run(args: argparse.Namespace) -> int:
             args.task = "node" if args.model in STATIC_MODELS else "link"
         else:
             args.task = "node" if data_kind(args.data, args.format) == "static" else "link"
+    data = args.data if is_store(args.data) else source_from_args(args)
+    outputs = Outputs(args.metrics_out, args.checkpoint, args.resume)
     if args.task == "node":
-        from gnndist.static.trainer import main
+        from gnndist.static.trainer import train_node
+
+        train_node(data, node_config(args), args.nproc, outputs)
     else:
-        from gnndist.temporal.trainer import main
-    return main(args)
+        from gnndist.temporal.dist_trainer import train_link
+
+        train_link(data, link_config(args), args.nproc, outputs)
+    return 0

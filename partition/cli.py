@@ -16,7 +16,7 @@ import argparse
 import json
 import sys
 
-from gnndist.datasets import add_data_args, load_from_args
+from gnndist.datasets.cli import add_data_args, source_from_args
 from gnndist.graph import Graph
 from gnndist.io import show_progress
 from gnndist.partition.info import format_summary, summary
@@ -54,7 +54,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     check_out(args.out, args.data)
-    graph = load_from_args(args)
+    graph = source_from_args(args).load()
     method = args.method or ("metis" if isinstance(graph, Graph) else "temporal")
     need = check_memory(graph, method, force=True)
     if need is not None and not args.quiet:

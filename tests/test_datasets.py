@@ -14,7 +14,8 @@ import pytest
 
 import gnndist.datasets.text as text
 from gnndist.cli import main
-from gnndist.datasets import (FORMATS, GENERATORS, add_data_args, chronological_split, load, load_from_args,
+from gnndist.datasets.cli import add_data_args, source_from_args
+from gnndist.datasets import (FORMATS, GENERATORS, chronological_split, load,
                               new_nodes_after)
 from gnndist.datasets.generators import synthetic_static, synthetic_temporal
 from gnndist.datasets.registry import data_kind
@@ -547,16 +548,16 @@ def test_generator_option_errors(call, message):
 def test_load_from_args_scales_generators_and_rejects_file_options(tmp_path):
     p = argparse.ArgumentParser()
     add_data_args(p)
-    g = load_from_args(p.parse_args(["synthetic-static", "--num-nodes", "300", "--num-edges", "900",
-                                     "--data-seed", "5"]))
+    g = source_from_args(p.parse_args(["synthetic-static", "--num-nodes", "300", "--num-edges", "900",
+                                     "--data-seed", "5"])).load()
     assert g.num_nodes == 300 and g.num_edges == 1800
     assert np.array_equal(g.indices, synthetic_static(num_nodes=300, num_edges=900, seed=5).indices)
-    t = load_from_args(p.parse_args(["synthetic-temporal", "--num-events", "777"]))
+    t = source_from_args(p.parse_args(["synthetic-temporal", "--num-events", "777"])).load()
     assert t.num_events == 777
     f = write(tmp_path, "e.csv", "src,dst,t\n0,1,1\n")
-    assert load_from_args(p.parse_args([f, "--format", "csv"])).num_events == 1
+    assert source_from_args(p.parse_args([f, "--format", "csv"])).load().num_events == 1
     with pytest.raises(GnndistError, match="options of the built-in generators only"):
-        load_from_args(p.parse_args([f, "--num-nodes", "4"]))
+        source_from_args(p.parse_args([f, "--num-nodes", "4"])).load()
 
 
 # ---------------------------------------------------------------- splits

@@ -5,7 +5,6 @@ figures, resume, and the partitioned state's rows.
 One launch per world size runs every case; the single-process references run here, through
 the same `temporal_trainer.run` with the plain `LinkTask` and `NodeState`.
 """
-import argparse
 import json
 from dataclasses import dataclass, field
 
@@ -21,7 +20,11 @@ from gnndist.graph import TemporalGraph
 from gnndist.partition import partition_graph
 from gnndist.samplers import sample_temporal_neighbors
 from gnndist.temporal.dist_trainer import DistLinkTask, Share, World, owner_of_nodes
-from gnndist.temporal.trainer import NUM_NEIGHBORS, LinkTask, run
+from gnndist.launch import Outputs
+from gnndist.temporal.config import LinkConfig
+from gnndist.temporal.trainer import LinkTask, run
+
+NUM_NEIGHBORS = LinkConfig().num_neighbors
 
 BATCH = 35  # the last training batch has 2 events: some ranks get none
 CASES = {2: [("tgn", "replicated", "owner"), ("tgn", "partitioned", "owner"), ("tgn", "partitioned", "slice"),
@@ -42,12 +45,10 @@ def graph():
                          rng.normal(size=(e, 2)).astype(np.float32), num_nodes=45)
 
 
-def link_args(model, memory="replicated", share="owner", **kw):
-    a = dict(data="tiny", model=model, epochs=1, batch_size=BATCH, lr=1e-3, memory_dim=8, neg="random", seed=0,
-             device="cpu", quiet=True, checkpoint=None, resume=False, metrics_out=None, memory=memory,
-             share=share, nproc=1)
-    a.update(kw)
-    return argparse.Namespace(**a)
+def link_args(model, memory="replicated", share="owner", checkpoint=None, resume=False, **kw):
+    cfg = LinkConfig(**{**dict(model=model, epochs=1, batch_size=BATCH, lr=1e-3, memory_dim=8, quiet=True,
+                                memory=memory, share=share), **kw})
+    return cfg, Outputs(checkpoint=checkpoint, resume=resume)
 
 
 def params_of(model):
@@ -160,15 +161,15 @@ def worker(tg, offsets, orig_to_new, ckpt_root):
     out = {}
     for model, memory, share in CASES[w]:
         world = RecWorld(memory, Share(share, r, w, owner), offsets, orig_to_new)
-        metrics = run(link_args(model, memory, share), tg, world)
+        metrics = run(*link_args(model, memory, share), tg, world)
         out[model, memory, share] = (world.task_.trace, world.task_.held_ok, metrics)
     # resume: 1 epoch + 1 resumed epoch against 2 epochs straight, partitioned
     mk = dict(memory="partitioned", share="owner")
-    straight = run(link_args("tgn", **mk, epochs=2), tg, World(mk["memory"], Share("owner", r, w, owner),
+    straight = run(*link_args("tgn", **mk, epochs=2), tg, World(mk["memory"], Share("owner", r, w, owner),
                                                                  offsets, orig_to_new))
     world = World(mk["memory"], Share("owner", r, w, owner), offsets, orig_to_new)
-    run(link_args("tgn", **mk, epochs=1, checkpoint=ckpt_root), tg, world)
-    resumed = run(link_args("tgn", **mk, epochs=2, checkpoint=ckpt_root, resume=True), tg, world)
+    run(*link_args("tgn", **mk, epochs=1, checkpoint=ckpt_root), tg, world)
+    resumed = run(*link_args("tgn", **mk, epochs=2, checkpoint=ckpt_root, resume=True), tg, world)
     out["resume"] = (straight, resumed)
     gdist.teardown()
     return out
@@ -180,7 +181,7 @@ _refs = {}
 def reference(model):
     if model not in _refs:
         world = RefWorld()
-        metrics = run(link_args(model), graph(), world)
+        metrics = run(*link_args(model), graph(), world)
         _refs[model] = (world.task_.trace, metrics)
     return _refs[model]
 

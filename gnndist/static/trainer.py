@@ -18,7 +18,6 @@ are never negative (bag-of-words) are row-normalised per batch unless --row-norm
 from __future__ import annotations
 
 import abc
-import argparse
 import copy
 import math
 import time
@@ -31,15 +30,14 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from gnndist import dist
-from gnndist.datasets import load_from_args
 from gnndist.errors import GnndistError
 from gnndist.graph import Graph, TemporalGraph
 from gnndist.io import show_progress, write_json
-from gnndist.partition import load_partition, partition_graph
+from gnndist.partition import load_partition
 from gnndist.samplers import (Blocks, DistNeighborSampler, FeatureStore, PrefetchLoader, degree_scores,
                               sample_neighbors, visit_scores)
 from gnndist.static.models import MODELS, MiniBatch, StaticGNN
-from gnndist.launch import auto_partition_dir, check_store, is_store, launch, torchrun_source
+from gnndist.launch import Data, Outputs, Split, run_job
 
 
 # Per-model defaults, picked among a few settings on Cora and CiteSeer (public splits, 5 seeds).
@@ -88,12 +86,6 @@ class NodeConfig:
         if cfg.eval_fanouts is not None and len(cfg.eval_fanouts) != len(cfg.fanouts):
             raise GnndistError(f"--eval-fanouts needs {len(cfg.fanouts)} values (one per layer, like --fanouts)")
         return cfg
-
-
-def config_from_args(args: argparse.Namespace) -> NodeConfig:
-    names = ("epochs", "batch_size", "fanouts", "eval_fanouts", "lr", "weight_decay", "hidden", "dropout",
-             "row_norm", "cache", "cache_size", "device", "seed", "quiet")
-    return NodeConfig.for_model(args.model or "sage", **{n: getattr(args, n, None) for n in names})
 
 
 def step_seed(*keys: int) -> int:
@@ -407,22 +399,24 @@ def cache_note(rec: dict) -> str:
 
 
 # ----------------------------------------------------------------------------------------------
-# CLI glue: what DATA is, partitioning on demand, launching ranks
+# Running it
+
+SPLIT = Split("static", "metis", ("nodes", "train"))
 
 
-def run_rank(source: Union[Graph, str], cfg: NodeConfig, metrics_out: Optional[str] = None) -> dict:
+def node_rank(source: Union[Graph, str], cfg: NodeConfig, outputs: Outputs = Outputs()) -> dict:
     """Train on this rank: `source` is the whole graph (one rank) or a partition store folder
-    (one part per rank). Rank 0 prints the figures and writes `metrics_out`."""
+    (one part per rank). Rank 0 prints the figures and writes `outputs.metrics_out`."""
     device = dist.setup(cfg.device)
     try:
         if isinstance(source, Graph):
-            shard = GraphShard(source)
+            view = GraphShard(source)
         else:
-            shard = PartitionShard(load_partition(source, dist.rank(), dist.world_size()), cfg, device)
-        metrics = NodeTrainer(shard, cfg, device).fit()
+            view = PartitionShard(load_partition(source, dist.rank(), dist.world_size()), cfg, device)
+        metrics = NodeTrainer(view, cfg, device).fit()
         if dist.rank() == 0:
-            if metrics_out:
-                write_json(metrics_out, metrics)
+            if outputs.metrics_out:
+                write_json(outputs.metrics_out, metrics)
             t = metrics["test"]
             print(f"{cfg.model} on {dist.world_size()} rank(s): test_acc {t['acc']:.4f} "
                   f"(best val_acc {t['best_val_acc']:.4f} at epoch {t['best_epoch']})", flush=True)
@@ -431,32 +425,8 @@ def run_rank(source: Union[Graph, str], cfg: NodeConfig, metrics_out: Optional[s
         dist.teardown()
 
 
-def prepare(args: argparse.Namespace, world: int) -> Union[Graph, str]:
-    """What the ranks train on: the loaded graph (one rank), else a partition store folder with
-    `world` parts (DATA itself, or a METIS split of DATA made now, or reused from the cache)."""
-    if is_store(args.data):
-        return check_store(args.data, "static", world)
-    out = auto_partition_dir(args, world) if world > 1 else None
-    if out is not None and is_store(out):
-        dist.log(f"using the partition store {out} ({world} parts, made earlier)")
-        return str(out)
-    graph = load_from_args(args)
-    check_node_graph(graph)
-    if world == 1:
-        return graph
-    dist.log(f"partitioning {args.data} into {world} parts (metis, balance nodes,train) at {out}")
-    partition_graph(graph, world, method="metis", balance=["nodes", "train"], out=out,
-                    progress=show_progress(args.quiet))
-    return str(out)
-
-
-def main(args: argparse.Namespace) -> int:
-    """`gnndist train --task node`: one rank, --nproc local ranks, or one rank of a torchrun world."""
-    cfg = config_from_args(args)
-    if dist.in_torchrun():
-        run_rank(torchrun_source(args, cfg.device, prepare, auto_partition_dir), cfg, args.metrics_out)
-    elif args.nproc > 1:
-        launch(args.nproc, run_rank, prepare(args, args.nproc), cfg, args.metrics_out)
-    else:
-        run_rank(prepare(args, 1), cfg, args.metrics_out)
-    return 0
+def train_node(data: Data, cfg: NodeConfig = NodeConfig(), nproc: int = 1, outputs: Outputs = Outputs()) -> dict:
+    """Node classification on `data` (a `Graph`, a dataset name or path, a `DataSource`, or a
+    static partition store) with `nproc` local ranks, or as this rank of a torchrun world.
+    Returns the metrics (of rank 0, or of this rank under torchrun)."""
+    return run_job(data, nproc, SPLIT, node_rank, cfg, outputs, device=cfg.device, quiet=cfg.quiet)

@@ -15,14 +15,11 @@ plus 2d mails is about 1.2 KB a node, against 24 bytes an event).
 """
 from __future__ import annotations
 
-import argparse
-import hashlib
-import json
 import time
 from contextlib import contextmanager
 from dataclasses import MISSING, dataclass, fields, replace
 from pathlib import Path
-from typing import Iterator, Optional, Sequence
+from typing import Iterator, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -32,12 +29,15 @@ from gnndist import dist as gdist
 from gnndist.temporal.dist_state import PartitionedNodeState, ReplicatedNodeState, pack, unpack
 from gnndist.errors import GnndistError
 from gnndist.graph import TemporalGraph
-from gnndist.io import show_progress
-from gnndist.partition import load_id_maps, load_partition, partition_graph, read_store_meta
+from gnndist.partition import load_id_maps, load_partition, read_store_meta
 from gnndist.graph import owners
-from gnndist.launch import auto_partition_dir, check_store, is_store, launch, torchrun_source
+from gnndist.launch import Data, Outputs, Split, run_job
+from gnndist.temporal.config import LinkConfig
 from gnndist.temporal.trainer import LinkTask, run
 from gnndist.temporal.models import Batch, Forward
+
+
+SPLIT = Split("temporal", "temporal")
 
 
 def load_store_events(path: str | Path) -> tuple[TemporalGraph, np.ndarray, np.ndarray]:
@@ -353,50 +353,23 @@ class World:
                                "them); resume from an earlier copy or start afresh")
 
 
-def store_dir(args: argparse.Namespace, world: int) -> Path:
-    """The cache folder of DATA split into `world` parts by the temporal method:
-    `gnndist.launch.auto_partition_dir` (keyed by the file's identity or the generator options), told
-    apart by the method and the event count."""
-    base = auto_partition_dir(args, world)
-    key = hashlib.sha256(json.dumps(["temporal", getattr(args, "num_events", None)]).encode()).hexdigest()[:8]
-    return base.with_name(f"{base.name}-temporal-{key}")
-
-
-def prepare(args: argparse.Namespace, world: int) -> str:
-    """The temporal partition store with `world` parts the ranks train on: DATA itself, or a
-    split of DATA made now (or earlier, found in the cache)."""
-    from gnndist.datasets import load_from_args
-
-    if is_store(args.data):
-        return check_store(args.data, "temporal", world)
-    out = store_dir(args, world)
-    if is_store(str(out)):
-        gdist.log(f"using the partition store {out} ({world} parts, made earlier)")
-        return str(out)
-    tg = load_from_args(args)
-    if not isinstance(tg, TemporalGraph):
-        raise GnndistError(f"{args.data} is a static graph: use --task node (link prediction needs timestamped events)")
-    gdist.log(f"partitioning {args.data} into {world} parts (temporal) at {out}")
-    partition_graph(tg, world, method="temporal", out=out, progress=show_progress(args.quiet))
-    return str(out)
-
-
-def rank_main(args: argparse.Namespace, store: str) -> dict:
-    """One rank: join the process group, load the events and ownership, train."""
-    device = gdist.setup(args.device)
+def link_rank(source: Union[TemporalGraph, str], cfg: LinkConfig, outputs: Outputs = Outputs()) -> dict:
+    """One rank: the whole graph (one process) or its part of a store; train and evaluate."""
+    device = gdist.setup(cfg.device)
     try:
-        tg, offsets, orig_to_new = load_store_events(store)
-        world = World(args.memory, Share(args.share, gdist.rank(), gdist.world_size(),
-                                         owner_of_nodes(offsets, orig_to_new)), offsets, orig_to_new, device)
-        return run(args, tg, world)
+        if isinstance(source, TemporalGraph):
+            return run(cfg, outputs, source)
+        tg, offsets, orig_to_new = load_store_events(source)
+        world = World(cfg.memory, Share(cfg.share, gdist.rank(), gdist.world_size(),
+                                        owner_of_nodes(offsets, orig_to_new)), offsets, orig_to_new, device)
+        return run(cfg, outputs, tg, world)
     finally:
         gdist.teardown()
 
 
-def main(args: argparse.Namespace) -> int:
-    """`gnndist train --task link` on --nproc local ranks, or as one rank of a torchrun world."""
-    if gdist.in_torchrun():
-        rank_main(args, torchrun_source(args, args.device, prepare, store_dir))
-    else:
-        launch(args.nproc, rank_main, args, prepare(args, args.nproc))
-    return 0
+def train_link(data: Data, cfg: Optional[LinkConfig] = None, nproc: int = 1, outputs: Outputs = Outputs()) -> dict:
+    """Link prediction on `data` (a `TemporalGraph`, a dataset name or path, a `DataSource`, or
+    a temporal partition store) with `nproc` local ranks, or as this rank of a torchrun world.
+    Returns the metrics (of rank 0, or of this rank under torchrun)."""
+    cfg = cfg or LinkConfig()
+    return run_job(data, nproc, SPLIT, link_rank, cfg, outputs, device=cfg.device, quiet=cfg.quiet)

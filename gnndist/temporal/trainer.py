@@ -8,7 +8,6 @@ negatives are fixed per seed; training negatives are drawn per (seed, epoch, glo
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from dataclasses import dataclass
@@ -24,14 +23,12 @@ from gnndist.errors import GnndistError
 from gnndist.graph import TemporalGraph
 from gnndist.io import show_progress, write_json
 from gnndist.temporal.linkpred import eval_negatives, link_metrics, train_negatives
+from gnndist.launch import Outputs
+from gnndist.temporal.config import LinkConfig
 from gnndist.temporal.state import NodeState
 from gnndist.samplers.temporal import sample_tcsr
 from gnndist.temporal.models import SPECS, TGNN, Batch, Forward, SampleFn
 
-DEFAULTS = {"epochs": 3, "batch_size": 200, "lr": 1e-3, "memory_dim": 100}
-TIME_DIM = 100
-NUM_NEIGHBORS = 10
-EVAL_NEGATIVES = 10  # per positive, for MRR (AP and AUC use the first one)
 
 
 def make_sampler(tg: TemporalGraph, strategy: str, seed: int) -> SampleFn:
@@ -128,10 +125,10 @@ class LinkTask:
                 np.concatenate(neg) if neg else np.zeros((0, n), np.float32))
 
 
-def _config(args: argparse.Namespace, tg: TemporalGraph, model: str) -> dict[str, Any]:
+def _config(cfg: LinkConfig, tg: TemporalGraph) -> dict[str, Any]:
     """The settings a resumed run must share with the run that wrote the checkpoint."""
-    return {"model": model, "batch_size": args.batch_size, "lr": args.lr, "memory_dim": args.memory_dim,
-            "time_dim": TIME_DIM, "num_neighbors": NUM_NEIGHBORS, "neg": args.neg, "seed": args.seed,
+    return {"model": cfg.model, "batch_size": cfg.batch_size, "lr": cfg.lr, "memory_dim": cfg.memory_dim,
+            "time_dim": cfg.time_dim, "num_neighbors": cfg.num_neighbors, "neg": cfg.neg, "seed": cfg.seed,
             "num_nodes": tg.num_nodes, "num_events": tg.num_events, "edge_dim": tg.edge_dim}
 
 
@@ -146,60 +143,36 @@ def _table(rows: list[tuple[str, dict[str, float]]]) -> str:
     return "\n".join(lines)
 
 
-def _defaults(args: argparse.Namespace) -> None:
-    for name, value in DEFAULTS.items():
-        if getattr(args, name, None) is None:
-            setattr(args, name, value)
-    args.model = args.model or "tgn"
-    if args.model not in SPECS:
-        raise GnndistError(f"--model {args.model} is not a link-prediction model; choose one of {', '.join(SPECS)}")
-
-
-def main(args: argparse.Namespace) -> int:
-    """`gnndist train --task link`: one process, --nproc local ranks, or one rank of a torchrun world."""
-    from gnndist import dist
-    from gnndist.datasets import load_from_args
-
-    _defaults(args)
-    if args.nproc > 1 or dist.in_torchrun():
-        from gnndist.temporal.dist_trainer import main as run_distributed
-        return run_distributed(args)
-    run(args, load_from_args(args))
-    return 0
-
-
-def run(args: argparse.Namespace, tg: TemporalGraph, world: Optional[Any] = None) -> dict[str, Any]:
+def run(cfg: LinkConfig, outputs: Outputs, tg: TemporalGraph, world: Optional[Any] = None) -> dict[str, Any]:
     """Train, evaluate, print the table, and write --metrics-out and --checkpoint; returns the
     metrics. With `world` (a `gnndist.temporal.dist_trainer.World`) this is one rank of a distributed run."""
     from gnndist import dist
     from gnndist.datasets import chronological_split, new_nodes_after
 
-    if not isinstance(tg, TemporalGraph):
-        raise GnndistError(f"{args.data} is a static graph: use --task node (link prediction needs timestamped events)")
     train_end, val_end = chronological_split(tg)
     if train_end < 1 or val_end <= train_end or val_end >= tg.num_events:
         raise GnndistError(f"{tg.num_events} events are too few for a 70/15/15 split")
-    device = dist.setup(args.device)
-    torch.manual_seed(args.seed)
-    spec = SPECS[args.model]
-    model = TGNN(args.model, tg.num_nodes, tg.edge_dim, args.memory_dim, TIME_DIM, NUM_NEIGHBORS).to(device)
+    device = dist.setup(cfg.device)
+    torch.manual_seed(cfg.seed)
+    spec = SPECS[cfg.model]
+    model = TGNN(cfg.model, tg.num_nodes, tg.edge_dim, cfg.memory_dim, cfg.time_dim, cfg.num_neighbors).to(device)
     edge_feat = (torch.from_numpy(tg.edge_feat) if tg.edge_feat is not None
                  else torch.zeros(tg.num_events, 0)).to(device)
     lead = world is None or world.rank == 0  # prints and writes the metrics
     state = model.new_state(float(tg.t[0]), device) if world is None else world.new_state(model, float(tg.t[0]), device)
     task = (LinkTask if world is None else world.task)(
-        tg, model, state, torch.optim.Adam(model.parameters(), lr=args.lr, fused=True), make_sampler(tg, spec.strategy, args.seed),
-        edge_feat, train_end, val_end, args.batch_size, args.seed, device,
-        progress=lead and show_progress(args.quiet))
-    config = _config(args, tg, args.model) | ({} if world is None else world.summary())
-    ckpt_dir = args.checkpoint if world is None or not args.checkpoint else world.checkpoint_dir(args.checkpoint)
+        tg, model, state, torch.optim.Adam(model.parameters(), lr=cfg.lr, fused=True), make_sampler(tg, spec.strategy, cfg.seed),
+        edge_feat, train_end, val_end, cfg.batch_size, cfg.seed, device,
+        progress=lead and show_progress(cfg.quiet))
+    config = _config(cfg, tg) | ({} if world is None else world.summary())
+    ckpt_dir = outputs.checkpoint if world is None or not outputs.checkpoint else world.checkpoint_dir(outputs.checkpoint)
     history: list[dict[str, Any]] = []
     first = 1
-    if args.resume:
+    if outputs.resume:
         ckpt = checkpoint.load(ckpt_dir)
         for key, value in config.items():
             if ckpt["config"].get(key) != value:
-                raise GnndistError(f"checkpoint in {args.checkpoint} was written with {key}={ckpt['config'].get(key)}, "
+                raise GnndistError(f"checkpoint in {outputs.checkpoint} was written with {key}={ckpt['config'].get(key)}, "
                                    f"this run has {key}={value}")
         model.load_state_dict(ckpt["model"])
         task.optimizer.load_state_dict(ckpt["optimizer"])
@@ -210,9 +183,9 @@ def run(args: argparse.Namespace, tg: TemporalGraph, world: Optional[Any] = None
         if world is not None:
             world.check_resume(first)
 
-    val_neg = eval_negatives(tg, train_end, val_end, args.neg, EVAL_NEGATIVES, args.seed)
-    test_neg = eval_negatives(tg, val_end, tg.num_events, args.neg, EVAL_NEGATIVES, args.seed)
-    for epoch in range(first, args.epochs + 1):
+    val_neg = eval_negatives(tg, train_end, val_end, cfg.neg, cfg.eval_negatives, cfg.seed)
+    test_neg = eval_negatives(tg, val_end, tg.num_events, cfg.neg, cfg.eval_negatives, cfg.seed)
+    for epoch in range(first, cfg.epochs + 1):
         t0, c0 = time.perf_counter(), time.process_time()
         loss = task.train_epoch(epoch)
         seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
@@ -221,10 +194,10 @@ def run(args: argparse.Namespace, tg: TemporalGraph, world: Optional[Any] = None
                         "events_per_s": train_end / seconds,
                         "val_ap": val["ap"], "val_auc": val["auc"], "val_mrr": val["mrr"],
                         **({} if world is None else task.figures())})
-        if lead and not args.quiet:
+        if lead and not cfg.quiet:
             print(f"epoch {epoch}: loss {loss:.4f}, {train_end / seconds:,.0f} events/s, "
                   f"val AP {val['ap']:.4f} AUC {val['auc']:.4f} MRR {val['mrr']:.4f}", file=sys.stderr)
-        if args.checkpoint:
+        if outputs.checkpoint:
             checkpoint.save(ckpt_dir, {
                 "config": config, "epoch": epoch, "model": model.state_dict(),
                 "optimizer": task.optimizer.state_dict(),
@@ -237,13 +210,13 @@ def run(args: argparse.Namespace, tg: TemporalGraph, world: Optional[Any] = None
     inductive = np.isin(tg.src[val_end:], new) | np.isin(tg.dst[val_end:], new)
     test, test_new = link_metrics(pos, neg), link_metrics(pos[inductive], neg[inductive])
     last = history[-1]
-    metrics = {"task": "link", "model": args.model, "world_size": 1, **({} if world is None else world.summary()),
-               "neg": args.neg, "config": config, "epochs": history,
+    metrics = {"task": "link", "model": cfg.model, "world_size": 1, **({} if world is None else world.summary()),
+               "neg": cfg.neg, "config": config, "epochs": history,
                "test": {**_json_safe(test), **{f"inductive_{k}": v for k, v in _json_safe(test_new).items()},
                         "inductive_events": int(inductive.sum())}}
     if lead:
         print(_table([("val", {"ap": last["val_ap"], "auc": last["val_auc"], "mrr": last["val_mrr"]}),
                       ("test", test), (f"test new nodes ({int(inductive.sum())})", test_new)]))
-        if args.metrics_out:
-            write_json(args.metrics_out, metrics)
+        if outputs.metrics_out:
+            write_json(outputs.metrics_out, metrics)
     return metrics
