@@ -1,19 +1,25 @@
-"""Distributed TGN training on `synthetic-temporal`: 1 process against 2 and 4 local ranks,
-node memory replicated or partitioned, temporal against random partitioning, owner or slice
-batch shares.
+"""Distributed TGN training on `synthetic-temporal`: what each rank holds, and what travels.
 
-    python benchmarks/dist_tgnn.py                                  # 1M events, 100k nodes, ranks 1,2,4
-    python benchmarks/dist_tgnn.py --num-events 50000 --ranks 1,2   # quick
+    python benchmarks/dist_tgnn.py                       # both tables, as in the README
+    python benchmarks/dist_tgnn.py --only memory         # the memory table only
+    python benchmarks/dist_tgnn.py --only speed --speed-events 50000 --ranks 1,2   # quick
 
-Every setting is one `gnndist train` command (a fresh process, as a user runs it) training one
-epoch with the same global batch, then the validation and test passes. Prints per setting:
-training events/s, node-state rows fetched from other ranks, bytes moved between ranks per
-epoch (state rows plus, in partitioned mode, the negatives' queries, embeddings and their
-gradients; all ranks together), the gradient all-reduce payload, the time split (mean over
-ranks) and test AP. Then, per rank count and share, partitioned bytes with the temporal
-partitioner over those with random partitioning (target: at most 0.5). Not a test: local ranks
-share this machine's cores, so events/s measures overheads, not the speed-up of ranks on
-machines of their own.
+Every setting is one `gnndist` command in a fresh process, as a user runs it.
+
+Memory table (3M events, 30k nodes, 64 edge features; TGN memory 100; one epoch at batch 2000,
+the batch only making the epoch shorter): per world size W = 1, 2, 4, the peak resident memory
+of every rank and the bytes each holds by category (events, T-CSR, edge features, node state,
+cache, id maps), with partitioned memory and a `presample` edge-feature cache of 10%. W = 1 is
+measured twice: trained from the generator's data (what `gnndist train synthetic-temporal` does)
+and from a 1-part store (the same loading path as the ranks). Printed: the largest rank's peak
+over each one-process peak (target at W = 4: at most 0.5).
+
+Speed table (1M events, 100k nodes, batch 200, one epoch): training events/s, node-state rows
+fetched from other ranks, bytes moved between ranks per epoch (all ranks together), the
+gradient all-reduce payload, the time split (mean over ranks) and test AP; then, per rank
+count, partitioned bytes with the temporal partitioner over those with random partitioning.
+Not a test: local ranks share this machine's cores, so events/s measures overheads, not the
+speed-up of ranks on machines of their own.
 """
 from __future__ import annotations
 
@@ -27,69 +33,112 @@ import time
 from pathlib import Path
 
 PHASES = ("sample", "fetch", "compute", "sync")
+CATEGORIES = ("events", "tcsr", "edge_features", "node_state", "cache", "id_maps")
+MiB = 2**20
 
 
-def gnndist(*argv: str) -> None:
-    """Run the gnndist CLI in a fresh process; its output is kept only when it fails."""
+def gnndist(*argv: str) -> float:
+    """Run the gnndist CLI in a fresh process (its output kept only when it fails); seconds."""
+    t0 = time.perf_counter()
     p = subprocess.run([sys.executable, "-m", "gnndist", *argv], capture_output=True, text=True)
     if p.returncode:
         sys.exit(f"gnndist {' '.join(argv)} failed:\n{p.stderr[-2000:]}")
+    return time.perf_counter() - t0
 
 
-def row(label: str, m: dict) -> str:
-    e = m["epochs"][0]
-    mb = lambda k: f"{e.get(k, 0) / 2**20:>10.1f}"  # noqa: E731
-    split = "".join(f"{e[f'{p}_s']:>8.1f}" if f"{p}_s" in e else f"{'-':>8}" for p in PHASES)
-    return (f"{label:<36}{e['events_per_s']:>9,.0f}{e.get('remote_rows', 0):>11,}{mb('bytes')}{mb('grad_bytes')}"
-            f"{split}{m['test']['ap']:>8.4f}")
+def train(tmp: Path, *argv: str) -> dict:
+    out = tmp / "m.json"
+    if out.exists():
+        out.unlink()
+    gnndist("train", *argv, "--task", "link", "--model", "tgn", "--epochs", "1", "--quiet", "--metrics-out", str(out))
+    return json.loads(out.read_text())
+
+
+def memory_table(tmp: Path, events: int, nodes: int, edge_dim: int, ranks: list[int]) -> None:
+    data = ["synthetic-temporal", "--num-nodes", str(nodes), "--num-events", str(events), "--edge-dim", str(edge_dim)]
+    common = ["--batch-size", "2000", "--memory", "partitioned", "--cache", "presample", "--cache-size", "0.1"]
+    print(f"\nmemory: synthetic-temporal {events:,} events, {nodes:,} nodes, {edge_dim} edge features; TGN, "
+          "partitioned memory, presample cache 10%, 1 epoch at batch 2000")
+    head = (f"{'setting':<22}{'rank':>5}{'peak RSS MiB':>13}" + "".join(f"{c:>14}" for c in CATEGORIES)
+            + f"{'events held':>13}{'test AP':>9}")
+    print(head + "\n" + "-" * len(head), flush=True)
+    peaks: dict[str, int] = {}
+    for w in ranks:
+        settings = [("1 process, generated", data), ("1 process, 1-part store", None)] if w == 1 else \
+            [(f"{w} ranks", None)]
+        for label, source in settings:
+            if source is None:
+                store = tmp / f"mem{w}"
+                if not store.exists():
+                    gnndist("partition", *data, "--parts", str(w), "--out", str(store), "--quiet")
+                source = [str(store)] + (["--nproc", str(w)] if w > 1 else [])
+            m = train(tmp, *source, *common)
+            for r in m["ranks"]:
+                print(f"{label if r['rank'] == 0 else '':<22}{r['rank']:>5}{r['peak_rss_bytes'] / MiB:>13,.0f}"
+                      + "".join(f"{r['bytes'][c] / MiB:>14,.1f}" for c in CATEGORIES)
+                      + f"{r['events_held']:>13,}{m['test']['ap'] if r['rank'] == 0 else float('nan'):>9.4f}",
+                      flush=True)
+            peaks[label] = max(r["peak_rss_bytes"] for r in m["ranks"])
+    for label, peak in peaks.items():
+        if not label.startswith("1 process"):
+            print(f"{label}: largest rank's peak / one-process peak = "
+                  f"{peak / peaks['1 process, generated']:.2f} (generated), "
+                  f"{peak / peaks['1 process, 1-part store']:.2f} (1-part store)")
+
+
+def speed_table(tmp: Path, events: int, nodes: int, ranks: list[int]) -> None:
+    data = ["synthetic-temporal", "--num-nodes", str(nodes), "--num-events", str(events)]
+    common = ["--batch-size", "200"]
+    print(f"\nspeed: synthetic-temporal {events:,} events, {nodes:,} nodes; TGN memory 100, batch 200, 1 epoch; "
+          f"{os.cpu_count()} cores")
+    head = (f"{'setting':<34}{'events/s':>9}{'rem. rows':>11}{'MB moved':>10}{'grad MB':>10}"
+            + "".join(f"{h:>8}" for h in PHASES) + f"{'test AP':>8}")
+    print(head + "\n" + "-" * len(head), flush=True)
+
+    def row(label: str, m: dict) -> None:
+        e = m["epochs"][0]
+        split = "".join(f"{e[f'{p}_s']:>8.1f}" if f"{p}_s" in e else f"{'-':>8}" for p in PHASES)
+        print(f"{label:<34}{e['events_per_s']:>9,.0f}{e.get('remote_rows', 0):>11,}{e.get('bytes', 0) / MiB:>10.1f}"
+              f"{e.get('grad_bytes', 0) / MiB:>10.1f}{split}{m['test']['ap']:>8.4f}", flush=True)
+
+    ratios = []
+    for w in ranks:
+        if w == 1:
+            row("1 process", train(tmp, *data, *common))
+            continue
+        stores = {}
+        for method in ("temporal", "random"):
+            stores[method] = str(tmp / f"{method}{w}")
+            s = gnndist("partition", *data, "--parts", str(w), "--method", method, "--out", stores[method], "--quiet")
+            print(f"  ({method} partition into {w} parts: {s:.1f}s)", flush=True)
+        row(f"{w} ranks replicated, temporal", train(tmp, stores["temporal"], "--nproc", str(w), *common))
+        got = {}
+        for method in ("temporal", "random"):
+            m = train(tmp, stores[method], "--nproc", str(w), "--memory", "partitioned", *common)
+            row(f"{w} ranks partitioned, {method}", m)
+            got[method] = m["epochs"][0]["bytes"]
+        ratios.append(f"{w} ranks, partitioned: bytes moved temporal / random = "
+                      f"{got['temporal'] / max(got['random'], 1):.2f} ({got['temporal'] / MiB:.1f} / "
+                      f"{got['random'] / MiB:.1f} MB)")
+    print("\n".join(ratios))
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--num-events", type=int, default=1_000_000)
-    p.add_argument("--num-nodes", type=int, default=None, help="default: events / 10")
+    p.add_argument("--only", choices=("memory", "speed"), default=None)
     p.add_argument("--ranks", default="1,2,4")
-    p.add_argument("--batch-size", type=int, default=200)
-    p.add_argument("--memory-dim", type=int, default=100)
-    p.add_argument("--shares", default="owner,slice", help="batch shares to run with partitioned memory")
+    p.add_argument("--memory-events", type=int, default=3_000_000)
+    p.add_argument("--memory-nodes", type=int, default=30_000)
+    p.add_argument("--edge-dim", type=int, default=64)
+    p.add_argument("--speed-events", type=int, default=1_000_000)
+    p.add_argument("--speed-nodes", type=int, default=None, help="default: events / 10")
     a = p.parse_args()
-    nodes = a.num_nodes or max(a.num_events // 10, 2)
-    data = ["synthetic-temporal", "--num-nodes", str(nodes), "--num-events", str(a.num_events)]
-    train = ["--task", "link", "--model", "tgn", "--epochs", "1", "--batch-size", str(a.batch_size),
-             "--memory-dim", str(a.memory_dim), "--quiet"]
-    print(f"synthetic-temporal: {nodes:,} nodes, {a.num_events:,} events; TGN memory {a.memory_dim}, "
-          f"batch {a.batch_size}, 1 epoch; {os.cpu_count()} cores")
-    head = (f"{'setting':<36}{'events/s':>9}{'rem. rows':>11}{'MB moved':>10}{'grad MB':>10}"
-            + "".join(f"{h:>8}" for h in PHASES) + f"{'test AP':>8}")
-    print(head + "\n" + "-" * len(head), flush=True)
-    ratios = []
+    ranks = [int(r) for r in a.ranks.split(",")]
     with tempfile.TemporaryDirectory(prefix="dist-tgnn-") as tmp:
-        def measure(label: str, *argv: str) -> dict:
-            out = Path(tmp) / "m.json"
-            gnndist("train", *argv, *train, "--metrics-out", str(out))
-            m = json.loads(out.read_text())
-            print(row(label, m), flush=True)
-            return m
-
-        for w in (int(r) for r in a.ranks.split(",")):
-            if w == 1:
-                measure("1 process", *data)
-                continue
-            stores = {}
-            for method in ("temporal", "random"):
-                stores[method] = str(Path(tmp) / f"{method}{w}")
-                t0 = time.perf_counter()
-                gnndist("partition", *data, "--parts", str(w), "--method", method, "--out", stores[method], "--quiet")
-                print(f"  ({method} partition into {w} parts: {time.perf_counter() - t0:.1f}s)", flush=True)
-            measure(f"{w} ranks replicated temporal owner", stores["temporal"], "--nproc", str(w))
-            for share in a.shares.split(","):
-                got = {method: measure(f"{w} ranks partitioned {method} {share}", stores[method], "--nproc", str(w),
-                                       "--memory", "partitioned", "--share", share)["epochs"][0]["bytes"]
-                       for method in ("temporal", "random")}
-                ratios.append(f"{w} ranks, {share} share: partitioned bytes temporal / random = "
-                              f"{got['temporal'] / max(got['random'], 1):.2f} "
-                              f"({got['temporal'] / 2**20:.1f} / {got['random'] / 2**20:.1f} MB)")
-    print("\n".join(ratios))
+        if a.only in (None, "memory"):
+            memory_table(Path(tmp), a.memory_events, a.memory_nodes, a.edge_dim, ranks)
+        if a.only in (None, "speed"):
+            speed_table(Path(tmp), a.speed_events, a.speed_nodes or max(a.speed_events // 10, 2), ranks)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ import torch
 from gnndist.datasets import chronological_split, load
 from gnndist.temporal.linkpred import average_precision, eval_negatives
 from gnndist.temporal.config import LinkConfig
-from gnndist.temporal.dist_trainer import train_link
+from gnndist.temporal.trainer import train_link
 from gnndist.temporal.trainer import make_sampler
 
 DEFAULTS = LinkConfig()

@@ -1,19 +1,23 @@
 """Chronological splits of a temporal graph, and the nodes first seen after training."""
 from __future__ import annotations
 
+from typing import Union
+
 import numpy as np
 
 from gnndist.errors import GnndistError
 from gnndist.graph import TemporalGraph
 
 
-def chronological_split(tgraph: TemporalGraph, val: float = 0.15, test: float = 0.15) -> tuple[int, int]:
-    """Event positions `(train_end, val_end)`: train = [0, train_end), val = [train_end, val_end),
-    test = [val_end, E). The last `test` fraction of events is test, the `val` fraction before it
-    validation (each rounded to whole events)."""
+def chronological_split(events: Union[TemporalGraph, int], val: float = 0.15, test: float = 0.15
+                        ) -> tuple[int, int]:
+    """Event positions `(train_end, val_end)` of a graph (or of `events` events in time order):
+    train = [0, train_end), val = [train_end, val_end), test = [val_end, E). The last `test`
+    fraction of events is test, the `val` fraction before it validation (each rounded to whole
+    events)."""
     if not (0 <= val < 1 and 0 <= test < 1 and val + test < 1):
         raise GnndistError(f"split fractions must be >= 0 with val + test < 1, got val={val}, test={test}")
-    e = tgraph.num_events
+    e = events.num_events if isinstance(events, TemporalGraph) else int(events)
     val_end = e - int(round(e * test))
     train_end = val_end - int(round(e * val))
     return train_end, val_end

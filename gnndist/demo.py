@@ -26,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
     from gnndist.datasets import load
     from gnndist.launch import Outputs
     from gnndist.temporal.config import LinkConfig
-    from gnndist.temporal.dist_trainer import train_link
+    from gnndist.temporal.trainer import train_link
 
     t0 = time.perf_counter()
     tg = load("synthetic-temporal", num_nodes=args.num_nodes, num_events=args.num_events, seed=args.seed)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime
 import os
 import sys
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 import torch.distributed as dist
@@ -128,3 +128,26 @@ def log(msg: str) -> None:
     """Print on rank 0 only."""
     if rank() == 0:
         print(msg, file=sys.stderr, flush=True)
+
+
+def sum_gradients(params: Sequence[torch.nn.Parameter], extra: Optional[torch.Tensor] = None
+                  ) -> Optional[torch.Tensor]:
+    """Replace each gradient by its sum over the ranks and return `extra` (e.g. the loss) summed
+    with them, in one all-reduce. A parameter that no rank has a gradient for keeps none (as in
+    one process, the optimizer then skips it)."""
+    if world_size() == 1:
+        return extra
+    dev = params[0].device
+    extra = torch.zeros(0, device=dev) if extra is None else extra.detach().reshape(-1).float().to(dev)
+    flat = torch.cat([torch.zeros(p.numel(), device=dev) if p.grad is None else p.grad.reshape(-1) for p in params]
+                     + [torch.tensor([p.grad is not None for p in params], dtype=torch.float32, device=dev), extra])
+    all_reduce(flat)
+    at = 0
+    for p in params:
+        p.grad = flat[at:at + p.numel()].view_as(p).clone()
+        at += p.numel()
+    has = flat[at:at + len(params)].tolist()
+    for p, h in zip(params, has):
+        if not h:
+            p.grad = None
+    return flat[at + len(params):]

@@ -71,6 +71,20 @@ def csr_from_edges(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> tuple[np
     return indptr_of(src, num_nodes), dst[perm], perm
 
 
+def tcsr_rows(src: np.ndarray, dst: np.ndarray, t: np.ndarray, eid: np.ndarray, lo: int, hi: int
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """T-CSR `(indptr, nbr, eid, ts)` of the nodes lo .. hi-1 from events in time order (global
+    event ids `eid`, increasing): row v - lo lists every event with endpoint v (an event appears in
+    the rows of both endpoints), sorted by time, ties by event id."""
+    own_src, own_dst = (src >= lo) & (src < hi), (dst >= lo) & (dst < hi)
+    node = np.concatenate([src[own_src], dst[own_dst]]) - lo
+    nbr = np.concatenate([dst[own_src], src[own_dst]])
+    ids = np.concatenate([eid[own_src], eid[own_dst]])
+    ts = np.concatenate([t[own_src], t[own_dst]])
+    order = np.lexsort((ids, node))  # event ids number events in time order
+    return indptr_of(node, hi - lo), nbr[order], ids[order], ts[order]
+
+
 @dataclass(eq=False)
 class Graph:
     """A static graph in CSR form: row v lists the neighbours v aggregates from.
@@ -236,17 +250,10 @@ class TemporalGraph:
         return 0 if self.edge_feat is None else int(self.edge_feat.shape[1])
 
     def tcsr(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """T-CSR `(indptr, nbr, eid, ts)`, built once: each event appears in the lists of both
-        endpoints; each node's list is sorted by time (ties by event id)."""
+        """T-CSR `(indptr, nbr, eid, ts)` of all nodes, built once (see `tcsr_rows`)."""
         if self._tcsr is None:
-            e = self.num_events
-            node = np.concatenate([self.src, self.dst])
-            nbr = np.concatenate([self.dst, self.src])
-            eid = np.concatenate([np.arange(e, dtype=np.int64)] * 2)
-            order = np.lexsort((eid, node))  # events are time-sorted, so eid order is time order
-            indptr = indptr_of(node, self.num_nodes)
-            eid = eid[order]
-            self._tcsr = (indptr, nbr[order], eid, self.t[eid])
+            self._tcsr = tcsr_rows(self.src, self.dst, self.t, np.arange(self.num_events, dtype=np.int64),
+                                   0, self.num_nodes)
         return self._tcsr
 
     def slice(self, start: int, stop: int) -> "TemporalGraph":

@@ -66,9 +66,9 @@ def configure(p: argparse.ArgumentParser) -> None:
                       help="negative sampling for evaluation")
     link.add_argument("--memory", choices=("replicated", "partitioned"), default=None,
                       help="how node memory is held across ranks")
-    link.add_argument("--share", choices=("owner", "slice"), default=None,
-                      help="each rank's events of a global batch: those whose source node it owns, "
-                           "or a contiguous slice")
+    link.add_argument("--share", choices=("owner",), default=None,
+                      help="each rank scores the events of a global batch whose source node it owns (the only "
+                           "share: a rank holds only the events of its own nodes)")
     link.add_argument("--checkpoint", default=None, metavar="DIR", help="write a checkpoint each epoch here")
     link.add_argument("--resume", action="store_true", help="continue from the checkpoint in --checkpoint")
     node = p.add_argument_group("node classification (static)")
@@ -123,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
 
         train_node(data, node_config(args), args.nproc, outputs)
     else:
-        from gnndist.temporal.dist_trainer import train_link
+        from gnndist.temporal.trainer import train_link
 
         train_link(data, link_config(args), args.nproc, outputs)
     return 0

@@ -19,6 +19,57 @@ from gnndist.errors import GnndistError
 POLICIES = ("none", "degree", "presample", "adaptive")
 
 
+class SparseMap:
+    """An id -> value table holding few ids of a huge id space (sorted keys; ids absent read as
+    `default`, and setting `default` removes them): the caches' `slot` and `score` tables where a
+    dense array with one entry per id would grow with the whole graph (event ids)."""
+
+    def __init__(self, default: float, dtype: np.dtype) -> None:
+        self.default, self.dtype = default, np.dtype(dtype)
+        self.keys = np.zeros(0, np.int64)
+        self.values = np.zeros(0, self.dtype)
+
+    def __len__(self) -> int:
+        return self.keys.size
+
+    def _find(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        pos = np.searchsorted(self.keys, ids)
+        found = pos < self.keys.size
+        found[found] = self.keys[pos[found]] == ids[found]
+        return pos, found
+
+    def __getitem__(self, ids: np.ndarray) -> np.ndarray:
+        ids = np.asarray(ids, np.int64)
+        pos, found = self._find(ids)
+        out = np.full(ids.shape, self.default, self.dtype)
+        out[found] = self.values[pos[found]]
+        return out
+
+    def __setitem__(self, ids: np.ndarray, values) -> None:
+        ids = np.asarray(ids, np.int64).reshape(-1)
+        values = np.broadcast_to(np.asarray(values, self.dtype), ids.shape)
+        pos, found = self._find(ids)
+        self.values[pos[found]] = values[found]
+        new = ~found & (values != self.default)
+        if new.any():
+            keys = np.concatenate([self.keys, ids[new]])
+            order = np.argsort(keys, kind="stable")
+            self.keys, self.values = keys[order], np.concatenate([self.values, values[new]])[order]
+        gone = self.values == self.default
+        if gone.any():
+            self.keys, self.values = self.keys[~gone], self.values[~gone]
+
+    def shrink(self, size: int, keep: np.ndarray) -> None:
+        """Keep at most `size` entries besides the ids `keep`: those of largest value."""
+        if self.keys.size <= size + keep.size:
+            return
+        protected = np.isin(self.keys, keep)
+        others = np.flatnonzero(~protected)
+        top = others[np.argpartition(-self.values[others], size - 1)[:size]] if size else others[:0]
+        rows = np.sort(np.concatenate([np.flatnonzero(protected), top]))
+        self.keys, self.values = self.keys[rows], self.values[rows]
+
+
 def capacity_rows(capacity: float, num_remote: int, row_bytes: int) -> int:
     """Rows a capacity means: a fraction (<= 1) of the remote ids, or a byte budget (> 1)."""
     if not capacity >= 0:
@@ -28,20 +79,23 @@ def capacity_rows(capacity: float, num_remote: int, row_bytes: int) -> int:
 
 
 class StaticCache:
-    """Rows of up to `capacity` ids; `slot[id]` is its row or -1."""
+    """Rows of up to `capacity` ids; `slot[id]` is its row or -1 (a dense array, or a
+    `SparseMap` when `sparse`)."""
 
-    def __init__(self, num_ids: int, capacity: int, dim: int, dtype: np.dtype) -> None:
+    def __init__(self, num_ids: int, capacity: int, dim: int, dtype: np.dtype, sparse: bool = False) -> None:
         self.capacity = int(capacity)
-        self.slot = np.full(num_ids, -1, np.int64)
+        self.slot = SparseMap(-1, np.int64) if sparse else np.full(num_ids, -1, np.int64)
         self.ids = np.empty(self.capacity, np.int64)
         self.rows = np.empty((self.capacity, dim), dtype)
         self.size = 0
 
     def choose(self, scores: np.ndarray, remote: np.ndarray) -> np.ndarray:
-        """The ids to fill with: up to capacity remote ids of highest positive score."""
-        cand = remote[scores[remote] > 0]
+        """The ids to fill with: up to capacity of the `remote` ids (their `scores`, aligned)
+        of highest positive score."""
+        keep = scores > 0
+        cand, score = remote[keep], scores[keep]
         if cand.size > self.capacity:
-            cand = cand[np.argpartition(-scores[cand], self.capacity - 1)[: self.capacity]]
+            cand = cand[np.argpartition(-score, self.capacity - 1)[: self.capacity]] if self.capacity else cand[:0]
         return np.sort(cand)
 
     def fill(self, ids: np.ndarray, rows: np.ndarray) -> None:
@@ -64,15 +118,16 @@ class AdaptiveCache(StaticCache):
     first fill on the noise of the first few batches. A missed id replaces the weakest cached
     one only if it wins even without the visit that just brought it."""
 
-    def __init__(self, num_ids: int, capacity: int, dim: int, dtype: np.dtype, half_life: float = 300.0) -> None:
-        super().__init__(num_ids, capacity, dim, dtype)
-        self.score = np.zeros(num_ids, np.float64)
+    def __init__(self, num_ids: int, capacity: int, dim: int, dtype: np.dtype, sparse: bool = False,
+                 half_life: float = 300.0) -> None:
+        super().__init__(num_ids, capacity, dim, dtype, sparse)
+        self.score = SparseMap(0.0, np.float64) if sparse else np.zeros(num_ids, np.float64)
         self.growth = 2.0 ** (1.0 / half_life)
         self.weight = 1.0
         self.prior: Optional[tuple[np.ndarray, np.ndarray]] = None
 
     def choose(self, scores: np.ndarray, remote: np.ndarray) -> np.ndarray:
-        self.prior = (remote, np.asarray(scores[remote], dtype=np.float64))
+        self.prior = (remote, np.asarray(scores, dtype=np.float64))
         return super().choose(scores, remote)
 
     def _apply_prior(self, n_requested: int) -> None:
@@ -96,11 +151,16 @@ class AdaptiveCache(StaticCache):
         # decay is applied by growing the weight of new visits; rescale before overflow
         self.weight *= self.growth
         if self.weight > 1e200:
-            self.score /= self.weight
+            if isinstance(self.score, SparseMap):
+                self.score.values /= self.weight
+            else:
+                self.score /= self.weight
             self.weight = 1.0
         if self.prior is not None and requested.size:
             self._apply_prior(requested.size)
         self.score[requested] += self.weight
+        if isinstance(self.score, SparseMap):  # bounded: the cached ids and the best 3x capacity others
+            self.score.shrink(3 * self.capacity + requested.size, self.ids[: self.size])
         if self.capacity == 0 or miss_ids.size == 0:
             return
         cand_score = self.score[miss_ids]
@@ -129,11 +189,13 @@ class AdaptiveCache(StaticCache):
         self.slot[miss_ids[cand]] = slots
 
 
-def make_cache(policy: str, num_ids: int, capacity: int, dim: int, dtype: np.dtype) -> Optional[StaticCache]:
-    """The cache object of a policy (None for `none`)."""
+def make_cache(policy: str, num_ids: int, capacity: int, dim: int, dtype: np.dtype, sparse: bool = False
+               ) -> Optional[StaticCache]:
+    """The cache object of a policy (None for `none`); `sparse` keeps its tables sized by the
+    capacity instead of `num_ids`."""
     if policy not in POLICIES:
         raise GnndistError(f"cache policy must be one of {', '.join(POLICIES)}, got {policy!r}")
     if policy == "none":
         return None
     cls = AdaptiveCache if policy == "adaptive" else StaticCache
-    return cls(num_ids, capacity, dim, dtype)
+    return cls(num_ids, capacity, dim, dtype, sparse)

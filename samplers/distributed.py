@@ -10,7 +10,7 @@ seeds of their own.
 from __future__ import annotations
 
 import datetime
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import torch
@@ -18,7 +18,7 @@ import torch.distributed as dist
 
 from gnndist import dist as gdist
 from gnndist.errors import GnndistError
-from gnndist.graph import TemporalGraph, _as_ids, owners
+from gnndist.graph import _as_ids, owners, tcsr_rows
 from gnndist.samplers.static import Blocks, build_blocks, check_fanouts, sample_rows
 from gnndist.samplers.temporal import TemporalSample, check_query, multihop, sample_tcsr
 
@@ -138,11 +138,13 @@ class DistNeighborSampler:
 
 class DistTemporalSampler:
     """Temporal sampling over a temporal partition: `indptr, nbr, eid, ts` is the T-CSR of the
-    nodes this rank owns (rows in id order; nbr and eid global). Results equal
-    `sample_temporal_neighbors` on the whole graph with the same seed."""
+    nodes this rank owns (rows in id order; nbr and eid global). Random streams are keyed by
+    `keys[v - lo]` for owned node v (default: v itself; a partition store's original ids make a
+    sample independent of the renumbering). Results equal `sample_temporal_neighbors` on the
+    whole graph with the same seed (and keys)."""
 
     def __init__(self, indptr: np.ndarray, nbr: np.ndarray, eid: np.ndarray, ts: np.ndarray,
-                 node_offsets: Sequence[int], group: Any = None) -> None:
+                 node_offsets: Sequence[int], keys: Optional[np.ndarray] = None, group: Any = None) -> None:
         self.group = sampler_group() if group is None else group
         self.rank = gdist.rank()
         self.node_offsets = check_offsets(node_offsets)
@@ -152,46 +154,56 @@ class DistTemporalSampler:
         n_own = int(self.node_offsets[self.rank + 1]) - self.lo
         if self.tcsr[0].size != n_own + 1:
             raise GnndistError(f"rank {self.rank}: T-CSR has {self.tcsr[0].size - 1} rows, its id range has {n_own}")
+        self.keys = (np.arange(self.lo, self.lo + n_own, dtype=np.int64) if keys is None
+                     else np.asarray(keys, np.int64))
+        if self.keys.size != n_own:
+            raise GnndistError(f"rank {self.rank}: {self.keys.size} sampling keys, its id range has {n_own}")
 
     @classmethod
-    def from_events(cls, src, dst, t, eid, node_offsets: Sequence[int], group: Any = None) -> "DistTemporalSampler":
+    def from_events(cls, src, dst, t, eid, node_offsets: Sequence[int], keys: Optional[np.ndarray] = None,
+                    group: Any = None) -> "DistTemporalSampler":
         """From the events touching this rank's nodes (global node and event ids; event ids
         number events in time order)."""
         off = check_offsets(node_offsets)
-        lo, hi = int(off[gdist.rank()]), int(off[gdist.rank() + 1])
         eid = np.asarray(eid, np.int64)
         order = np.argsort(eid, kind="stable")
-        local = TemporalGraph(np.asarray(src)[order], np.asarray(dst)[order], np.asarray(t)[order],
-                              num_nodes=int(off[-1]))
-        indptr, nbr, pos, ts = local.tcsr()
-        a, b = indptr[lo], indptr[hi]
-        return cls(indptr[lo:hi + 1] - a, nbr[a:b], eid[order][pos[a:b]], ts[a:b], off, group)
+        tcsr = tcsr_rows(np.asarray(src, np.int64)[order], np.asarray(dst, np.int64)[order],
+                         np.asarray(t, np.float64)[order], eid[order], int(off[gdist.rank()]),
+                         int(off[gdist.rank() + 1]))
+        return cls(*tcsr, off, keys, group)
 
     @classmethod
     def from_partition(cls, part: Any, group: Any = None) -> "DistTemporalSampler":
-        """From a temporal `gnndist.partition.Partition` of this rank."""
-        return cls.from_events(part.src, part.dst, part.t, part.eid, part.node_offsets, group)
+        """From a temporal `gnndist.partition.Partition` of this rank (streams keyed by the
+        original node ids)."""
+        return cls.from_events(part.src, part.dst, part.t, part.eid, part.node_offsets, part.orig_ids, group)
 
     @property
     def num_nodes(self) -> int:
         return int(self.node_offsets[-1])
 
-    def _sample(self, nodes: np.ndarray, times: np.ndarray, k: int, hop: int, strategy: str, seed: int) -> TemporalSample:
-        keys = np.stack([nodes, times.view(np.int64)], axis=1)
-        req = Requests(keys, owners(nodes, self.node_offsets), self.group)
+    def sample_hop(self, nodes: np.ndarray, times: np.ndarray, k: int, hop: int, strategy: str, seed: int
+                   ) -> TemporalSample:
+        """Hop `hop` of a multi-hop sample for checked queries (a collective; `sample` checks).
+        Queries at time -inf (padding of an earlier hop) stay empty and are not sent."""
+        live = np.flatnonzero(times > -np.inf)
+        keys = np.stack([nodes[live], times[live].view(np.int64)], axis=1)
+        req = Requests(keys, owners(nodes[live], self.node_offsets), self.group)
         ids, tq = req.received[:, 0], np.ascontiguousarray(req.received[:, 1]).view(np.float64)
-        s = sample_tcsr(*self.tcsr, ids, tq, k, strategy, seed, hop, rows=ids - self.lo)
+        s = sample_tcsr(*self.tcsr, self.keys[ids - self.lo], tq, k, strategy, seed, hop, rows=ids - self.lo)
         back = req.reply(np.concatenate([s.counts[:, None], s.nbr, s.eid, s.ts.view(np.int64)], axis=1))
-        return TemporalSample.finish(back[:, 1:1 + k].copy(), back[:, 1 + k:1 + 2 * k].copy(),
-                                     back[:, 1 + 2 * k:].copy().view(np.float64), back[:, 0], times)
+        rows = np.zeros((nodes.size, 1 + 3 * k), np.int64)
+        rows[live] = back
+        return TemporalSample.finish(rows[:, 1:1 + k], rows[:, 1 + k:1 + 2 * k],
+                                     np.ascontiguousarray(rows[:, 1 + 2 * k:]).view(np.float64), rows[:, 0], times)
 
     def sample(self, nodes, times, k: int, strategy: str = "recent", seed: int = 0) -> TemporalSample:
         """Like `sample_temporal_neighbors`, for any nodes; a collective."""
         nodes, times = check_query(nodes, times, k, strategy, self.num_nodes)
-        return self._sample(nodes, times, int(k), 0, strategy, seed)
+        return self.sample_hop(nodes, times, int(k), 0, strategy, seed)
 
     def sample_multihop(self, nodes, times, ks: Sequence[int], strategy: str = "recent",
                         seed: int = 0) -> list[TemporalSample]:
         """Like `sample_temporal_multihop`; a collective (one round per hop)."""
         nodes, times = check_query(nodes, times, min(ks, default=1), strategy, self.num_nodes)
-        return multihop(lambda n, t, k, h: self._sample(n, t, k, h, strategy, seed), nodes, times, ks)
+        return multihop(lambda n, t, k, h: self.sample_hop(n, t, k, h, strategy, seed), nodes, times, ks)

@@ -41,31 +41,30 @@ class _RangeBook:
         return np.where((ids >= self.lo) & (ids < self.hi), ids - self.lo, -1)
 
 
-class _ExplicitBook:
-    """Ownership by a table: ids may be held by several ranks; the lowest holder serves them."""
+class _HeldBook:
+    """Rows of a sorted set of ids held here (`held`); a request names, per id, a rank holding it."""
 
-    def __init__(self, local_ids: np.ndarray) -> None:
-        self.rank = gdist.rank()
-        self.num_ids = gdist.agree_max(int(local_ids.max(initial=-1)) + 1)
-        held = gdist.all_gather_varsize(torch.from_numpy(local_ids))
-        self.owners = np.full(self.num_ids, -1, np.int32)
-        for r in reversed(range(len(held))):
-            self.owners[held[r].numpy()] = r
-        self.pos = np.full(self.num_ids, -1, np.int64)
-        self.pos[local_ids] = np.arange(local_ids.size)
+    def __init__(self, held: np.ndarray, num_ids: int) -> None:
+        self.held, self.num_ids = held, int(num_ids)
 
     def owner(self, ids: np.ndarray) -> np.ndarray:
-        return self.owners[ids].astype(np.int64)
+        raise GnndistError("rows of held ids are fetched with the ranks that hold them named (`holders`)")
 
     def position(self, ids: np.ndarray) -> np.ndarray:
-        return self.pos[ids]
+        """Local row of each id, -1 where not held here."""
+        pos = np.searchsorted(self.held, ids)
+        ok = pos < self.held.size
+        ok[ok] = self.held[pos[ok]] == ids[ok]
+        return np.where(ok, pos, -1)
 
 
 class FeatureStore:
     """Rows of a `[num_ids, F]` matrix spread over ranks; `fetch(ids)` returns any rows.
 
-    `local_rows` are the rows of the ids this rank owns: node_offsets[r] .. node_offsets[r+1]-1.
-    `fetch` and `set_cache` are collectives: every rank calls them the same number of times.
+    `local_rows` are the rows of the ids this rank owns: node_offsets[r] .. node_offsets[r+1]-1
+    (node features), or of any sorted id set (`for_events`: the events a rank holds, where
+    `fetch` is told which rank holds each id). `fetch` and `set_cache` are collectives: every
+    rank calls them the same number of times.
     """
 
     def __init__(self, local_rows: np.ndarray, node_offsets: Optional[Sequence[int]] = None, group: Any = None,
@@ -83,13 +82,16 @@ class FeatureStore:
         self.reset_counters()
 
     @classmethod
-    def for_ids(cls, local_rows: np.ndarray, local_ids: np.ndarray, group: Any = None) -> "FeatureStore":
-        """A store whose ranks hold arbitrary, possibly overlapping id sets (edge features of
-        the events touching a partition). Builds an owner table of all ids: a collective."""
-        local_ids = np.asarray(local_ids, dtype=np.int64)
-        if local_ids.size != np.asarray(local_rows).shape[0]:
-            raise GnndistError(f"{local_ids.size} ids for {np.asarray(local_rows).shape[0]} feature rows")
-        return cls(local_rows, group=group, _book=_ExplicitBook(local_ids))
+    def for_events(cls, local_rows: np.ndarray, eid: np.ndarray, num_events: int, group: Any = None
+                   ) -> "FeatureStore":
+        """Edge features of the events this rank holds (`eid`, increasing global event ids, one
+        row each) out of `num_events`: no table over all events is built."""
+        eid = np.asarray(eid, dtype=np.int64)
+        if eid.size != np.asarray(local_rows).shape[0]:
+            raise GnndistError(f"{eid.size} event ids for {np.asarray(local_rows).shape[0]} feature rows")
+        if eid.size > 1 and np.any(np.diff(eid) <= 0):
+            raise GnndistError("event ids of feature rows must be increasing")
+        return cls(local_rows, group=group, _book=_HeldBook(eid, num_events))
 
     @classmethod
     def from_partition(cls, part: Any, group: Any = None) -> "FeatureStore":
@@ -117,13 +119,17 @@ class FeatureStore:
         c["fill_bytes"] = self.fill_bytes
         return c
 
-    def _remote(self, ids: np.ndarray) -> np.ndarray:
-        """Rows of `ids` from their owners (one exchange of ids, one of rows)."""
-        req = Requests(ids, self.book.owner(ids), self.group)
-        return req.reply(self.local_rows[self.book.position(req.received)])
+    def _remote(self, ids: np.ndarray, holders: np.ndarray) -> np.ndarray:
+        """Rows of `ids` from the ranks `holders` (one exchange of ids, one of rows)."""
+        req = Requests(ids, holders, self.group)
+        pos = self.book.position(req.received)
+        if np.any(pos < 0):
+            raise RuntimeError(f"rank {gdist.rank()} was asked for feature rows it does not hold")
+        return req.reply(self.local_rows[pos])
 
-    def fetch(self, ids) -> torch.Tensor:
-        """Rows of `ids` (global ids, any order, repeats allowed) as a CPU tensor; a collective."""
+    def fetch(self, ids, holders: Optional[np.ndarray] = None) -> torch.Tensor:
+        """Rows of `ids` (global ids, any order, repeats allowed) as a CPU tensor; a collective.
+        `holders`: a rank holding each id (required for `for_events` stores, else the owner)."""
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
         if ids.size and (ids.min() < 0 or ids.max() >= self.num_ids):
             raise GnndistError(f"feature ids must lie in [0, {self.num_ids})")
@@ -131,11 +137,13 @@ class FeatureStore:
         pos = self.book.position(ids)
         here = pos >= 0
         out[here] = self.local_rows[pos[here]]
-        uniq, inv = np.unique(ids[~here], return_inverse=True)
+        uniq, first, inv = np.unique(ids[~here], return_index=True, return_inverse=True)
         slot = self.cache.slot[uniq] if self.cache is not None else np.full(uniq.size, -1)
         hit = slot >= 0
         miss_ids = uniq[~hit]
-        miss_rows = self._remote(miss_ids)
+        owner = (self.book.owner(miss_ids) if holders is None
+                 else np.asarray(holders, np.int64).reshape(-1)[~here][first[~hit]])
+        miss_rows = self._remote(miss_ids, owner)
         rows = np.empty((uniq.size, self.dim), self.local_rows.dtype)
         rows[~hit] = miss_rows
         if self.cache is not None:
@@ -153,30 +161,40 @@ class FeatureStore:
         c["bytes_saved"] += n_hit * self.row_bytes
         return torch.from_numpy(out)
 
-    def remote_ids(self) -> np.ndarray:
-        """The ids not held by this rank."""
-        all_ids = np.arange(self.num_ids, dtype=np.int64)
-        return all_ids[self.book.position(all_ids) < 0]
+    @property
+    def num_remote(self) -> int:
+        """How many ids this rank does not hold."""
+        return self.num_ids - self.local_rows.shape[0]
 
-    def set_cache(self, policy: str, capacity: float = 0.1, scores: Optional[np.ndarray] = None) -> None:
+    def set_cache(self, policy: str, capacity: float = 0.1, scores: Optional[np.ndarray] = None,
+                  candidates: Optional[tuple[np.ndarray, np.ndarray, np.ndarray]] = None) -> None:
         """Put a cache in front of the remote path; a collective (it fetches the first rows).
 
-        `capacity`: a fraction (<= 1) of the remote ids, or bytes (> 1). `scores` [num_ids]:
-        what ranks ids for `degree` (degrees, see `degree_scores`) and `presample` (visit
-        counts, see `visit_scores`); required for them, optional first fill for `adaptive`.
+        `capacity`: a fraction (<= 1) of the remote ids, or bytes (> 1). What ranks ids for
+        `degree` and `presample` (required for them, an optional first fill for `adaptive`):
+        `scores` [num_ids] of a node store (degrees, see `degree_scores`; visit counts, see
+        `visit_scores`), or `candidates` = (ids, scores, holders) of remote ids of an event store.
         """
-        remote = self.remote_ids()
-        cache = make_cache(policy, self.num_ids, capacity_rows(capacity, remote.size, self.row_bytes),
-                           self.dim, self.local_rows.dtype)
-        if policy in ("degree", "presample") and scores is None:
+        sparse = isinstance(self.book, _HeldBook)
+        cache = make_cache(policy, self.num_ids, capacity_rows(capacity, self.num_remote, self.row_bytes),
+                           self.dim, self.local_rows.dtype, sparse)
+        if policy in ("degree", "presample") and scores is None and candidates is None:
             raise GnndistError(f"cache policy {policy} needs scores")
-        fill = np.empty(0, np.int64)
+        fill = holders = np.empty(0, np.int64)
         if cache is not None and scores is not None:
             scores = np.asarray(scores)
             if scores.shape != (self.num_ids,):
                 raise GnndistError(f"cache scores must have one entry per id ({self.num_ids}), got {scores.shape}")
-            fill = cache.choose(scores, remote)
-        rows = self._remote(fill)
+            all_ids = np.arange(self.num_ids, dtype=np.int64)
+            remote = all_ids[self.book.position(all_ids) < 0]
+            fill = cache.choose(scores[remote], remote)
+            holders = self.book.owner(fill)
+        elif cache is not None and candidates is not None:
+            ids, score, held_by = (np.asarray(a) for a in candidates)
+            fill = cache.choose(score, ids)
+            order = np.argsort(ids, kind="stable")
+            holders = held_by[order][np.searchsorted(ids[order], fill)]
+        rows = self._remote(fill, holders)
         if cache is not None:
             cache.fill(fill, rows)
         self.policy, self.cache = policy, cache

@@ -22,8 +22,10 @@ def test_single_rank_store_reads_rows_in_place():
     assert store.stats()["cached_rows"] == 0
     store.reset_counters()
     assert store.counters["local"] == 0
-    edges = FeatureStore.for_ids(x[::-1].copy(), np.arange(50)[::-1].copy())
-    assert torch.equal(edges.fetch(ids), torch.from_numpy(x[ids]))
+    edges = FeatureStore.for_events(x[::2].copy(), np.arange(0, 50, 2), 50)
+    even = ids[ids % 2 == 0]
+    assert torch.equal(edges.fetch(even, np.zeros(even.size)), torch.from_numpy(x[even]))
+    assert edges.num_remote == 25
 
 
 def test_store_rejects_bad_input():
@@ -64,11 +66,11 @@ def test_static_cache_keeps_the_top_scores():
     cache = StaticCache(100, 10, 2, np.float32)
     scores = np.random.default_rng(2).permutation(100).astype(float)
     remote = np.arange(40, 100)
-    chosen = cache.choose(scores, remote)
+    chosen = cache.choose(scores[remote], remote)
     assert sorted(chosen.tolist()) == sorted(remote[np.argsort(-scores[remote])[:10]].tolist())
     scores[:] = 0
     scores[[50, 60]] = 1
-    assert cache.choose(scores, remote).tolist() == [50, 60]  # never-seen ids are not cached
+    assert cache.choose(scores[remote], remote).tolist() == [50, 60]  # never-seen ids are not cached
 
 
 def test_adaptive_cache_tracks_a_moving_hot_set_and_keeps_rows_right():
@@ -154,3 +156,45 @@ def test_adaptive_prior_holds_a_good_fill_until_evidence_outweighs_it():
     for _ in range(2000):
         step()
     assert np.isin(warm, cache.ids[:cache.size]).all()
+
+
+def test_sparse_map_matches_a_dict():
+    from gnndist.samplers.cache import SparseMap
+
+    rng = np.random.default_rng(0)
+    m, ref = SparseMap(-1, np.int64), {}
+    for _ in range(200):
+        ids = rng.integers(0, 10**12, 5) if rng.random() < 0.5 else np.array(list(ref)[:3] or [7], np.int64)
+        ids = np.unique(ids)
+        vals = rng.integers(-1, 4, ids.size)
+        m[ids] = vals
+        for i, v in zip(ids.tolist(), vals.tolist()):
+            if v == -1:
+                ref.pop(i, None)
+            else:
+                ref[i] = v
+        probe = np.concatenate([ids, rng.integers(0, 10**12, 3)])
+        assert m[probe].tolist() == [ref.get(i, -1) for i in probe.tolist()]
+        assert len(m) == len(ref)
+    m.shrink(2, np.array(list(ref)[:1], np.int64))
+    assert len(m) <= 3
+
+
+@pytest.mark.parametrize("cls", [StaticCache, AdaptiveCache])
+def test_sparse_cache_decides_as_the_dense_one(cls):
+    """The tables sized by capacity (event ids) make the same choices as the dense ones."""
+    rng = np.random.default_rng(1)
+    n, cap, dim = 400, 30, 2
+    dense, sparse = cls(n, cap, dim, np.float32), cls(n, cap, dim, np.float32, sparse=True)
+    remote = np.arange(100, n)
+    scores = rng.random(remote.size)
+    for c in (dense, sparse):
+        fill = c.choose(scores, remote)
+        c.fill(fill, np.zeros((fill.size, dim), np.float32))
+    for _ in range(40):
+        req = np.unique(rng.integers(100, n, 25) if rng.random() < 0.7 else rng.integers(100, 160, 25))
+        for c in (dense, sparse):
+            miss = req[c.slot[req] < 0]
+            c.observe(req, miss, np.ones((miss.size, dim), np.float32))
+        assert np.array_equal(np.sort(dense.ids[:dense.size]), np.sort(sparse.ids[:sparse.size]))
+        assert np.array_equal(dense.slot[req], sparse.slot[req])

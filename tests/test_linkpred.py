@@ -4,7 +4,17 @@ import pytest
 
 from gnndist.errors import GnndistError
 from gnndist.graph import TemporalGraph
-from gnndist.temporal.linkpred import average_precision, eval_negatives, link_metrics, mrr, roc_auc, train_negatives
+from gnndist.launch import launch
+from gnndist.temporal.linkpred import (EvalNegatives, average_precision, link_metrics, mrr, roc_auc,
+                                       train_negatives)
+
+
+def eval_negatives(tg, start, stop, strategy="random", n=1, seed=0, batch=None):
+    """Negatives of the period [start, stop) in global batches of `batch` (default: one batch)."""
+    neg = EvalNegatives(tg.src, tg.dst, np.arange(tg.num_events), tg.num_nodes, start, stop, strategy, n, seed)
+    b = batch or stop - start
+    return np.concatenate([neg.batch(i, min(s + b, stop) - s, np.arange(min(s + b, stop) - s), tg.src[s:s + b][:stop - s],
+                                     tg.dst[s:s + b][:stop - s]) for i, s in enumerate(range(start, stop, b))])
 
 
 def brute_ap(pos, neg):
@@ -100,7 +110,51 @@ def test_historical_and_inductive_candidates():
 
 def test_train_negatives_are_per_global_batch():
     dst = np.arange(200) % 50
-    whole = train_negatives(7, 2, 5, dst, 50)
-    assert np.array_equal(whole, train_negatives(7, 2, 5, dst, 50))
-    assert not np.array_equal(whole, train_negatives(7, 2, 6, dst, 50))
+    rows = np.arange(200)
+    whole = train_negatives(7, 2, 5, 200, rows, dst, 50)[:, 0]
+    assert np.array_equal(whole, train_negatives(7, 2, 5, 200, rows, dst, 50)[:, 0])
+    assert not np.array_equal(whole, train_negatives(7, 2, 6, 200, rows, dst, 50)[:, 0])
     assert not (whole == dst).any()
+    # any rank draws the rows of its own events of the batch and gets the same draws
+    part = rows[rows % 3 == 1]
+    assert np.array_equal(train_negatives(7, 2, 5, 200, part, dst[part], 50)[:, 0], whole[part])
+
+
+def test_eval_negatives_of_a_rank_equal_one_process_rows():
+    """A rank owning some sources gets, for their events, the negatives one process draws."""
+    tg = _graph()
+    start, stop = 300, 400
+    for strategy in ("random", "historical", "inductive"):
+        whole = eval_negatives(tg, start, stop, strategy, 3, seed=2, batch=30)
+        mine = np.flatnonzero(tg.src % 2 == 0)  # the events of this rank's sources
+        neg = EvalNegatives(tg.src[mine], tg.dst[mine], mine, tg.num_nodes, start, stop, strategy, 3, 2)
+        for i, s in enumerate(range(start, stop, 30)):
+            e = min(s + 30, stop)
+            rows = mine[(mine >= s) & (mine < e)] - s
+            got = neg.batch(i, e - s, rows, tg.src[s + rows], tg.dst[s + rows])
+            assert np.array_equal(got, whole[s - start + rows]), (strategy, i)
+
+
+def _ranked_worker(pos, neg):
+    from gnndist import dist
+
+    dist.setup("cpu")
+    r, w = dist.rank(), dist.world_size()
+    # each rank a different, uneven share; one rank gets nothing
+    p, q = pos[r::w] if r != 1 else pos[:0], neg[r::w] if r != 1 else neg[:0]
+    if r == 0:
+        p, q = np.concatenate([p, pos[1::w]]), np.concatenate([q, neg[1::w]])
+    out = link_metrics(p, q, across_ranks=True)
+    dist.teardown()
+    return out
+
+
+@pytest.mark.parametrize("levels", [3, 1000])
+def test_metrics_over_ranks_equal_one_process(levels):
+    rng = np.random.default_rng(levels)
+    pos = rng.integers(0, levels, 90) / levels + 0.1
+    neg = rng.integers(0, levels, (90, 4)) / levels
+    for m in launch(3, _ranked_worker, pos, neg):
+        assert m["ap"] == pytest.approx(brute_ap(pos, neg[:, 0]), abs=1e-12)
+        assert m["auc"] == pytest.approx(brute_auc(pos, neg[:, 0]), abs=1e-12)
+        assert m["mrr"] == pytest.approx(mrr(pos, neg), abs=1e-12)

@@ -95,9 +95,19 @@ def worker():
     out["features", "all-cached"] = (exact, store.stats())
 
     ef = features(tg.num_events, 3, seed=1)
-    estore = FeatureStore.for_ids(ef[eids], eids)
+    estore = FeatureStore.for_events(ef[eids], eids, tg.num_events)
     batch = np.random.default_rng(r).integers(0, tg.num_events, 200)
-    out["edge-features"] = torch.equal(estore.fetch(batch), torch.from_numpy(ef[batch]))
+    holder = np.searchsorted(toff, tg.src[batch], side="right") - 1  # the source's owner holds the event
+    exact = {}
+    for policy in POLICIES:
+        far = np.setdiff1d(np.arange(tg.num_events), eids)  # candidates: events this rank does not hold
+        cand = (far, np.random.default_rng(5).random(far.size), np.searchsorted(toff, tg.src[far], side="right") - 1)
+        estore.set_cache(policy, 0.3, candidates=cand if policy in ("degree", "presample") else None)
+        estore.reset_counters()
+        exact[policy] = (all(torch.equal(estore.fetch(b, h), torch.from_numpy(ef[b]))
+                             for b, h in zip(np.array_split(batch, 4), np.array_split(holder, 4))),
+                         estore.stats())
+    out["edge-features"] = exact
 
     # prefetching: sample + fetch in the background thread while the main thread all-reduces
     store.set_cache("adaptive", 0.2, deg)
@@ -193,7 +203,10 @@ def test_fetched_features_are_bit_exact_with_every_cache(run):
                 else:
                     limit = 40 if capacity > 1 else int(capacity * n_remote)
                     assert stats["cached_rows"] <= limit
-        assert out["edge-features"]
+        for policy, (exact, stats) in out["edge-features"].items():
+            assert exact, policy  # every row right, read in place, from the cache or from its holder
+            assert stats["hits"] + stats["misses"] == stats["requests"] > 0
+            assert (stats["hits"] > 0) == (policy != "none") and stats["cached_rows"] <= stats["requests"] + 1000
         exact, stats = out["features", "all-cached"]
         assert exact and stats["misses"] == 0 and stats["hits"] == stats["requests"] > 0
 

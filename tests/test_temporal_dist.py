@@ -1,176 +1,139 @@
-"""Distributed temporal training on 2 and 3 local gloo ranks against one process (same global
-batch, same seed): node state after every batch, parameters after every step, evaluation
-figures, resume, and the partitioned state's rows.
+"""Distributed temporal training on 2 and 3 local gloo ranks, each holding only its part of the
+events, against one process (same global batch, same seed): node state after every training
+step, the summed gradient of every step, parameters, evaluation figures; resume; a rank built
+from a copy of the store holding only its own part; and no rank holding an array with one entry
+per event of the whole graph.
 
-One launch per world size runs every case; the single-process references run here, through
-the same `temporal_trainer.run` with the plain `LinkTask` and `NodeState`.
+One launch per world size runs every case; the one-process references run here, through the
+same `LinkTrainer` on the whole graph.
 """
 import json
-from dataclasses import dataclass, field
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from gnndist.launch import launch
 from gnndist import cli
 from gnndist import dist as gdist
-from gnndist.temporal.dist_state import pack, unpack
 from gnndist.graph import TemporalGraph
+from gnndist.launch import Outputs, launch
 from gnndist.partition import partition_graph
-from gnndist.samplers import sample_temporal_neighbors
-from gnndist.temporal.dist_trainer import DistLinkTask, Share, World, owner_of_nodes
-from gnndist.launch import Outputs
 from gnndist.temporal.config import LinkConfig
-from gnndist.temporal.trainer import LinkTask, run
-
-NUM_NEIGHBORS = LinkConfig().num_neighbors
+from gnndist.temporal.dist_state import pack, unpack
+from gnndist.temporal.events import RankEvents
+from gnndist.temporal.models import MODELS
+from gnndist.temporal.trainer import LinkTrainer, fit, rank_events
 
 BATCH = 35  # the last training batch has 2 events: some ranks get none
-CASES = {2: [("tgn", "replicated", "owner"), ("tgn", "partitioned", "owner"), ("tgn", "partitioned", "slice"),
-             ("tgn", "replicated", "slice"), ("apan", "partitioned", "owner")],
-         3: [("tgn", "partitioned", "owner"), ("tgn", "replicated", "slice"), ("dyrep", "partitioned", "slice"),
-             ("jodie", "replicated", "owner"), ("tgat", "replicated", "owner"), ("apan", "replicated", "slice"),
-             ("apan", "partitioned", "slice")]}
+CASES = [(model, memory) for model in MODELS for memory in ("replicated", "partitioned")]
+N_COMM, PER_COMM = 3, 15
 
 
 def graph():
-    """40 nodes, 302 events with tied times and 2 edge features; train events 0..211 (6 batches
-    of 35, then 2); nodes 40..44 first appear in test events."""
+    """45 nodes in 3 communities (events mostly inside one), 302 events with tied times and 3
+    edge features; train events 0..211 (6 batches of 35, then 2); nodes 40..44 first appear in
+    test events."""
     rng = np.random.default_rng(3)
     e = 302
-    src = rng.integers(0, 40, e)
+    comm = rng.integers(0, N_COMM, e)
+    src = comm * PER_COMM + rng.integers(0, PER_COMM - 2, e)
+    dst = np.where(rng.random(e) < 0.9, comm * PER_COMM + rng.integers(0, PER_COMM - 2, e), rng.integers(0, 39, e))
     src[270::7] = 40 + np.arange(src[270::7].size) % 5
-    return TemporalGraph(src, rng.integers(0, 40, e), np.sort(rng.integers(0, e // 3, e)).astype(float),
-                         rng.normal(size=(e, 2)).astype(np.float32), num_nodes=45)
+    return TemporalGraph(src, dst, np.sort(rng.integers(0, e // 3, e)).astype(float),
+                         rng.normal(size=(e, 3)).astype(np.float32), num_nodes=45)
 
 
-def link_args(model, memory="replicated", share="owner", checkpoint=None, resume=False, **kw):
-    cfg = LinkConfig(**{**dict(model=model, epochs=1, batch_size=BATCH, lr=1e-3, memory_dim=8, quiet=True,
-                                memory=memory, share=share), **kw})
-    return cfg, Outputs(checkpoint=checkpoint, resume=resume)
+def config(model, memory="replicated", **kw):
+    return LinkConfig(**{**dict(model=model, epochs=1, batch_size=BATCH, lr=1e-3, memory_dim=8, time_dim=8,
+                                memory=memory, quiet=True), **kw})
 
 
-def params_of(model):
-    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy().copy()
+def full_state(tr):
+    """The whole node state in original node ids (gathered from the owners when partitioned)."""
+    if tr.state is None:
+        return None
+    st = tr.state.state
+    local = getattr(st, "local", st)
+    tensors = [local.memory, local.last_update, local.mail, local.mail_time]
+    if local is not st:  # partitioned: every rank's rows, in new-id order
+        layout = [(t.dtype, tuple(t.shape[1:])) for t in tensors]
+        tensors = unpack(torch.cat(gdist.all_gather_varsize(pack(tensors))), layout)
+    return [t.numpy()[tr.events.orig_to_new] for t in tensors]
 
 
-def rows_of(state):
-    return [t.numpy().copy() for t in (state.memory, state.last_update, state.mail, state.mail_time)]
+class RecTrainer(LinkTrainer):
+    """Records, after every training step, the global loss, the summed gradient, the parameters
+    and the whole node state; which epochs it trained; and the RNG at the start of each."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.trace, self.epochs_run, self.rng, self.scores = [], [], [], {}
+
+    def step(self, batch, global_batch):
+        loss, fw = super().step(batch, global_batch)
+        grad = torch.cat([torch.zeros(p.numel()) if p.grad is None else p.grad.reshape(-1) for p in self.params])
+        params = torch.cat([p.detach().reshape(-1) for p in self.params])
+        self.trace.append((loss, grad.numpy().copy(), params.numpy().copy(), full_state(self)))
+        return loss, fw
+
+    def evaluate(self, start, stop, desc, score=True):
+        out = super().evaluate(start, stop, desc, score)
+        self.scores[desc] = out
+        return out
+
+    def train_epoch(self, epoch):
+        self.epochs_run.append(epoch)
+        self.rng.append(torch.get_rng_state().clone())
+        return super().train_epoch(epoch)
 
 
-@dataclass
-class RefTask(LinkTask):
-    """One process; records the node state after every batch and the parameters after every step."""
-
-    trace: list = field(default_factory=list)
-
-    def write(self, batch, fw):
-        super().write(batch, fw)
-        self.trace.append((rows_of(self.state) if self.state is not None else None, params_of(self.model)))
-
-    def figures(self):
-        return {}
-
-
-class RefWorld:
-    """A one-process stand-in for `World` that makes `run` use `RefTask`."""
-
-    rank = 0
-
-    def __init__(self):
-        self.task_ = None
-
-    def new_state(self, model, start_time, device):
-        return model.new_state(start_time, device)
-
-    def task(self, *a, **kw):
-        self.task_ = RefTask(*a, **kw)
-        return self.task_
-
-    def summary(self):
-        return {}
-
-    def checkpoint_dir(self, d):
-        return d
+def arrays_held(obj, seen=None, depth=0):
+    """Every numpy array and tensor reachable from `obj` (attributes, containers)."""
+    seen = set() if seen is None else seen
+    if id(obj) in seen or depth > 8:
+        return []
+    seen.add(id(obj))
+    if isinstance(obj, (np.ndarray, torch.Tensor)):
+        return [obj]
+    if isinstance(obj, dict):
+        items = list(obj.values())
+    elif isinstance(obj, (list, tuple, set)):
+        items = list(obj)
+    elif hasattr(obj, "__dict__") and not isinstance(obj, type):
+        items = list(vars(obj).values())
+    else:
+        return []
+    return [a for x in items for a in arrays_held(x, seen, depth + 1)]
 
 
-@dataclass
-class RecTask(DistLinkTask):
-    """A rank's task that also records the whole node state (gathered) after every batch, its
-    parameters, and whether a partitioned state held exactly the rows it should."""
-
-    trace: list = field(default_factory=list)
-    held_ok: list = field(default_factory=list)
-    forwards: list = field(default_factory=list)
-    orig_to_new: np.ndarray = None
-
-    def _forward_here(self, batch):
-        self.forwards.append(batch)
-        return super()._forward_here(batch)
-
-    def forward(self, batch):
-        self.forwards = []  # this rank's events; with partitioned memory also the queries it serves
-        fw = super().forward(batch)
-        st = self.state.state if self.state is not None else None
-        if self.memory == "partitioned" and self.model.name == "tgn":
-            # rows these forwards need: their nodes and the nodes' recent neighbours (brute force)
-            need = []
-            for f in self.forwards:
-                nodes = torch.cat([f.src, f.dst, f.neg.reshape(-1)]).numpy()
-                times = np.concatenate([f.t.numpy()] * 2 + [np.repeat(f.t.numpy(), f.neg.shape[1])])
-                s = sample_temporal_neighbors(self.tg, nodes, times, NUM_NEIGHBORS)
-                need += [nodes, s.nbr[s.mask]]
-            need = np.unique(np.concatenate(need))
-            remote = need[self.share.owner[need] != self.share.rank]
-            own = [t.shape[0] for t in rows_of(st.local)]
-            fetched = set(st.fetched.tolist())  # the model also reads padded neighbour slots as node 0
-            self.held_ok.append(set(remote) <= fetched <= set(remote) | {0}
-                                and own == [st.hi - st.lo] * 4
-                                and not any(isinstance(v, torch.Tensor) and v.is_floating_point()
-                                            for v in vars(st).values()))
-        return fw
-
-    def write(self, batch, fw):
-        super().write(batch, fw)
-        st = self.state.state if self.state is not None else None
-        if st is None:
-            rows = None
-        elif self.memory == "replicated":
-            rows = rows_of(st)
-        else:  # gather every rank's rows (new-id order), then index by original id
-            local = st.local
-            full = torch.cat(gdist.all_gather_varsize(pack([local.memory, local.last_update, local.mail,
-                                                            local.mail_time])))
-            rows = [t.numpy()[self.orig_to_new] for t in unpack(full, [(t.dtype, tuple(t.shape[1:])) for t in
-                                                                         (local.memory, local.last_update,
-                                                                          local.mail, local.mail_time)])]
-        self.trace.append((rows, params_of(self.model)))
-
-
-class RecWorld(World):
-    def task(self, *a, **kw):
-        self.task_ = RecTask(*a, **kw, share=self.share, memory=self.memory, orig_to_new=self.orig_to_new)
-        return self.task_
-
-
-def worker(tg, offsets, orig_to_new, ckpt_root):
+def worker(store, own_copies, tg, ckpt_root):
     gdist.setup("cpu")
-    r, w = gdist.rank(), gdist.world_size()
-    owner = owner_of_nodes(offsets, orig_to_new)
+    events = rank_events(store)
     out = {}
-    for model, memory, share in CASES[w]:
-        world = RecWorld(memory, Share(share, r, w, owner), offsets, orig_to_new)
-        metrics = run(*link_args(model, memory, share), tg, world)
-        out[model, memory, share] = (world.task_.trace, world.task_.held_ok, metrics)
-    # resume: 1 epoch + 1 resumed epoch against 2 epochs straight, partitioned
-    mk = dict(memory="partitioned", share="owner")
-    straight = run(*link_args("tgn", **mk, epochs=2), tg, World(mk["memory"], Share("owner", r, w, owner),
-                                                                 offsets, orig_to_new))
-    world = World(mk["memory"], Share("owner", r, w, owner), offsets, orig_to_new)
-    run(*link_args("tgn", **mk, epochs=1, checkpoint=ckpt_root), tg, world)
-    resumed = run(*link_args("tgn", **mk, epochs=2, checkpoint=ckpt_root, resume=True), tg, world)
-    out["resume"] = (straight, resumed)
+    for model, memory in CASES:
+        tr = RecTrainer(events, config(model, memory))
+        metrics = fit(tr)
+        recorded = {id(v) for v in (tr.trace, tr.rng, tr.scores)}
+        held = {"lengths": max(len(a) for k, v in vars(tr).items() if id(v) not in recorded
+                               for a in arrays_held(v) if a.ndim), "events_held": events.num_held,
+                "tcsr": int(events.tcsr()[1].size)}
+        if (model, memory) == ("tgn", "partitioned"):
+            st = tr.state.state  # only its own rows: no float tensor besides them
+            held["own_rows"] = [t.shape[0] for t in (st.local.memory, st.local.mail)] == [st.hi - st.lo] * 2
+            held["no_foreign"] = not any(isinstance(v, torch.Tensor) and v.is_floating_point() for v in vars(st).values())
+        out[model, memory] = (tr.trace, metrics, held, tr.scores)
+    # a rank built from a copy of the store that holds only its own part
+    out["own_copy"] = fit(LinkTrainer(rank_events(own_copies[gdist.rank()]), config("tgn", "partitioned")))
+    # resume: 1 epoch, then resumed to 2, against 2 epochs straight
+    cfg = config("tgn", "partitioned", epochs=2)
+    straight = RecTrainer(events, cfg)
+    m_straight = fit(straight)
+    fit(RecTrainer(events, config("tgn", "partitioned", epochs=1)), Outputs(checkpoint=ckpt_root))
+    resumed = RecTrainer(events, cfg)
+    m_resumed = fit(resumed, Outputs(checkpoint=ckpt_root, resume=True))
+    out["resume"] = (m_straight, m_resumed, straight.epochs_run, resumed.epochs_run, straight.rng[1], resumed.rng[0])
     gdist.teardown()
     return out
 
@@ -178,92 +141,166 @@ def worker(tg, offsets, orig_to_new, ckpt_root):
 _refs = {}
 
 
-def reference(model):
+def reference(model, memory):
     if model not in _refs:
-        world = RefWorld()
-        metrics = run(*link_args(model), graph(), world)
-        _refs[model] = (world.task_.trace, metrics)
-    return _refs[model]
+        tr = RecTrainer(RankEvents.from_graph(graph()), config(model, memory))
+        _refs[model] = (tr.trace, fit(tr), tr.scores)
+    return _refs[model][:2]
+
+
+def own_part_copy(store: Path, part: int, root: Path) -> str:
+    """A store folder holding only meta.json, the id maps and part `part` (as on a host of its own)."""
+    out = root / f"host{part}"
+    out.mkdir()
+    shutil.copy(store / "meta.json", out / "meta.json")
+    shutil.copy(store / "orig_to_new.npy", out / "orig_to_new.npy")
+    shutil.copytree(store / f"part{part}", out / f"part{part}")
+    return str(out)
 
 
 @pytest.fixture(scope="module", params=[2, 3])
 def launched(request, tmp_path_factory):
     mp = pytest.MonkeyPatch()
     mp.setenv("GNNDIST_TIMEOUT", "60")
-    tg = graph()
-    store = partition_graph(tg, request.param, method="temporal")
+    w, tg = request.param, graph()
+    root = tmp_path_factory.mktemp(f"w{w}")
+    partition_graph(tg, w, method="temporal", out=root / "store")
+    copies = [own_part_copy(root / "store", p, root) for p in range(w)]
     try:
-        yield request.param, launch(request.param, worker, tg, store.node_offsets, store.orig_to_new,
-                                          str(tmp_path_factory.mktemp("ckpt")))
+        yield w, tg, launch(w, worker, str(root / "store"), copies, tg, str(root / "ckpt"))
     finally:
         mp.undo()
 
 
-def close(a, b, tol=1e-4):
-    """Equal up to float summation order (Adam divides by small gradient magnitudes, so
-    parameters drift ~1e-5 apart over a few steps)."""
+def close(a, b, tol=1e-5):
+    """Equal up to float summation order."""
     return np.allclose(a, b, rtol=tol, atol=tol)
 
 
-def test_state_after_every_batch_equals_one_process(launched):
-    w, results = launched
-    for case in CASES[w]:
-        ref_trace, _ = reference(case[0])
+def test_state_after_every_step_equals_one_process(launched):
+    w, _, results = launched
+    for case in CASES:
+        ref_trace, _ = reference(*case)
         for r, out in enumerate(results):
             trace = out[case][0]
             assert len(trace) == len(ref_trace), (case, r)
-            for i, ((rows, _), (ref_rows, _)) in enumerate(zip(trace, ref_trace)):
-                if ref_rows is None:
-                    assert rows is None
+            for i, (got, ref) in enumerate(zip(trace, ref_trace)):
+                if ref[3] is None:
+                    assert got[3] is None
                     continue
-                for name, a, b in zip(("memory", "last_update", "mail", "mail_time"), rows, ref_rows):
+                for name, a, b in zip(("memory", "last_update", "mail", "mail_time"), got[3], ref[3]):
                     assert a.shape == b.shape and close(a, b), (case, r, i, name, np.abs(a - b).max())
 
 
+def test_summed_gradient_and_loss_of_every_step_equal_one_process(launched):
+    """Gradients, not only parameters: Adam would hide a gradient scale error."""
+    w, _, results = launched
+    for case in CASES:
+        ref_trace, _ = reference(*case)
+        for r, out in enumerate(results):
+            for i, (got, ref) in enumerate(zip(out[case][0], ref_trace)):
+                assert abs(got[0] - ref[0]) < 1e-5, (case, r, i)
+                assert np.abs(ref[1]).max() > 0
+                assert np.allclose(got[1], ref[1], rtol=1e-4, atol=1e-6), (case, r, i, np.abs(got[1] - ref[1]).max())
+
+
 def test_parameters_identical_across_ranks_and_equal_one_process(launched):
-    w, results = launched
-    for case in CASES[w]:
-        ref_trace, _ = reference(case[0])
+    w, _, results = launched
+    for case in CASES:
+        ref_trace, _ = reference(*case)
         traces = [out[case][0] for out in results]
         for i in range(len(ref_trace)):
             for r in range(1, w):
-                assert np.array_equal(traces[r][i][1], traces[0][i][1]), (case, r, i)
-        assert close(traces[0][-1][1], ref_trace[-1][1]), (case, np.abs(traces[0][-1][1] - ref_trace[-1][1]).max())
-        assert not np.array_equal(ref_trace[0][1], ref_trace[-1][1])  # training moved them
+                assert np.array_equal(traces[r][i][2], traces[0][i][2]), (case, r, i)
+            assert close(traces[0][i][2], ref_trace[i][2], 1e-4), (case, i)
 
 
-def test_evaluation_and_loss_equal_one_process(launched):
-    w, results = launched
-    for case in CASES[w]:
-        _, ref = reference(case[0])
+def test_evaluation_scores_and_figures_equal_one_process(launched):
+    """Every event's scores equal one process's up to float noise, and so do the figures; where
+    the reference has exactly tied scores, which float noise of another batch layout can break,
+    AP, AUC and MRR may move by at most the tied share of the positives."""
+    w, _, results = launched
+    for case in CASES:
+        _, ref = reference(*case)
+        ref_scores = _refs[case[0]][2]
+        for phase, prefix in (("val", "val_"), ("test", "")):
+            pos, neg, eid = ref_scores[phase]
+            got_pos, got_neg = np.zeros_like(pos), np.zeros_like(neg)
+            at = {e: i for i, e in enumerate(eid.tolist())}
+            seen = 0
+            for out in results:
+                p, n, e = out[case][3][phase]
+                rows = [at[x] for x in e.tolist()]
+                got_pos[rows], got_neg[rows] = p, n
+                seen += e.size
+            assert seen == eid.size, (case, phase)
+            assert np.allclose(got_pos, pos, atol=1e-5) and np.allclose(got_neg, neg, atol=1e-5), (case, phase)
+            values = np.concatenate([pos, neg.reshape(-1)])
+            tied = values.size - np.unique(values).size
+            for out in results:
+                m = out[case][1]
+                figures = m["epochs"][0] if phase == "val" else m["test"]
+                reference_figures = ref["epochs"][0] if phase == "val" else ref["test"]
+                for k in ("ap", "auc", "mrr"):
+                    delta = abs(figures[prefix + k] - reference_figures[prefix + k])
+                    assert delta < 1e-6 + 2 * tied / pos.size, (case, phase, k, delta, tied)
+    for out in results:  # most cases have no ties: then the figures agree to 1e-6
+        m, ref = out["tgn", "partitioned"][1], reference("tgn", "partitioned")[1]
+        assert all(abs(m["test"][k] - ref["test"][k]) < 1e-6 for k in ("ap", "auc", "mrr", "inductive_ap"))
+
+
+def test_loss_time_split_and_inductive_counts(launched):
+    w, _, results = launched
+    for case in CASES:
+        _, ref = reference(*case)
         for out in results:
-            m = out[case][2]
-            assert m["world_size"] == w and m["memory"] == case[1] and m["share"] == case[2]
+            m = out[case][1]
+            assert m["world_size"] == w and m["memory"] == case[1]
             e, re = m["epochs"][0], ref["epochs"][0]
             assert abs(e["loss"] - re["loss"]) < 1e-5, case
-            for k in ("val_ap", "val_auc", "val_mrr"):
-                assert abs(e[k] - re[k]) < 1e-6, (case, k)
-            for k in ("ap", "auc", "mrr", "inductive_ap"):
-                assert abs(m["test"][k] - ref["test"][k]) < 1e-6, (case, k)
+            assert m["test"]["inductive_events"] == ref["test"]["inductive_events"] > 0
             assert e["compute_s"] > 0 and e["sync_s"] > 0 and (e["sample_s"] > 0) == (case[0] != "jodie"), case
-            assert (e["fetch_s"] > 0) == (case[0] != "tgat") and e["state_bytes"] >= 0, case
 
 
-def test_partitioned_state_holds_only_own_rows_and_this_batch_fetch(launched):
-    w, results = launched
-    for case in CASES[w]:
-        if case[:2] == ("tgn", "partitioned"):
-            for out in results:
-                held = out[case][1]
-                assert held and all(held), case
-                e = out[case][2]["epochs"][0]
-                assert e["remote_rows"] > 0 and e["embed_bytes"] > 0 and e["bytes"] > e["state_bytes"] > 0
-
-
-def test_resume_on_ranks_ends_with_the_same_figures(launched):
-    w, results = launched
+def test_no_rank_holds_an_array_per_event_of_the_whole_graph(launched):
+    """Every array a rank's trainer holds is bounded by its part (held events, T-CSR entries of
+    its nodes) or the node count; with 3 ranks on 3 communities each part is well under the
+    whole graph, so an array with one entry per event of the whole graph would show."""
+    w, tg, results = launched
+    for case in CASES:
+        for r, out in enumerate(results):
+            held, m = out[case][2], out[case][1]
+            assert held["lengths"] <= max(held["events_held"], held["tcsr"], tg.num_nodes), (case, r, held)
+            if w == 3:
+                assert held["lengths"] < tg.num_events, (case, r, held)
+            fig = m["ranks"][r]
+            assert fig["events_held"] == held["events_held"] and fig["tcsr_entries"] == held["tcsr"]
+            assert fig["edge_feature_rows"] == held["events_held"] and fig["peak_rss_bytes"] > 0
     for out in results:
-        straight, resumed = out["resume"]
+        held = out["tgn", "partitioned"][2]
+        assert held["own_rows"] and held["no_foreign"]
+
+
+def test_a_rank_with_only_its_own_part_trains_to_the_same_figures(launched):
+    w, _, results = launched
+    for out in results:
+        assert out["own_copy"]["test"] == out["tgn", "partitioned"][1]["test"]
+
+
+def test_partitioned_state_fetches_only_what_the_batch_needs(launched):
+    w, tg, results = launched
+    for out in results:
+        e = out["tgn", "partitioned"][1]["epochs"][0]
+        assert e["remote_rows"] > 0 and e["embed_bytes"] > 0 and e["sample_bytes"] > 0
+        assert e["bytes"] >= e["state_bytes"] + e["embed_bytes"]
+
+
+def test_resume_runs_only_the_remaining_epochs_from_the_saved_state(launched):
+    w, _, results = launched
+    for out in results:
+        straight, resumed, ran_straight, ran_resumed, rng_straight, rng_resumed = out["resume"]
+        assert ran_straight == [1, 2] and ran_resumed == [2]
+        assert torch.equal(rng_straight, rng_resumed)
         assert [e["epoch"] for e in resumed["epochs"]] == [1, 2]
         assert resumed["test"] == straight["test"]
         assert resumed["epochs"][1]["val_ap"] == straight["epochs"][1]["val_ap"]

@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from typing import Optional
 
 from gnndist.errors import GnndistError
 
 MODELS = ("tgn", "jodie", "apan", "dyrep", "tgat")
 NEG_STRATEGIES = ("random", "historical", "inductive")
 MEMORY_MODES = ("replicated", "partitioned")
-SHARES = ("owner", "slice")
+SHARES = ("owner",)
 
 
 @dataclass(frozen=True)
@@ -18,11 +19,13 @@ class LinkConfig:
 
     model: str = "tgn"
     epochs: int = 3
+    patience: Optional[int] = None  # stop after this many epochs without a better validation AP
     batch_size: int = 200  # global: events per step over all ranks
     lr: float = 1e-3
     memory_dim: int = 100
     time_dim: int = 100
     num_neighbors: int = 10
+    mailbox: int = 10  # APAN's mails kept per node
     neg: str = "random"  # negatives of validation and test: random | historical | inductive
     eval_negatives: int = 10  # per positive, for MRR (AP and AUC use the first)
     memory: str = "replicated"  # node state across ranks: replicated | partitioned
@@ -39,10 +42,12 @@ class LinkConfig:
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise GnndistError(f"--{name} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
-        for name in ("epochs", "batch_size", "memory_dim", "time_dim", "num_neighbors", "eval_negatives"):
+        for name in ("epochs", "batch_size", "memory_dim", "time_dim", "num_neighbors", "mailbox", "eval_negatives"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise GnndistError(f"--{name.replace('_', '-')} must be a positive integer, got {v!r}")
+        if self.patience is not None and (not isinstance(self.patience, int) or self.patience < 1):
+            raise GnndistError(f"--patience must be a positive integer, got {self.patience!r}")
         if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
             raise GnndistError(f"--lr must be a finite number > 0, got {self.lr!r}")
         if not (isinstance(self.cache_size, (int, float)) and math.isfinite(self.cache_size) and self.cache_size >= 0):

@@ -44,7 +44,7 @@ def unpack(buf: Tensor, like: Sequence[tuple[torch.dtype, tuple[int, ...]]]) -> 
     out, at, r = [], 0, buf.shape[0]
     for dtype, shape in like:
         width = math.prod(shape) * torch.empty(0, dtype=dtype).element_size()
-        out.append(buf[:, at:at + width].contiguous().view(dtype).reshape(r, *shape))
+        out.append(buf[:, at:at + width].clone(memory_format=torch.contiguous_format).view(dtype).reshape(r, *shape))
         at += width
     return out
 
@@ -137,15 +137,13 @@ class ReplicatedNodeState(_RankState, NodeState):
 
 
 class PartitionedNodeState(_RankState):
-    """The rows of the nodes this rank owns: node v is row `renumber[v]` (default v) and rank r
-    owns rows `node_offsets[r] .. node_offsets[r+1]-1` (a partition store's `orig_to_new` and
-    `node_offsets`). Other rows are fetched from their owners per batch and never kept here."""
+    """The rows of the nodes this rank owns: rank r owns the node ids `node_offsets[r] ..
+    node_offsets[r+1]-1` (a partition store's numbering). Other rows are fetched from their
+    owners per batch and never kept here."""
 
     def __init__(self, node_offsets: Sequence[int], memory_dim: int, mail_dim: int, mailbox_size: int = 1,
-                 start_time: float = 0.0, device: torch.device | str = "cpu",
-                 renumber: Optional[Tensor] = None) -> None:
+                 start_time: float = 0.0, device: torch.device | str = "cpu") -> None:
         self.rank = gdist.rank()
-        self.renumber = None if renumber is None else torch.as_tensor(renumber, dtype=_INT, device=device)
         self.offsets = torch.as_tensor(list(node_offsets), dtype=_INT, device=device)
         if self.offsets.numel() != gdist.world_size() + 1:
             raise ValueError(f"node_offsets has {self.offsets.numel()} entries; the world of "
@@ -162,13 +160,9 @@ class PartitionedNodeState(_RankState):
         super().begin_batch(src, dst, eid)
         self.fetched = self.fetched[:0]
 
-    def row(self, ids: Tensor) -> Tensor:
-        """Global row of each node id."""
-        return ids if self.renumber is None else self.renumber[ids]
-
     def owner(self, ids: Tensor) -> Tensor:
         """Owning rank of each node id."""
-        return torch.searchsorted(self.offsets, self.row(ids), right=True) - 1
+        return torch.searchsorted(self.offsets, ids, right=True) - 1
 
     def _to_owners(self, owner: Tensor, rows: Tensor) -> tuple[list[Tensor], Tensor, list[int]]:
         """Send `rows` to the ranks `owner`; returns (what each rank sent here, the send order,
@@ -185,7 +179,7 @@ class PartitionedNodeState(_RankState):
         owner = self.owner(ids)
         asked, order, sizes = self._to_owners(owner, ids.unsqueeze(1))
         recv_sizes = [a.shape[0] for a in asked]
-        mine = self.row(torch.cat(asked).squeeze(1)) - self.lo
+        mine = torch.cat(asked).squeeze(1) - self.lo
         rows = pack(self.local.read(mine))
         back = gdist.exchange(rows.split(recv_sizes))
         self.bytes_sent += rows.shape[1] * (sum(recv_sizes) - recv_sizes[self.rank])
@@ -202,7 +196,7 @@ class PartitionedNodeState(_RankState):
         recv, _, _ = self._to_owners(self.owner(ids), buf)
         ids, key, *rows = unpack(torch.cat(recv), _layout(self.local))
         keep = last_event_rows(ids, key)
-        self.local.write(self.row(ids[keep]) - self.lo, *(x[keep] for x in rows))
+        self.local.write(ids[keep] - self.lo, *(x[keep] for x in rows))
 
     def deliver(self, ids: Tensor, memory: Tensor, last_update: Tensor, to: Tensor, mail: Tensor,
                 mail_time: Tensor, seq: Tensor) -> None:
@@ -215,7 +209,7 @@ class PartitionedNodeState(_RankState):
         to, seq, mail_time, mail = unpack(torch.cat(self._to_owners(self.owner(to), mails)[0]),
                                           _mail_layout(self.local))
         keep = last_event_rows(ids, key)
-        self.local.deliver(self.row(ids[keep]) - self.lo, memory[keep], last_update[keep], self.row(to) - self.lo,
+        self.local.deliver(ids[keep] - self.lo, memory[keep], last_update[keep], to - self.lo,
                            mail, mail_time, seq)
 
     def state_dict(self) -> dict[str, Tensor]:

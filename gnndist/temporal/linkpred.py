@@ -1,116 +1,167 @@
-"""Link-prediction negatives and metrics (AP, ROC-AUC, MRR), ties counted fairly.
+"""Link-prediction negatives and metrics (AP, ROC-AUC, MRR), ties counted fairly, on one rank or
+over the scores of all ranks.
 
-Negative strategies follow Poursafaei et al. 2022, with the source of each positive kept so
-that every positive has its own list of negative destinations (needed for MRR):
-`random` (any node), `historical` (a destination the source reached before the evaluated
-period), `inductive` (a destination the source reaches in the evaluated period but never
-before it). A source without such candidates falls back to random destinations. A negative
-never equals its positive's destination.
+Negatives are drawn per global batch, from random streams keyed by (seed, period or epoch,
+batch index), in original node ids: any rank draws the rows of its own events of the batch and
+gets what one process would draw. Strategies follow Poursafaei et al. 2022, with the source of
+each positive kept so that every positive has its own list of negative destinations (needed for
+MRR): `random` (any node), `historical` (a destination the source reached before the evaluated
+period), `inductive` (a destination the source reaches in the evaluated period but never before
+it). A source without such candidates falls back to random destinations. A negative never
+equals its positive's destination. Candidates of a source come from its own events, which the
+rank that owns the source holds.
 """
 from __future__ import annotations
 
 import numpy as np
+import torch
 
+from gnndist import dist
 from gnndist.errors import GnndistError
-from gnndist.graph import TemporalGraph, indptr_of, unique_ints
+from gnndist.graph import indptr_of, unique_ints
 
 NEG_STRATEGIES = ("random", "historical", "inductive")
 
 
-def _random_other(rng: np.random.Generator, dst: np.ndarray, num_nodes: int, n: int) -> np.ndarray:
-    """[len(dst), n] uniform random node ids, each different from its row's `dst`."""
+def train_negatives(seed: int, epoch: int, batch_index: int, batch_size: int, rows: np.ndarray, dst: np.ndarray,
+                    num_nodes: int) -> np.ndarray:
+    """One random negative destination [len(rows), 1] (original ids) for the events at positions
+    `rows` (with original destinations `dst`) of global training batch `batch_index` of
+    `batch_size` events, seeded by (seed, epoch, batch index) only."""
+    rng = np.random.default_rng([seed, epoch, batch_index, 0x7E57])
+    return _other(rng.integers(1, max(num_nodes, 2), size=(batch_size, 1))[rows], dst, num_nodes)
+
+
+def _other(off: np.ndarray, dst: np.ndarray, num_nodes: int) -> np.ndarray:
+    """Node ids `dst + off` (offsets in [1, N)), which never equal their row's `dst`."""
     if num_nodes < 2:
         raise GnndistError("negative sampling needs at least 2 nodes")
-    off = rng.integers(1, num_nodes, size=(dst.size, n))
-    return (dst[:, None] + off) % num_nodes
+    return (np.asarray(dst, np.int64)[:, None] + off) % num_nodes
 
 
-def train_negatives(seed: int, epoch: int, batch_index: int, dst: np.ndarray, num_nodes: int) -> np.ndarray:
-    """One random negative destination per event of a global training batch, seeded by
-    (seed, epoch, batch index) only, so any rank can draw its share of the same batch."""
-    rng = np.random.default_rng([seed, epoch, batch_index, 0x7E57])
-    return _random_other(rng, np.asarray(dst, dtype=np.int64), num_nodes, 1)[:, 0]
+class EvalNegatives:
+    """Fixed negatives [B, n] for the events of a validation or test period [start, stop), drawn
+    per global batch. `src`, `dst`, `eid` are the (original-id) events whose sources this rank
+    owns; candidates of `historical` come from those before `start`, of `inductive` from the pairs
+    in the period that never occur before it."""
+
+    def __init__(self, src: np.ndarray, dst: np.ndarray, eid: np.ndarray, num_nodes: int, start: int, stop: int,
+                 strategy: str = "random", n: int = 1, seed: int = 0) -> None:
+        if strategy not in NEG_STRATEGIES:
+            raise GnndistError(f"unknown negative sampling {strategy!r}; choose one of {', '.join(NEG_STRATEGIES)}")
+        self.num_nodes, self.start, self.strategy, self.n, self.seed = num_nodes, start, strategy, n, seed
+        self.sources = np.zeros(0, np.int64)
+        if strategy == "random":
+            return
+        n_ = num_nodes
+        before = eid < start
+        if strategy == "historical":
+            key = unique_ints(src[before] * n_ + dst[before])
+        else:
+            seen = unique_ints(src[before] * n_ + dst[before])
+            period = (eid >= start) & (eid < stop)
+            key = unique_ints(src[period] * n_ + dst[period])
+            key = key[~np.isin(key, seen)]
+        s = key // n_
+        self.sources = unique_ints(s)  # sources with candidates; their candidate lists, sorted
+        self.indptr, self.cand = indptr_of(np.searchsorted(self.sources, s), self.sources.size), key % n_
+
+    def batch(self, index: int, batch_size: int, rows: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        """Negatives (original ids) of the events at positions `rows`, with original endpoints
+        `src`, `dst`, of the period's batch `index` of `batch_size` events."""
+        rng = np.random.default_rng([self.seed, self.start, index, NEG_STRATEGIES.index(self.strategy)])
+        out = _other(rng.integers(1, max(self.num_nodes, 2), size=(batch_size, self.n))[rows], dst, self.num_nodes)
+        if self.strategy == "random":
+            return out
+        u = rng.random((batch_size, self.n))[rows]
+        if self.sources.size == 0:
+            return out
+        at = np.searchsorted(self.sources, src)
+        has = at < self.sources.size
+        has[has] = self.sources[at[has]] == src[has]
+        at = np.where(has, at, 0)
+        lo = self.indptr[at]
+        count = np.where(has, self.indptr[at + 1] - lo, 0)
+        idx = lo[:, None] + (u * count[:, None]).astype(np.int64)
+        pick = self.cand[np.minimum(idx, self.cand.size - 1)] if self.cand.size else out
+        use = (count[:, None] > 0) & (pick != dst[:, None])
+        return np.where(use, pick, out)
 
 
-def _pairs_csr(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct (src, dst) pairs as CSR over src: (indptr, dst sorted per src)."""
-    key = unique_ints(src * num_nodes + dst)
-    s, d = key // num_nodes, key % num_nodes
-    return indptr_of(s, num_nodes), d
+# ---------------------------------------------------------------------------------------- metrics
+
+def _by_value(scores: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """Every rank's (score, label) pairs redistributed so that rank r holds the r-th value range
+    (ascending; equal scores on one rank); returns this rank's pairs and its range index."""
+    w, me = dist.world_size(), dist.rank()
+    local = np.sort(scores)
+    sample = local[np.linspace(0, local.size - 1, min(local.size, 256)).astype(np.int64)] if local.size else local
+    merged = np.sort(torch.cat(dist.all_gather_varsize(torch.from_numpy(sample))).numpy())
+    cuts = merged[(np.arange(1, w) * merged.size) // w] if merged.size else np.full(w - 1, np.inf)
+    bucket = np.searchsorted(cuts, scores, side="right")
+    order = np.argsort(bucket, kind="stable")
+    pairs = torch.from_numpy(np.stack([scores, labels], 1)[order])
+    got = torch.cat(dist.exchange(pairs.split(np.bincount(bucket, minlength=w).tolist()))).numpy()
+    return got[:, 0], got[:, 1], me
 
 
-def eval_negatives(tg: TemporalGraph, start: int, stop: int, strategy: str = "random", n: int = 1,
-                   seed: int = 0) -> np.ndarray:
-    """Fixed negatives [stop - start, n] for the events [start, stop) (a val or test period).
-
-    `historical` candidates come from the events before `start`; `inductive` ones from the
-    pairs of [start, stop) that never occur before `start`.
-    """
-    if strategy not in NEG_STRATEGIES:
-        raise GnndistError(f"unknown negative sampling {strategy!r}; choose one of {', '.join(NEG_STRATEGIES)}")
-    rng = np.random.default_rng([seed, start, stop, NEG_STRATEGIES.index(strategy)])
-    src, dst = tg.src[start:stop], tg.dst[start:stop]
-    out = _random_other(rng, dst, tg.num_nodes, n)
-    if strategy == "random" or src.size == 0:
-        return out
-    N = tg.num_nodes
-    if strategy == "historical":
-        indptr, cand = _pairs_csr(tg.src[:start], tg.dst[:start], N)
-    else:
-        seen = unique_ints(tg.src[:start] * N + tg.dst[:start])
-        key = src * N + dst
-        new = ~np.isin(key, seen)
-        indptr, cand = _pairs_csr(src[new], dst[new], N)
-    count = indptr[src + 1] - indptr[src]
-    idx = indptr[src][:, None] + (rng.random((src.size, n)) * count[:, None]).astype(np.int64)
-    pick = cand[np.minimum(idx, cand.size - 1)] if cand.size else out
-    use = (count[:, None] > 0) & (pick != dst[:, None])
-    return np.where(use, pick, out)
+def ranking_metrics(pos: np.ndarray, neg: np.ndarray, across_ranks: bool = False) -> tuple[float, float]:
+    """(AP, ROC-AUC) of the positive scores `pos` against the negative scores `neg` (1-d), over
+    the scores of all ranks when `across_ranks` (a collective; no rank gathers them all). AP is
+    the area under the precision-recall step curve with tied scores as one threshold; AUC is
+    P(pos > neg) + P(pos = neg) / 2. NaN without positives (AUC: or without negatives)."""
+    scores = np.concatenate([pos, neg]).astype(np.float64)
+    labels = np.concatenate([np.ones(len(pos)), np.zeros(len(neg))])
+    spread = across_ranks and dist.world_size() > 1
+    if spread:
+        scores, labels, me = _by_value(scores, labels)
+    order = np.argsort(-scores, kind="stable")
+    s, lab = scores[order], labels[order]
+    last = np.r_[np.flatnonzero(np.diff(s)), s.size - 1] if s.size else np.zeros(0, np.int64)
+    tp = np.cumsum(lab)[last]  # per tie group, descending: positives and negatives up to its end
+    fp = (last + 1) - tp
+    group_tp, group_fp = np.diff(np.r_[0.0, tp]), np.diff(np.r_[0.0, fp])
+    counts = np.array([[lab.sum(), lab.size - lab.sum()]])
+    if spread:  # ranges above this rank's come first in descending order
+        counts = torch.cat(dist.all_gather_varsize(torch.from_numpy(counts))).numpy()
+        tp, fp = tp + counts[me + 1:, 0].sum(), fp + counts[me + 1:, 1].sum()
+    p, q = counts[:, 0].sum(), counts[:, 1].sum()
+    sums = np.array([np.sum(group_tp * tp / np.maximum(tp + fp, 1)),
+                     np.sum(group_tp * (q - fp + 0.5 * group_fp))])
+    if spread:
+        sums = dist.all_reduce(torch.from_numpy(sums)).numpy()
+    ap = float(sums[0] / p) if p else float("nan")
+    auc = float(sums[1] / (p * q)) if p and q else float("nan")
+    return ap, auc
 
 
 def average_precision(pos: np.ndarray, neg: np.ndarray) -> float:
-    """Area under the precision-recall step curve; tied scores form one threshold (NaN
-    without positives)."""
-    if len(pos) == 0:
-        return float("nan")
-    scores = np.concatenate([pos, neg]).astype(np.float64)
-    labels = np.concatenate([np.ones(len(pos)), np.zeros(len(neg))])
-    order = np.argsort(-scores, kind="stable")
-    scores, labels = scores[order], labels[order]
-    last = np.r_[np.flatnonzero(np.diff(scores)), scores.size - 1]  # end of each tie group
-    tp = np.cumsum(labels)[last]
-    fp = (last + 1) - tp
-    precision, recall = tp / (tp + fp), tp / tp[-1]
-    return float(np.sum(np.diff(np.r_[0.0, recall]) * precision))
+    """AP of one rank's scores (see `ranking_metrics`)."""
+    return ranking_metrics(pos, neg)[0]
 
 
 def roc_auc(pos: np.ndarray, neg: np.ndarray) -> float:
-    """P(score(pos) > score(neg)) + P(equal) / 2, from average ranks."""
-    p, q = len(pos), len(neg)
-    if p == 0 or q == 0:
-        return float("nan")
-    scores = np.concatenate([pos, neg]).astype(np.float64)
-    order = np.argsort(scores, kind="stable")
-    s = scores[order]
-    first = np.r_[0, np.flatnonzero(np.diff(s)) + 1]
-    size = np.diff(np.r_[first, s.size])
-    ranks = np.empty(s.size)
-    ranks[order] = np.repeat(first + (size + 1) / 2.0, size)  # 1-based average ranks
-    return float((ranks[:p].sum() - p * (p + 1) / 2.0) / (p * q))
+    """ROC-AUC of one rank's scores (see `ranking_metrics`)."""
+    return ranking_metrics(pos, neg)[1]
 
 
-def mrr(pos: np.ndarray, neg: np.ndarray) -> float:
+def mrr(pos: np.ndarray, neg: np.ndarray, across_ranks: bool = False) -> float:
     """Mean reciprocal rank of each positive among its row of negatives `neg` [P, n]; a tie
     counts half, so a constant scorer gets 1 / (n/2 + 1)."""
     pos = np.asarray(pos, dtype=np.float64)[:, None]
     neg = np.asarray(neg, dtype=np.float64)
     neg = neg[:, None] if neg.ndim == 1 else neg
     rank = 1.0 + (neg > pos).sum(1) + 0.5 * (neg == pos).sum(1)
-    return float(np.mean(1.0 / rank)) if rank.size else float("nan")
+    total = np.array([np.sum(1.0 / rank), rank.size])
+    if across_ranks and dist.world_size() > 1:
+        total = dist.all_reduce(torch.from_numpy(total)).numpy()
+    return float(total[0] / total[1]) if total[1] else float("nan")
 
 
-def link_metrics(pos: np.ndarray, neg: np.ndarray) -> dict[str, float]:
-    """AP and AUC of the positives against each one's first negative, MRR against all of them."""
+def link_metrics(pos: np.ndarray, neg: np.ndarray, across_ranks: bool = False) -> dict[str, float]:
+    """AP and AUC of the positives against each one's first negative, MRR against all of them
+    (over all ranks' events when `across_ranks`, a collective)."""
     neg = np.asarray(neg)
     neg = neg[:, None] if neg.ndim == 1 else neg
-    return {"ap": average_precision(pos, neg[:, 0]), "auc": roc_auc(pos, neg[:, 0]), "mrr": mrr(pos, neg)}
+    ap, auc = ranking_metrics(pos, neg[:, 0], across_ranks)
+    return {"ap": ap, "auc": auc, "mrr": mrr(pos, neg, across_ranks)}

@@ -1,5 +1,7 @@
-"""Building blocks of the temporal GNNs: time encoding, batched temporal attention over padded
-neighbour lists, the link scorer, and the vectorized mailbox operations."""
+"""Building blocks of the temporal GNNs, one concept each (as PyG's `nn/models/tgn.py`): the time
+encoder, batched temporal attention over padded neighbour lists, memory updaters (a recurrent
+cell over the last mail, or attention over the mailbox), embedding modules (graph attention,
+JODIE's time projection), the link predictor, and `last_per_node`."""
 from __future__ import annotations
 
 import math
@@ -81,9 +83,9 @@ class TemporalAttention(nn.Module):
         [R, k, Dc]; mask [R, k] (True = valid) -> [R, out]."""
         r, k = index.shape
         h = self.heads
-        nodes = table.index_select(0, index.reshape(-1)).view(r, k, -1)
-        q = self.q(query).view(r, h, -1)
-        dh = q.shape[-1]
+        nodes = table.index_select(0, index.reshape(-1)).view(r, k, table.shape[1])
+        dh = self.q.out_features // h
+        q = self.q(query).view(r, h, dh)
 
         def through(w: Tensor) -> Tensor:  # W^T q per head: [R, H, D]
             return torch.einsum("rhd,hdc->rhc", q, w.view(h, dh, -1))
@@ -96,7 +98,95 @@ class TemporalAttention(nn.Module):
         attn = self.drop(torch.softmax(score.masked_fill(~m, -1e30) / math.sqrt(dh), dim=1) * m)  # [R, k, H]
         out = (back(_KeySum.apply(attn, nodes), self.v.weight) + back(_KeySum.apply(attn, context), self.v_context.weight)
                + attn.sum(1).unsqueeze(-1) * self.v.bias.view(h, dh))
-        return out.reshape(r, -1) + self.skip(query)
+        return out.reshape(r, h * dh) + self.skip(query)
+
+
+class CellUpdater(nn.Module):
+    """New memory from the last stored mail and the time since the last update, through a GRU
+    (TGN) or RNN (JODIE, DyRep) cell whose hidden state is the memory."""
+
+    def __init__(self, cell: type, mail_dim: int, time_enc: nn.Module, memory_dim: int) -> None:
+        super().__init__()
+        self.time_enc = time_enc
+        self.cell = cell(mail_dim + time_enc.out_channels, memory_dim)
+
+    def forward(self, memory: Tensor, last_update: Tensor, mail: Tensor, mail_time: Tensor) -> Tensor:
+        """memory [R, d], last_update [R], mail [R, M, m], mail_time [R, M] (newest mail last)."""
+        last = mail_time[:, -1]
+        dt = torch.where(last > float("-inf"), last - last_update, 0).float()
+        return self.cell(torch.cat([mail[:, -1], self.time_enc(dt)], dim=1), memory)
+
+
+class MailboxUpdater(nn.Module):
+    """APAN's update: the memory attends over the node's mailbox (the age of each mail encoded),
+    then a layer norm."""
+
+    def __init__(self, memory_dim: int, mail_dim: int, time_enc: nn.Module, heads: int, dropout: float) -> None:
+        super().__init__()
+        self.time_enc = time_enc
+        self.attention = TemporalAttention(memory_dim, mail_dim, time_enc.out_channels, memory_dim, heads, dropout)
+        self.norm = nn.LayerNorm(memory_dim)
+
+    def forward(self, memory: Tensor, last_update: Tensor, mail: Tensor, mail_time: Tensor) -> Tensor:
+        valid = mail_time > float("-inf")
+        r, m = valid.shape
+        newest = mail_time.max(dim=1).values
+        age = torch.where(valid, newest.unsqueeze(1) - mail_time, 0).float()
+        keys = torch.arange(r * m, device=mail.device).view(r, m)
+        return self.norm(self.attention(memory, mail.reshape(r * m, mail.shape[2]), keys,
+                                        self.time_enc(age.reshape(-1)).view(r, m, self.time_enc.out_channels), valid))
+
+
+def update_memory(updater: nn.Module, memory: Tensor, last_update: Tensor, mail: Tensor, mail_time: Tensor
+                  ) -> tuple[Tensor, Tensor, Tensor]:
+    """Memory after folding in the stored mails: (memory, last_update, newest mail time); rows
+    without a mail keep their memory and time."""
+    newest = mail_time.max(dim=1).values
+    has = newest > float("-inf")
+    new = updater(memory, last_update, mail, mail_time)
+    return torch.where(has.unsqueeze(1), new, memory), torch.where(has, newest, last_update), newest
+
+
+class GraphAttention(nn.Module):
+    """L layers of temporal attention over sampled neighbourhoods (TGN: 1, TGAT: 2). A key's
+    context is its event's features and the encoded time since it."""
+
+    def __init__(self, dim: int, edge_dim: int, time_enc: nn.Module, layers: int, heads: int, dropout: float) -> None:
+        super().__init__()
+        self.time_enc, self.edge_dim = time_enc, edge_dim
+        self.layers = nn.ModuleList(TemporalAttention(dim, dim, edge_dim + time_enc.out_channels, dim, heads, dropout)
+                                    for _ in range(layers))
+
+    def forward(self, levels: list[tuple[Tensor, Tensor]], hops: list) -> Tensor:
+        """`levels[l] = (table, index)`: the inputs of the hop-l rows are `table[index]` (level 0:
+        the queries); `hops[l]` is the `Hop` of level l's rows (hop l has `hops[l].mask.size` rows)."""
+        dev = levels[0][0].device
+        for layer in self.layers:
+            out = []
+            for lvl in range(len(levels) - 1):
+                hop = hops[lvl]
+                r, k = hop.mask.shape
+                context = self.time_enc(hop.dt.reshape(-1)).view(r, k, self.time_enc.out_channels)
+                if self.edge_dim:
+                    context = torch.cat([hop.feat, context], dim=2)
+                table, index = levels[lvl]
+                keys, key_index = levels[lvl + 1]
+                out.append(layer(table.index_select(0, index), keys, key_index.view(r, k), context, hop.mask))
+            levels = [(o, torch.arange(o.shape[0], device=dev)) for o in out]
+        return levels[0][0]
+
+
+class TimeProjection(nn.Module):
+    """JODIE's embedding: memory * (1 + w * log(1 + time since the memory's last update))."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.lin = nn.Linear(1, dim)
+        nn.init.normal_(self.lin.weight, std=0.1)
+        nn.init.zeros_(self.lin.bias)
+
+    def forward(self, memory: Tensor, elapsed: Tensor) -> Tensor:
+        return memory * (1 + self.lin(torch.log1p(elapsed.clamp(min=0)).float().unsqueeze(1)))
 
 
 class LinkPredictor(nn.Module):

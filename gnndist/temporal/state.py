@@ -35,6 +35,9 @@ class NodeState:
         self.mail.zero_()
         self.mail_time.fill_(EMPTY)
 
+    def begin_batch(self, src: Tensor, dst: Tensor, eid: Tensor) -> None:
+        """The events of the next write (what distributed states key writes by); nothing here."""
+
     def read(self, ids: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """(memory, last_update, mail, mail_time) rows of the global node ids `ids`."""
         return (self.memory.index_select(0, ids), self.last_update.index_select(0, ids),

@@ -1,135 +1,492 @@
-"""Link prediction on a temporal graph (`gnndist train DATA --task link`): the training loop,
-evaluation protocol, checkpoints and CLI glue around the models of `gnndist.temporal.models`.
+"""Link prediction on a temporal graph (`gnndist train DATA --task link`) on one rank or W: the
+training loop, model selection, distributed evaluation, checkpoints.
 
-Chronological 70/15/15 split. Each epoch resets the node state, trains on the training events
-in time order, then evaluates on the validation events while the memory keeps absorbing the
-true events; after the last epoch the test events follow the same way. Validation and test
-negatives are fixed per seed; training negatives are drawn per (seed, epoch, global batch).
+Each rank holds only its part of the events (`RankEvents`: the events touching the nodes it
+owns). Global batch i is the events [iB, (i+1)B) in time order; each rank scores the events of
+it whose source node it owns, with negatives drawn per global batch. Its loss is the sum over
+its events divided by the global B, and the ranks' gradients are summed (one all-reduce per
+step), so every rank takes the step one process takes on the whole batch. Every rank runs every
+step, with or without events of its own.
+
+A node's temporal neighbours are sampled by its owner (`DistTemporalSampler`, one exchange per
+hop); the features of sampled events come from the feature store (read in place for held
+events, else fetched from the owner that sampled them, one exchange per step, behind a cache).
+Node state is replicated (all rows on every rank) or partitioned (rows at their owners); with
+partitioned memory the negatives are embedded by their nodes' owners, where their rows and most
+of their neighbours' rows live: only the queries, embeddings and gradients travel.
+
+Chronological 70/15/15 split. Each epoch resets the node state, trains on the training events,
+then validates while the memory keeps absorbing the true events. Training stops after `epochs`
+or when validation AP has not improved for `patience` epochs; the best-validation parameters
+are then restored, the training and validation events replayed through their memory, and the
+test events scored.
 """
 from __future__ import annotations
 
+import copy
+import math
+import resource
 import sys
 import time
-from dataclasses import dataclass
-from typing import Any, Optional
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Iterator, Optional, Union
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 from tqdm import tqdm
 
-from gnndist import checkpoint
+from gnndist import checkpoint, dist
+from gnndist.datasets import chronological_split
 from gnndist.errors import GnndistError
-from gnndist.graph import TemporalGraph
+from gnndist.graph import TemporalGraph, owners
 from gnndist.io import show_progress, write_json
-from gnndist.temporal.linkpred import eval_negatives, link_metrics, train_negatives
-from gnndist.launch import Outputs
+from gnndist.launch import Data, Outputs, Split, run_job
+from gnndist.partition import load_id_maps, load_partition
+from gnndist.samplers import DistTemporalSampler, FeatureStore
+from gnndist.samplers.temporal import multihop
 from gnndist.temporal.config import LinkConfig
+from gnndist.temporal.dist_state import PartitionedNodeState, ReplicatedNodeState, pack, unpack
+from gnndist.temporal.events import RankEvents
+from gnndist.temporal.linkpred import EvalNegatives, link_metrics, train_negatives
+from gnndist.temporal.models import Batch, Forward, Hop, build_model
 from gnndist.temporal.state import NodeState
-from gnndist.samplers.temporal import sample_tcsr
-from gnndist.temporal.models import SPECS, TGNN, Batch, Forward, SampleFn
+
+SPLIT = Split("temporal", "temporal")
+PHASES = ("sample", "fetch", "compute", "sync")
 
 
-
-def make_sampler(tg: TemporalGraph, strategy: str, seed: int) -> SampleFn:
-    """Temporal neighbour sampling over the graph's T-CSR (strictly earlier than each query)."""
-    tcsr = tg.tcsr()
-    return lambda nodes, times, k, hop: sample_tcsr(*tcsr, nodes, times, k, strategy, seed, hop)
-
-
-def batch_loss(fw: Forward, global_batch: int) -> torch.Tensor:
+def batch_loss(fw: Forward, global_batch: int) -> Tensor:
     """Binary cross-entropy summed over the positives and negatives, divided by the GLOBAL
     batch size, so that ranks holding parts of one batch add up to the whole batch's loss."""
     return (F.binary_cross_entropy_with_logits(fw.pos, torch.ones_like(fw.pos), reduction="sum")
             + F.binary_cross_entropy_with_logits(fw.neg, torch.zeros_like(fw.neg), reduction="sum")) / global_batch
 
 
-@dataclass
-class LinkTask:
-    """Everything one training run works on."""
+class Timers:
+    """Seconds per phase: sample (neighbour sampling), fetch (state rows and edge features),
+    sync (gradient all-reduce, state writes, served embeddings); compute is the rest."""
 
-    tg: TemporalGraph
-    model: TGNN
-    state: Optional[NodeState]
-    optimizer: torch.optim.Optimizer
-    sample: SampleFn
-    edge_feat: torch.Tensor
-    train_end: int
-    val_end: int
-    batch_size: int
-    seed: int
-    device: torch.device
-    progress: bool
+    def __init__(self) -> None:
+        self.reset()
 
-    def batches(self, start: int, stop: int):
-        for index, s in enumerate(range(start, stop, self.batch_size)):
-            yield index, s, min(s + self.batch_size, stop)
+    def reset(self) -> None:
+        self.seconds = dict.fromkeys(PHASES, 0.0)
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] += time.perf_counter() - t0
+
+
+class TimedState:
+    """A node state whose reads count as fetch time and writes as sync time."""
+
+    def __init__(self, state: NodeState, timers: Timers) -> None:
+        self.state, self.timers = state, timers
+
+    def read(self, ids: Tensor):
+        with self.timers.phase("fetch"):
+            return self.state.read(ids)
+
+    def write(self, *rows: Tensor) -> None:
+        with self.timers.phase("sync"):
+            self.state.write(*rows)
+
+    def deliver(self, *rows: Tensor) -> None:
+        with self.timers.phase("sync"):
+            self.state.deliver(*rows)
+
+    def __getattr__(self, name: str):
+        return getattr(self.state, name)
+
+
+class Neighbours:
+    """Temporal neighbourhoods of queries: sampled by the queried nodes' owners, with the features
+    of the sampled events from the edge-feature store (a collective: one exchange per hop for
+    the samples, one for the features)."""
+
+    def __init__(self, events: RankEvents, strategy: str, seed: int, timers: Timers, device: torch.device) -> None:
+        self.events, self.strategy, self.seed, self.timers, self.device = events, strategy, seed, timers, device
+        self.sampler = DistTemporalSampler(*events.tcsr(), events.node_offsets, keys=events.orig_ids)
+        rows = events.edge_feat if events.edge_feat is not None else np.zeros((events.num_held, 0), np.float32)
+        self.features = FeatureStore.for_events(rows, events.eid, events.num_events)
+        self.remote_queries = 0
+
+    def sample(self, nodes: np.ndarray, times: np.ndarray, ks: list[int]):
+        """The samples of every hop, and the rank that sampled each hop's queries."""
+        with self.timers.phase("sample"):
+            hops = multihop(lambda n, t, k, h: self.sampler.sample_hop(n, t, k, h, self.strategy, self.seed),
+                            nodes, times, ks)
+        queried = [nodes] + [h.nbr.reshape(-1) for h in hops[:-1]]
+        holders = [owners(q, self.events.node_offsets) for q in queried]
+        self.remote_queries += sum(int((h != self.events.rank).sum()) for h in holders)
+        return hops, holders
+
+    def __call__(self, nodes: Tensor, times: Tensor, ks: list[int]) -> list[Hop]:
+        hops, holders = self.sample(nodes.cpu().numpy(), times.cpu().numpy(), ks)
+        d = self.events.edge_dim
+        feats = [torch.zeros((*h.mask.shape, d)) for h in hops]
+        if d:
+            with self.timers.phase("fetch"):
+                rows = self.features.fetch(np.concatenate([h.eid[h.mask] for h in hops]),
+                                           np.concatenate([np.repeat(o, h.mask.sum(1)) for o, h in zip(holders, hops)]))
+                at = 0
+                for f, h in zip(feats, hops):
+                    n = int(h.mask.sum())
+                    f[torch.from_numpy(h.mask)] = rows[at:at + n]
+                    at += n
+        dev = self.device
+        return [Hop(*(torch.from_numpy(a).to(dev) for a in (h.nbr, h.eid, h.ts, h.dt, h.mask)), f.to(dev))
+                for h, f in zip(hops, feats)]
+
+
+def new_state(model: torch.nn.Module, events: RankEvents, memory: str, start_time: float, device: torch.device):
+    """The model's node state on this rank (None for a model without memory): all N rows (one
+    process, or `replicated`) or the owned rows (`partitioned`)."""
+    if not model.has_memory:
+        return None
+    args = (model.dim, model.memory.mail_dim, model.memory.mailbox, start_time, device)
+    if events.num_parts == 1:
+        return NodeState(events.num_nodes, *args)
+    if memory == "replicated":
+        return ReplicatedNodeState(events.num_nodes, *args)
+    return PartitionedNodeState(events.node_offsets, *args)
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident memory."""
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+class LinkTrainer:
+    """Model, optimizer, node state, sampler and feature store of one rank, and the synchronous
+    training and evaluation loops (all ranks call every method together)."""
+
+    def __init__(self, events: RankEvents, cfg: LinkConfig, device: torch.device = torch.device("cpu")) -> None:
+        if events.num_parts != dist.world_size():
+            raise GnndistError(f"the events are of a {events.num_parts}-part store but {dist.world_size()} ranks run")
+        self.events, self.cfg, self.device = events, cfg, device
+        self.train_end, self.val_end = chronological_split(events.num_events)
+        if self.train_end < 1 or self.val_end <= self.train_end or self.val_end >= events.num_events:
+            raise GnndistError(f"{events.num_events} events are too few for a 70/15/15 split")
+        torch.manual_seed(cfg.seed)  # identical initial parameters on every rank
+        self.model = build_model(cfg.model, events.edge_dim, cfg.memory_dim, cfg.time_dim, cfg.num_neighbors,
+                                 mailbox=cfg.mailbox).to(device)
+        self.params = list(self.model.parameters())
+        self.optimizer = torch.optim.Adam(self.params, lr=cfg.lr)
+        self.timers = Timers()
+        self.neighbours = Neighbours(events, self.model.sampling.strategy, cfg.seed, self.timers, device)
+        start = float(events.t.min(initial=np.inf))
+        start = -float(dist.all_reduce(torch.tensor([-start], dtype=torch.float64, device=device), "max"))
+        state = new_state(self.model, events, cfg.memory, start, device)
+        self.state = None if state is None else TimedState(state, self.timers)
+        self.serve_negatives = cfg.memory == "partitioned" and state is not None and events.num_parts > 1
+        self._served: Optional[tuple] = None
+        self.embed_bytes = 0
+        self.cache_counters: dict[str, int] = {}
+        self.progress = dist.rank() == 0 and show_progress(cfg.quiet)
+        self._set_cache()
+
+    # ------------------------------------------------------------------------------ batches
+
+    def batches(self, start: int, stop: int) -> Iterator[tuple[int, int, int]]:
+        """(index, first, last + 1) of the global batches over the events [start, stop)."""
+        b = self.cfg.batch_size
+        for index, s in enumerate(range(start, stop, b)):
+            yield index, s, min(s + b, stop)
+
+    def batch(self, start: int, stop: int, negatives=None) -> Batch:
+        """This rank's events of the global batch [start, stop), with `negatives(rows, src, dst)`
+        [B, n] of them (positions in the global batch and endpoints, all in original ids; None:
+        no negatives); the node state learns which events it scores."""
+        ev = self.events
+        pos = ev.share(start, stop)
+        if negatives is None:
+            neg = np.zeros((pos.size, 0), np.int64)
+        else:
+            neg = ev.orig_to_new[negatives(ev.eid[pos] - start, ev.new_to_orig[ev.src[pos]], ev.new_to_orig[ev.dst[pos]])]
+        feat = ev.edge_feat[pos] if ev.edge_feat is not None else np.zeros((pos.size, 0), np.float32)
+
+        def tensor(a: np.ndarray) -> Tensor:
+            return torch.as_tensor(np.ascontiguousarray(a), device=self.device)
+        batch = Batch(tensor(ev.src[pos]), tensor(ev.dst[pos]), tensor(ev.t[pos]), tensor(ev.eid[pos]), tensor(feat),
+                      tensor(neg))
+        if self.state is not None:
+            self.state.begin_batch(batch.src, batch.dst, batch.eid)
+        return batch
+
+    # ------------------------------------------------------------------------------ one step
+
+    def forward(self, batch: Batch) -> Forward:
+        """Scores of this rank's events of the batch (a collective)."""
+        if not self.serve_negatives:
+            return self.model(self.state, batch, self.neighbours)
+        b, n = batch.neg.shape
+        fw = self.model(self.state, replace(batch, neg=batch.neg[:, :0]), self.neighbours)
+        z_neg = self._embed_at_owners(batch.neg.reshape(-1), batch.t.repeat_interleave(n))
+        fw.neg = self.model.predictor(fw.embed[:b].repeat_interleave(n, 0), z_neg).view(b, n)
+        return fw
+
+    def _embed_at_owners(self, nodes: Tensor, times: Tensor) -> Tensor:
+        """Embeddings [Q, d] of the queries (nodes, times), each computed by the node's owner (a
+        collective). While training, the served embeddings keep their graphs until the
+        requesters send the gradients back."""
+        owner = torch.as_tensor(owners(nodes.cpu().numpy(), self.events.node_offsets), device=self.device)
+        order = torch.argsort(owner, stable=True)
+        sizes = torch.bincount(owner, minlength=self.events.num_parts).tolist()
+        asked = dist.exchange(pack([nodes[order], times[order]]).split(sizes))
+        served_sizes = [a.shape[0] for a in asked]
+        qn, qt = unpack(torch.cat(asked), [(torch.int64, ()), (torch.float64, ())])
+        served = self.model.embed(self.state, qn, qt, 0, self.neighbours).embed
+        back = dist.exchange(served.detach().split(served_sizes))
+        z = torch.empty((nodes.numel(), self.model.dim), device=self.device)
+        z[order] = torch.cat(back)
+        me, row = self.events.rank, self.model.dim * z.element_size()
+        self.embed_bytes += 16 * (sum(sizes) - sizes[me]) + row * (sum(served_sizes) - served_sizes[me])
+        if torch.is_grad_enabled():
+            z.requires_grad_()
+            self._served = (z, order, sizes, served, served_sizes)
+        return z
+
+    def _backward_served(self) -> None:
+        """Send the gradients of the embeddings this rank asked for back to their owners, which
+        backpropagate them through the embeddings they served (a collective)."""
+        z, order, sizes, served, served_sizes = self._served
+        self._served = None
+        grad = torch.zeros_like(z) if z.grad is None else z.grad
+        got = torch.cat(dist.exchange(grad[order].split(sizes)))
+        self.embed_bytes += z.shape[1] * z.element_size() * (sum(served_sizes) - served_sizes[self.events.rank])
+        if served.requires_grad and served.numel():
+            torch.autograd.backward(served, got)
+
+    def step(self, batch: Batch, global_batch: int) -> tuple[float, Forward]:
+        """Forward, backward, summed gradients, optimizer step, state write: the global loss,
+        and this rank's `Forward`."""
+        fw = self.forward(batch)
+        loss = batch_loss(fw, global_batch)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        with self.timers.phase("sync"):
+            if self._served is not None:
+                self._backward_served()
+            total = float(dist.sum_gradients(self.params, loss.detach().reshape(1))[0])
+        if not math.isfinite(total):
+            raise GnndistError(f"the training loss became {total}; try a smaller --lr")
+        self.optimizer.step()
+        self.model.write(self.state, batch, fw)
+        return total, fw
+
+    # ------------------------------------------------------------------------------ epochs
 
     def _bar(self, total: int, desc: str) -> tqdm:
         return tqdm(total=total, desc=desc, unit="ev", leave=False, disable=not self.progress)
 
-    # per-batch steps, replaced by the distributed task (gnndist.temporal.dist_trainer.DistLinkTask)
-    def batch(self, index: int, start: int, stop: int, neg: np.ndarray) -> Batch:
-        """The events of global batch `index` ([start, stop)) this process scores, with `neg`."""
-        return Batch.from_graph(self.tg, start, stop, neg, self.device)
-
-    def forward(self, batch: Batch) -> Forward:
-        return self.model(self.state, batch, self.sample, self.edge_feat)
-
-    def write(self, batch: Batch, fw: Forward) -> None:
-        self.model.write(self.state, batch, fw, self.edge_feat)
-
-    def sync_gradients(self) -> None:
-        """Between backward and the optimizer step: nothing in one process (ranks sum theirs)."""
-
-    def train_epoch(self, epoch: int) -> float:
-        """One pass over the training events from a reset state; the mean loss per event."""
-        self.model.train()
+    def reset_state(self) -> None:
         if self.state is not None:
             self.state.reset()
-        total = 0.0
+
+    def train_epoch(self, epoch: int) -> dict[str, Any]:
+        """One pass over the training events from a reset state; the epoch's figures (all ranks)."""
+        self.model.train()
+        self.reset_state()
+        self._reset_traffic()
+        total, t0, c0 = 0.0, time.perf_counter(), time.process_time()
         with self._bar(self.train_end, f"epoch {epoch}") as bar:
             for index, s, e in self.batches(0, self.train_end):
-                neg = train_negatives(self.seed, epoch, index, self.tg.dst[s:e], self.tg.num_nodes)
-                batch = self.batch(index, s, e, neg)
-                fw = self.forward(batch)
-                loss = batch_loss(fw, e - s)
-                if not torch.isfinite(loss):
-                    raise GnndistError(f"training loss became {loss.item()} at epoch {epoch}, batch {index}; "
-                                       "try a smaller --lr")
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                self.sync_gradients()
-                self.optimizer.step()
-                self.write(batch, fw)
-                total += loss.item() * (e - s)
+                n = self.events.num_nodes
+                batch = self.batch(s, e, lambda rows, src, dst: train_negatives(self.cfg.seed, epoch, index, e - s,
+                                                                                 rows, dst, n))
+                total += self.step(batch, e - s)[0] * (e - s)
                 bar.update(e - s)
-        return total / max(self.train_end, 1)
+        seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+        return {"epoch": epoch, "loss": total / self.train_end, "time_s": seconds, "cpu_s": cpu,
+                "events_per_s": self.train_end / seconds, **self._traffic(seconds)}
 
     @torch.no_grad()
-    def evaluate(self, start: int, stop: int, negatives: np.ndarray, desc: str) -> tuple[np.ndarray, np.ndarray]:
-        """Scores of the events [start, stop) and of their fixed negatives [E, n]; the node
-        state absorbs the true events as it goes."""
+    def evaluate(self, start: int, stop: int, desc: str, score: bool = True) -> tuple[np.ndarray, ...]:
+        """Scores of this rank's events in [start, stop) and of their fixed negatives [P, n], and
+        the events' ids; the node state absorbs the true events as it goes. `score=False` only
+        replays the events through the memory (no negatives, nothing returned)."""
         self.model.eval()
-        pos, neg = [], []
+        ev, cfg = self.events, self.cfg
+        negatives = EvalNegatives(ev.new_to_orig[ev.src[ev.scored]], ev.new_to_orig[ev.dst[ev.scored]],
+                                  ev.eid[ev.scored], ev.num_nodes, start, stop, cfg.neg, cfg.eval_negatives, cfg.seed)
+        pos, neg, eid = [], [], []
         with self._bar(stop - start, desc) as bar:
             for index, s, e in self.batches(start, stop):
-                batch = self.batch(index, s, e, negatives[s - start:e - start])
+                batch = self.batch(s, e, (lambda rows, src, dst: negatives.batch(index, e - s, rows, src, dst))
+                                   if score else None)
                 fw = self.forward(batch)
-                self.write(batch, fw)
+                self.model.write(self.state, batch, fw)
                 pos.append(fw.pos.cpu().numpy())
                 neg.append(fw.neg.cpu().numpy())
+                eid.append(batch.eid.cpu().numpy())
                 bar.update(e - s)
-        n = negatives.shape[1]
-        return (np.concatenate(pos) if pos else np.zeros(0, np.float32),
-                np.concatenate(neg) if neg else np.zeros((0, n), np.float32))
+        return np.concatenate(pos), np.concatenate(neg), np.concatenate(eid)
 
+    def new_nodes(self) -> np.ndarray:
+        """[N] bool: the nodes whose first event is after training (gathered from the owners)."""
+        first = self.events.first_seen()
+        mine = torch.from_numpy((first >= self.train_end) & (first < self.events.num_events))
+        return torch.cat(dist.all_gather_varsize(mine.to(torch.uint8).to(self.device))).cpu().numpy().astype(bool)
 
-def _config(cfg: LinkConfig, tg: TemporalGraph) -> dict[str, Any]:
-    """The settings a resumed run must share with the run that wrote the checkpoint."""
-    return {"model": cfg.model, "batch_size": cfg.batch_size, "lr": cfg.lr, "memory_dim": cfg.memory_dim,
-            "time_dim": cfg.time_dim, "num_neighbors": cfg.num_neighbors, "neg": cfg.neg, "seed": cfg.seed,
-            "num_nodes": tg.num_nodes, "num_events": tg.num_events, "edge_dim": tg.edge_dim}
+    # ------------------------------------------------------------------------------ figures
+
+    def _reset_traffic(self) -> None:
+        self.timers.reset()
+        self.embed_bytes = 0
+        self.neighbours.remote_queries = 0
+        self.neighbours.features.reset_counters()
+        if self.state is not None and hasattr(self.state.state, "reset_traffic"):
+            self.state.reset_traffic()
+
+    def _traffic(self, seconds: float) -> dict[str, Any]:
+        """The last epoch's traffic and time split, all ranks together (seconds: mean over ranks)."""
+        spent = dict(self.timers.seconds)
+        spent["compute"] = seconds - spent["sample"] - spent["fetch"] - spent["sync"]
+        st = self.state.state if self.state is not None else None
+        c = self.cache_counters = dict(self.neighbours.features.counters)
+        k = self.cfg.num_neighbors
+        local = [getattr(st, "rows_fetched", 0), getattr(st, "bytes_sent", 0), self.embed_bytes,
+                 self.neighbours.remote_queries * (16 + 8 * (1 + 3 * k)), c["requests"], c["hits"],
+                 c["bytes_fetched"], c["bytes_saved"], *(spent[p] for p in PHASES)]
+        total = dist.all_reduce(torch.tensor(local, dtype=torch.float64, device=self.device)).cpu().tolist()
+        w = self.events.num_parts
+        steps = len(range(0, self.train_end, self.cfg.batch_size))
+        out = {"remote_rows": int(total[0]), "state_bytes": int(total[1]), "embed_bytes": int(total[2]),
+               "sample_bytes": int(total[3]), "edge_feature_bytes": int(total[6]),
+               "edge_cache_hit_rate": total[5] / total[4] if total[4] else None,
+               "edge_cache_bytes_saved": int(total[7]),
+               "grad_bytes": (w * steps * sum(p.numel() * p.element_size() for p in self.params)) if w > 1 else 0}
+        out["bytes"] = out["state_bytes"] + out["embed_bytes"] + out["sample_bytes"] + out["edge_feature_bytes"]
+        out.update({f"{p}_s": total[8 + i] / w for i, p in enumerate(PHASES)})
+        return out
+
+    def rank_figures(self) -> list[dict[str, Any]]:
+        """What each rank holds (gathered): events, T-CSR entries, edge-feature rows, node-state
+        rows, bytes by category, its peak resident memory, and its edge-cache counters of the
+        last training epoch."""
+        ev, st = self.events, (self.state.state if self.state is not None else None)
+        indptr, nbr, eid, ts = ev.tcsr()
+        cache = self.neighbours.features.cache
+        state_tensors = [] if st is None else [t for k, t in st.state_dict().items() if k != "node_range"]
+        c = self.cache_counters
+        mine = [ev.rank, ev.num_held, int(nbr.size), ev.num_held if ev.edge_feat is not None else 0,
+                0 if st is None else int(state_tensors[0].shape[0]),
+                sum(a.nbytes for a in (ev.eid, ev.src, ev.dst, ev.t)) + (0 if ev.edge_label is None
+                                                                       else ev.edge_label.nbytes),
+                indptr.nbytes + nbr.nbytes + eid.nbytes + ts.nbytes,
+                0 if ev.edge_feat is None else ev.edge_feat.nbytes,
+                sum(t.numel() * t.element_size() for t in state_tensors),
+                0 if cache is None else cache.rows.nbytes, ev.orig_to_new.nbytes + ev.new_to_orig.nbytes,
+                peak_rss_bytes(), c.get("requests", 0), c.get("hits", 0), c.get("bytes_fetched", 0)]
+        rows = torch.cat(dist.all_gather_varsize(torch.tensor([mine], dtype=torch.int64, device=self.device)))
+        out = []
+        for r in rows.cpu().tolist():
+            out.append({"rank": r[0], "events_held": r[1], "tcsr_entries": r[2], "edge_feature_rows": r[3],
+                        "node_state_rows": r[4],
+                        "bytes": dict(zip(("events", "tcsr", "edge_features", "node_state", "cache", "id_maps"),
+                                          r[5:11])),
+                        "peak_rss_bytes": r[11],
+                        "edge_cache": {"requests": r[12], "hits": r[13], "hit_rate": r[13] / r[12] if r[12] else None,
+                                       "bytes_fetched": r[14]}})
+        return out
+
+    # ------------------------------------------------------------------------------ the cache
+
+    def _set_cache(self) -> None:
+        """The edge-feature cache of `cfg.cache` (a collective): `degree` fills it with the remote
+        events of most active endpoints, offered by their holders; `presample` with the events
+        one sampling pass over the training batches requests most; `adaptive` starts empty."""
+        policy, store = self.cfg.cache, self.neighbours.features
+        if policy == "none" or self.events.num_parts == 1 or self.events.edge_dim == 0:
+            return
+        candidates = None
+        if policy == "degree":
+            candidates = self._degree_candidates()
+        elif policy == "presample":
+            candidates = self._presample_candidates()
+        store.set_cache(policy, self.cfg.cache_size, candidates=candidates)
+
+    def _capacities(self) -> list[int]:
+        """Cache rows of every rank."""
+        from gnndist.samplers.cache import capacity_rows
+
+        store = self.neighbours.features
+        mine = capacity_rows(self.cfg.cache_size, store.num_remote, store.row_bytes)
+        return [int(c) for c in torch.cat(dist.all_gather_varsize(torch.tensor([mine]))).tolist()]
+
+    def _degree_candidates(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Each holder offers every other rank its events (whose source it owns) touching none of
+        that rank's nodes, scored by their endpoints' event counts, up to that rank's capacity."""
+        ev = self.events
+        indptr = ev.tcsr()[0]
+        degree = torch.cat(dist.all_gather_varsize(torch.from_numpy(np.diff(indptr)))).numpy()
+        own = ev.scored
+        score = (degree[ev.src[own]] + degree[ev.dst[own]]).astype(np.float64)
+        sends = []
+        for r, cap in enumerate(self._capacities()):
+            lo, hi = ev.node_offsets[r], ev.node_offsets[r + 1]
+            far = np.flatnonzero(~(((ev.src[own] >= lo) & (ev.src[own] < hi)) | ((ev.dst[own] >= lo) & (ev.dst[own] < hi))))
+            if r == ev.rank or far.size == 0 or cap == 0:
+                far = far[:0]
+            elif far.size > cap:
+                far = far[np.argpartition(-score[far], cap - 1)[:cap]]
+            sends.append(torch.from_numpy(np.stack([ev.eid[own][far].astype(np.float64), score[far]], 1)))
+        got = dist.exchange(sends)
+        holders = np.concatenate([np.full(g.shape[0], r, np.int64) for r, g in enumerate(got)])
+        rows = torch.cat(got).numpy()
+        return rows[:, 0].astype(np.int64), rows[:, 1], holders
+
+    def _presample_candidates(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The remote events one pass of this rank's training-batch sampling requests, with
+        their request counts (the `presample` policy; the count table stays bounded)."""
+        ev, model = self.events, self.model
+        store, cap = self.neighbours.features, max(self._capacities()[ev.rank], 1)
+        ids, counts, holders = np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64)
+        if model.sampling.hops == 0:
+            return ids, counts, holders
+        for index, s, e in self.batches(0, self.train_end):
+            pos = ev.share(s, e)
+            nodes, times = [ev.src[pos], ev.dst[pos]], [ev.t[pos], ev.t[pos]]
+            if model.sampling.rows == "queries" and not self.serve_negatives:
+                neg = train_negatives(self.cfg.seed, 1, index, e - s, ev.eid[pos] - s, ev.new_to_orig[ev.dst[pos]],
+                                      ev.num_nodes)
+                nodes.append(ev.orig_to_new[neg[:, 0]])
+                times.append(ev.t[pos])
+            hops, owner = self.neighbours.sample(np.concatenate(nodes), np.concatenate(times),
+                                                 [model.k] * model.sampling.hops)
+            eid = np.concatenate([h.eid[h.mask] for h in hops])
+            held_by = np.concatenate([np.repeat(o, h.mask.sum(1)) for o, h in zip(owner, hops)])
+            remote = store.book.position(eid) < 0
+            eid = np.concatenate([eid[remote], ids])
+            weight = np.concatenate([np.ones(int(remote.sum())), counts])
+            held_by = np.concatenate([held_by[remote], holders])
+            ids, first, inv = np.unique(eid, return_index=True, return_inverse=True)
+            counts, holders = np.bincount(inv, weights=weight), held_by[first]
+            if ids.size > 8 * cap:
+                top = np.sort(np.argpartition(-counts, 4 * cap)[:4 * cap])
+                ids, counts, holders = ids[top], counts[top], holders[top]
+        return ids, counts, holders
+
+    # ------------------------------------------------------------------------------ state I/O
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "node_state": None if self.state is None else self.state.state_dict()}
+
+    def load_state_dict(self, saved: dict[str, Any]) -> None:
+        self.model.load_state_dict(saved["model"])
+        self.optimizer.load_state_dict(saved["optimizer"])
+        if self.state is not None:
+            self.state.load_state_dict(saved["node_state"])
 
 
 def _json_safe(metrics: dict[str, float]) -> dict[str, Optional[float]]:
@@ -143,80 +500,103 @@ def _table(rows: list[tuple[str, dict[str, float]]]) -> str:
     return "\n".join(lines)
 
 
-def run(cfg: LinkConfig, outputs: Outputs, tg: TemporalGraph, world: Optional[Any] = None) -> dict[str, Any]:
-    """Train, evaluate, print the table, and write --metrics-out and --checkpoint; returns the
-    metrics. With `world` (a `gnndist.temporal.dist_trainer.World`) this is one rank of a distributed run."""
-    from gnndist import dist
-    from gnndist.datasets import chronological_split, new_nodes_after
-
-    train_end, val_end = chronological_split(tg)
-    if train_end < 1 or val_end <= train_end or val_end >= tg.num_events:
-        raise GnndistError(f"{tg.num_events} events are too few for a 70/15/15 split")
-    device = dist.setup(cfg.device)
-    torch.manual_seed(cfg.seed)
-    spec = SPECS[cfg.model]
-    model = TGNN(cfg.model, tg.num_nodes, tg.edge_dim, cfg.memory_dim, cfg.time_dim, cfg.num_neighbors).to(device)
-    edge_feat = (torch.from_numpy(tg.edge_feat) if tg.edge_feat is not None
-                 else torch.zeros(tg.num_events, 0)).to(device)
-    lead = world is None or world.rank == 0  # prints and writes the metrics
-    state = model.new_state(float(tg.t[0]), device) if world is None else world.new_state(model, float(tg.t[0]), device)
-    task = (LinkTask if world is None else world.task)(
-        tg, model, state, torch.optim.Adam(model.parameters(), lr=cfg.lr, fused=True), make_sampler(tg, spec.strategy, cfg.seed),
-        edge_feat, train_end, val_end, cfg.batch_size, cfg.seed, device,
-        progress=lead and show_progress(cfg.quiet))
-    config = _config(cfg, tg) | ({} if world is None else world.summary())
-    ckpt_dir = outputs.checkpoint if world is None or not outputs.checkpoint else world.checkpoint_dir(outputs.checkpoint)
+def fit(trainer: LinkTrainer, outputs: Outputs = Outputs()) -> dict[str, Any]:
+    """Train with model selection on validation AP, then test the selected parameters; write
+    checkpoints each epoch and, on rank 0, the metrics. Returns the metrics (the same on every
+    rank)."""
+    cfg, ev, lead = trainer.cfg, trainer.events, dist.rank() == 0
+    config = {**cfg.to_dict(), "num_nodes": ev.num_nodes, "num_events": ev.num_events, "edge_dim": ev.edge_dim,
+              "world_size": ev.num_parts}
+    resume_keys = ("model", "batch_size", "lr", "memory_dim", "time_dim", "num_neighbors", "neg", "seed", "memory",
+                   "num_nodes", "num_events", "edge_dim", "world_size")
+    ckpt_dir = None
+    if outputs.checkpoint:
+        ckpt_dir = Path(outputs.checkpoint) / f"rank{ev.rank}" if ev.num_parts > 1 else Path(outputs.checkpoint)
     history: list[dict[str, Any]] = []
+    best: Optional[dict[str, Any]] = None  # epoch, val_ap, parameters
     first = 1
     if outputs.resume:
-        ckpt = checkpoint.load(ckpt_dir)
-        for key, value in config.items():
-            if ckpt["config"].get(key) != value:
-                raise GnndistError(f"checkpoint in {outputs.checkpoint} was written with {key}={ckpt['config'].get(key)}, "
-                                   f"this run has {key}={value}")
-        model.load_state_dict(ckpt["model"])
-        task.optimizer.load_state_dict(ckpt["optimizer"])
-        if task.state is not None:
-            task.state.load_state_dict(ckpt["node_state"])
-        checkpoint.set_rng_state(ckpt["rng"])
-        history, first = list(ckpt["history"]), int(ckpt["epoch"]) + 1
-        if world is not None:
-            world.check_resume(first)
+        saved = checkpoint.load(ckpt_dir)
+        for key in resume_keys:
+            if saved["config"].get(key) != config[key]:
+                raise GnndistError(f"checkpoint in {outputs.checkpoint} was written with {key}="
+                                   f"{saved['config'].get(key)}, this run has {key}={config[key]}")
+        trainer.load_state_dict(saved)
+        checkpoint.set_rng_state(saved["rng"])
+        history, best, first = list(saved["history"]), saved["best"], int(saved["epoch"]) + 1
+        if dist.agree_max(first, trainer.device) != -dist.agree_max(-first, trainer.device):
+            raise GnndistError("the ranks' checkpoints are of different epochs (a run stopped while writing "
+                               "them); resume from an earlier copy or start afresh")
+    def stopped() -> bool:
+        return cfg.patience is not None and bool(history) and history[-1]["epoch"] - best["epoch"] >= cfg.patience
 
-    val_neg = eval_negatives(tg, train_end, val_end, cfg.neg, cfg.eval_negatives, cfg.seed)
-    test_neg = eval_negatives(tg, val_end, tg.num_events, cfg.neg, cfg.eval_negatives, cfg.seed)
     for epoch in range(first, cfg.epochs + 1):
-        t0, c0 = time.perf_counter(), time.process_time()
-        loss = task.train_epoch(epoch)
-        seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
-        val = link_metrics(*task.evaluate(train_end, val_end, val_neg, "val"))
-        history.append({"epoch": epoch, "loss": loss, "time_s": seconds, "cpu_s": cpu_seconds,
-                        "events_per_s": train_end / seconds,
-                        "val_ap": val["ap"], "val_auc": val["auc"], "val_mrr": val["mrr"],
-                        **({} if world is None else task.figures())})
+        if stopped():
+            break
+        rec = trainer.train_epoch(epoch)
+        val = link_metrics(*trainer.evaluate(trainer.train_end, trainer.val_end, "val")[:2], across_ranks=True)
+        rec.update(val_ap=val["ap"], val_auc=val["auc"], val_mrr=val["mrr"])
+        history.append(rec)
+        if best is None or val["ap"] > best["val_ap"]:
+            best = {"epoch": epoch, "val_ap": val["ap"], "model": copy.deepcopy(trainer.model.state_dict())}
         if lead and not cfg.quiet:
-            print(f"epoch {epoch}: loss {loss:.4f}, {train_end / seconds:,.0f} events/s, "
+            print(f"epoch {epoch}: loss {rec['loss']:.4f}, {rec['events_per_s']:,.0f} events/s, "
                   f"val AP {val['ap']:.4f} AUC {val['auc']:.4f} MRR {val['mrr']:.4f}", file=sys.stderr)
-        if outputs.checkpoint:
-            checkpoint.save(ckpt_dir, {
-                "config": config, "epoch": epoch, "model": model.state_dict(),
-                "optimizer": task.optimizer.state_dict(),
-                "node_state": None if task.state is None else task.state.state_dict(),
-                "rng": checkpoint.rng_state(), "history": history})
-    if not history:
+        if ckpt_dir is not None:
+            checkpoint.save(ckpt_dir, {"config": config, "epoch": epoch, **trainer.state_dict(),
+                                       "rng": checkpoint.rng_state(), "history": history, "best": best})
+    if first > cfg.epochs:
         raise GnndistError(f"the checkpoint already holds {first - 1} epochs; ask for more with --epochs")
-    pos, neg = task.evaluate(val_end, tg.num_events, test_neg, "test")
-    new = new_nodes_after(tg, train_end)
-    inductive = np.isin(tg.src[val_end:], new) | np.isin(tg.dst[val_end:], new)
-    test, test_new = link_metrics(pos, neg), link_metrics(pos[inductive], neg[inductive])
-    last = history[-1]
-    metrics = {"task": "link", "model": cfg.model, "world_size": 1, **({} if world is None else world.summary()),
-               "neg": cfg.neg, "config": config, "epochs": history,
+    stop_reason = "patience" if stopped() else "epochs"
+    # the selected parameters, with the node state they build over the training and validation events
+    trainer.model.load_state_dict(best["model"])
+    trainer.reset_state()
+    trainer.evaluate(0, trainer.val_end, "replay", score=False)
+    pos, neg, eid = trainer.evaluate(trainer.val_end, ev.num_events, "test")
+    new = trainer.new_nodes()
+    held = np.searchsorted(ev.eid, eid)
+    inductive = new[ev.src[held]] | new[ev.dst[held]]
+    test = link_metrics(pos, neg, across_ranks=True)
+    test_new = link_metrics(pos[inductive], neg[inductive], across_ranks=True)
+    n_inductive = int(dist.all_reduce(torch.tensor([int(inductive.sum())], device=trainer.device)).item())
+    metrics = {"task": "link", "model": cfg.model, "world_size": ev.num_parts, "memory": cfg.memory,
+               "share": cfg.share, "neg": cfg.neg, "config": config, "epochs": history,
+               "selected_epoch": best["epoch"], "stop_reason": stop_reason, "ranks": trainer.rank_figures(),
                "test": {**_json_safe(test), **{f"inductive_{k}": v for k, v in _json_safe(test_new).items()},
-                        "inductive_events": int(inductive.sum())}}
+                        "inductive_events": n_inductive}}
     if lead:
-        print(_table([("val", {"ap": last["val_ap"], "auc": last["val_auc"], "mrr": last["val_mrr"]}),
-                      ("test", test), (f"test new nodes ({int(inductive.sum())})", test_new)]))
+        sel = next(h for h in history if h["epoch"] == best["epoch"])
+        print(_table([(f"val (epoch {best['epoch']})", {"ap": sel["val_ap"], "auc": sel["val_auc"],
+                                                        "mrr": sel["val_mrr"]}),
+                      ("test", test), (f"test new nodes ({n_inductive})", test_new)]))
         if outputs.metrics_out:
             write_json(outputs.metrics_out, metrics)
     return metrics
+
+
+def rank_events(source: Union[TemporalGraph, str]) -> RankEvents:
+    """This rank's events: the whole graph (one process) or its part of a temporal store (only
+    meta.json, the id maps and its own part are read)."""
+    if isinstance(source, TemporalGraph):
+        return RankEvents.from_graph(source)
+    part = load_partition(source, dist.rank(), dist.world_size())
+    if part.kind != "temporal":
+        raise GnndistError(f"partition store {source} holds a {part.kind} graph; --task link needs a temporal one")
+    return RankEvents.from_partition(part, load_id_maps(source)[1])
+
+
+def link_rank(source: Union[TemporalGraph, str], cfg: LinkConfig, outputs: Outputs = Outputs()) -> dict:
+    """One rank of a run: its events, then `fit`."""
+    device = dist.setup(cfg.device)
+    try:
+        return fit(LinkTrainer(rank_events(source), cfg, device), outputs)
+    finally:
+        dist.teardown()
+
+
+def train_link(data: Data, cfg: Optional[LinkConfig] = None, nproc: int = 1, outputs: Outputs = Outputs()) -> dict:
+    """Link prediction on `data` (a `TemporalGraph`, a dataset name or path, a `DataSource`, or
+    a temporal partition store) on `nproc` local ranks, or as this rank of a torchrun world.
+    Returns the metrics (of rank 0, or of this rank under torchrun)."""
+    cfg = cfg or LinkConfig()
+    return run_job(data, nproc, SPLIT, link_rank, cfg, outputs, device=cfg.device, quiet=cfg.quiet)

@@ -1,0 +1,97 @@
+"""The events one rank holds, and which of them it scores in each global batch.
+
+A rank holds its part of a temporal partition store: every event with an endpoint it owns (node
+ids renumbered so that it owns the contiguous range lo .. hi-1), with global event ids in time
+order, their times, edge features and labels, plus the id maps (per node, not per event). It
+scores the events whose source node it owns (each event has exactly one such rank): global batch
+i is the events [iB, (i+1)B), and a rank's share of it is found by a binary search in its own
+sorted event ids. One process is the same with one part: the whole graph, ids unchanged.
+
+No array here has one entry per event of the whole graph: `eid`, `src`, `dst`, `t`,
+`edge_feat`, `edge_label` have one per held event, the T-CSR one per (held event, owned
+endpoint), and the id maps one per node.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from gnndist.graph import TemporalGraph, tcsr_rows
+from gnndist.partition import Partition
+from gnndist.partition.store import invert_permutation
+
+
+@dataclass(eq=False)
+class RankEvents:
+    """What one rank holds of a temporal graph (see the module docstring)."""
+
+    rank: int
+    num_parts: int
+    num_nodes: int  # of the whole graph
+    num_events: int  # of the whole graph
+    node_offsets: np.ndarray  # [W + 1]: rank r owns node ids node_offsets[r] .. node_offsets[r+1]-1
+    orig_to_new: np.ndarray  # [N] store id of every original node id
+    new_to_orig: np.ndarray  # [N]
+    eid: np.ndarray  # held events: global ids, increasing
+    src: np.ndarray  # store ids
+    dst: np.ndarray
+    t: np.ndarray
+    edge_feat: Optional[np.ndarray] = None
+    edge_label: Optional[np.ndarray] = None
+
+    def __post_init__(self) -> None:
+        self.lo, self.hi = int(self.node_offsets[self.rank]), int(self.node_offsets[self.rank + 1])
+        self.scored = np.flatnonzero((self.src >= self.lo) & (self.src < self.hi))  # positions of own events
+        self._tcsr: Optional[tuple] = None
+
+    @classmethod
+    def from_graph(cls, tg: TemporalGraph) -> "RankEvents":
+        """The whole graph on one rank (ids unchanged; the arrays are the graph's, not copies)."""
+        ids = np.arange(tg.num_nodes, dtype=np.int64)
+        return cls(0, 1, tg.num_nodes, tg.num_events, np.array([0, tg.num_nodes], np.int64), ids, ids,
+                   np.arange(tg.num_events, dtype=np.int64), tg.src, tg.dst, tg.t, tg.edge_feat, tg.edge_label)
+
+    @classmethod
+    def from_partition(cls, part: Partition, orig_to_new: np.ndarray) -> "RankEvents":
+        """Part `part.part_id` of a temporal store, with the store's `orig_to_new`."""
+        return cls(part.part_id, part.num_parts, part.num_nodes, part.num_events, part.node_offsets, orig_to_new,
+                   invert_permutation(orig_to_new), part.eid, part.src, part.dst, part.t, part.edge_feat,
+                   part.edge_label)
+
+    @property
+    def edge_dim(self) -> int:
+        return 0 if self.edge_feat is None else int(self.edge_feat.shape[1])
+
+    @property
+    def num_held(self) -> int:
+        return int(self.eid.size)
+
+    @property
+    def orig_ids(self) -> np.ndarray:
+        """Original id of every owned node (what random streams are keyed by)."""
+        return self.new_to_orig[self.lo:self.hi]
+
+    def owns(self, nodes: np.ndarray) -> np.ndarray:
+        return (nodes >= self.lo) & (nodes < self.hi)
+
+    def tcsr(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """T-CSR `(indptr, nbr, eid, ts)` of the owned nodes (rows lo .. hi-1), built once."""
+        if self._tcsr is None:
+            self._tcsr = tcsr_rows(self.src, self.dst, self.t, self.eid, self.lo, self.hi)
+        return self._tcsr
+
+    def share(self, start: int, stop: int) -> np.ndarray:
+        """Positions (in the held arrays) of the events this rank scores among the global events
+        [start, stop), in event order."""
+        own = self.eid[self.scored]
+        return self.scored[np.searchsorted(own, start):np.searchsorted(own, stop)]
+
+    def first_seen(self) -> np.ndarray:
+        """[hi - lo] the first event id of each owned node (num_events where it has none)."""
+        first = np.full(self.hi - self.lo, self.num_events, np.int64)
+        for ends in (self.src, self.dst):
+            own = self.owns(ends)
+            np.minimum.at(first, ends[own] - self.lo, self.eid[own])
+        return first
