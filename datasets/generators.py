@@ -23,6 +23,15 @@ def _positive(**kw: int) -> None:
             raise GnndistError(f"{name} must be a positive integer, got {v!r}")
 
 
+SEED_LIMIT = 2**64
+
+
+def _check_seed(seed: int) -> None:
+    """The generator seed must be an integer in [0, 2**64) (numpy's seeding refuses negatives)."""
+    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or not 0 <= seed < SEED_LIMIT:
+        raise GnndistError(f"seed (--data-seed) must be an integer from 0 to {SEED_LIMIT - 1}, got {seed!r}")
+
+
 def _power_law_weights(rng: np.random.Generator, n: int, exponent: float = 2.2, cap: float = 1e3) -> np.ndarray:
     """Pareto(exponent) node weights in [1, cap]: expected degrees follow a power law."""
     return np.minimum((1.0 - rng.random(n)) ** (-1.0 / (exponent - 1.0)), cap)
@@ -55,6 +64,7 @@ def synthetic_static(num_nodes: int = 10_000, num_edges: int = 100_000, num_feat
     """Undirected node-classification graph with exactly `num_edges` distinct undirected edges
     (no self-loops; stored both ways, so `Graph.num_edges == 2 * num_edges`)."""
     _positive(num_nodes=num_nodes, num_edges=num_edges, num_features=num_features, num_classes=num_classes)
+    _check_seed(seed)
     if num_classes > num_nodes:
         raise GnndistError(f"num_classes ({num_classes}) must not exceed num_nodes ({num_nodes})")
     if num_edges > num_nodes * (num_nodes - 1) // 4:
@@ -109,6 +119,7 @@ def synthetic_temporal(num_nodes: int = 1_000, num_events: int = 20_000, edge_di
     are a mix of the two endpoints' fixed vectors plus noise.
     """
     _positive(num_nodes=num_nodes, num_events=num_events, edge_dim=edge_dim)
+    _check_seed(seed)
     if num_nodes < 2:
         raise GnndistError("num_nodes must be at least 2")
     rng = np.random.default_rng(seed)
