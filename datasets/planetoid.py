@@ -92,6 +92,8 @@ def _unpickle(path: str):
     try:
         with open_bytes(path) as f:
             return _RestrictedUnpickler(f, encoding="latin1").load()
+    except GnndistError:  # from open_bytes: it names the file already
+        raise
     except MemoryError:  # a length field larger than memory
         raise GnndistError(f"{path}: not a valid Planetoid pickle: it asks for more memory than there is") from None
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError, KeyError,
