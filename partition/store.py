@@ -546,7 +546,7 @@ def _ids_problem(name: str, a: np.ndarray, lo: int, hi: int, ascending: bool = F
     return None
 
 
-def _halo_problem(meta: dict, p: int, a: dict[str, np.ndarray], neighbours: np.ndarray) -> Optional[str]:
+def _halo_problem(meta: dict, p: int, a: dict[str, np.ndarray], *neighbours: np.ndarray) -> Optional[str]:
     """What is wrong with the part's halo ids, given the endpoints of its own edges or events."""
     halo = a["halo_ids"]
     start, stop = meta["node_offsets"][p], meta["node_offsets"][p + 1]
@@ -555,13 +555,21 @@ def _halo_problem(meta: dict, p: int, a: dict[str, np.ndarray], neighbours: np.n
         return problem
     if np.any((halo >= start) & (halo < stop)):
         return "halo_ids.npy holds a node the part owns"
-    if halo.size != meta["stats"]["halo_nodes_per_part"][p]:
-        return f"halo_ids.npy holds {halo.size} nodes, stats.halo_nodes_per_part says {meta['stats']['halo_nodes_per_part'][p]}"
-    far = neighbours[(neighbours < start) | (neighbours >= stop)]
-    at = np.minimum(np.searchsorted(halo, far), max(halo.size - 1, 0))
-    if far.size and (halo.size == 0 or np.any(halo[at] != far)):
+    counted = meta["stats"]["halo_nodes_per_part"][p]
+    if halo.size != counted:
+        return f"halo_ids.npy holds {halo.size} nodes, stats.halo_nodes_per_part says {counted}"
+    known = _node_set(meta["num_nodes"], halo)
+    known[start:stop] = True
+    if not all(known[ids].all() for ids in neighbours):
         return "halo_ids.npy lacks a neighbour the part's edges or events reach"
     return None
+
+
+def _node_set(n: int, ids: np.ndarray) -> np.ndarray:
+    """Membership table (bool [n]) of node ids `ids`: one O(n + len) pass, no sort or search."""
+    table = np.zeros(n, dtype=bool)
+    table[ids] = True
+    return table
 
 
 def _part_problem(meta: dict, p: int, a: dict[str, np.ndarray]) -> Optional[str]:
@@ -626,14 +634,14 @@ def _temporal_problem(meta: dict, p: int, a: dict[str, np.ndarray]) -> Optional[
     if t.size > 1 and np.any(t[1:] < t[:-1]):
         return "t.npy is not in time order"
     own_src, own_dst = (src >= start) & (src < stop), (dst >= start) & (dst < stop)
-    hubs = np.asarray(meta.get("replicated_hubs", []), dtype=np.int64)
-    touches = own_src | own_dst | np.isin(src, hubs) | np.isin(dst, hubs)
+    hub = _node_set(meta["num_nodes"], np.asarray(meta.get("replicated_hubs", []), dtype=np.int64))
+    touches = own_src | own_dst | hub[src] | hub[dst]
     if not touches.all():
         return f"event {int(eid[~touches][0])} touches no node of the part and no replicated hub"
     if own_src.sum() != st["events_per_part"][p]:
         return f"the part owns {int(own_src.sum())} events, stats.events_per_part says {st['events_per_part'][p]}"
     mine = own_src | own_dst
-    return _halo_problem(meta, p, a, np.concatenate([src[mine], dst[mine]])) if "halo_ids" in a else None
+    return _halo_problem(meta, p, a, src[mine], dst[mine]) if "halo_ids" in a else None
 
 
 def load_partition(path: Union[str, Path], part_id: int, world_size: Optional[int] = None) -> Partition:

@@ -73,6 +73,11 @@ class Ctx:
         p.write_bytes(gzip.compress(data) if name.endswith(".gz") and not raw else data)
         return str(p)
 
+    def link(self, target: str, name: str, hard: bool = False) -> str:
+        """A symbolic (or hard) link `name` to `target`; its path."""
+        (os.link if hard else os.symlink)(target, self.tmp / name)
+        return str(self.tmp / name)
+
     def npz(self, name: str, **arrays) -> str:
         buf = io.BytesIO()
         np.savez(buf, **arrays)
@@ -116,6 +121,14 @@ def partition(data, *flags) -> Callable[[Ctx], list[str]]:
         d = data(ctx) if callable(data) else data
         return ["partition", *([str(d)] if isinstance(d, (str, Path)) else d), "--parts", "2", "--out", ctx.out,
                 "--quiet", *flags]
+    return setup
+
+
+def out_at(out: Callable[[Ctx, str], str]) -> Callable[[Ctx], list[str]]:
+    """A setup partitioning a small edge list g.txt into `--out out(ctx, path of g.txt)`."""
+    def setup(ctx: Ctx) -> list[str]:
+        data = ctx.file("g.txt", "1 2 3\n4 5 6\n")
+        return ["partition", data, "--parts", "2", "--out", out(ctx, data)]
     return setup
 
 
@@ -185,7 +198,8 @@ CASES = [
          ["m.npz", "missing array 'adj_shape'"]),
     Case("npz-object-array", partition(lambda c: c.npz(
         "o.npz", adj_data=np.ones(2), adj_indices=np.array([1, 0]), adj_indptr=np.array([0, 1, 2]),
-        adj_shape=np.array([2, 2]), labels=np.array([object(), object()]))), ["o.npz", "array 'labels' cannot be read"]),
+        adj_shape=np.array([2, 2]), labels=np.array([object(), object()]))),
+         ["o.npz", "array 'labels' cannot be read"]),
     Case("npz-negative-label", partition(lambda c: c.npz(
         "l.npz", adj_data=np.ones(2), adj_indices=np.array([1, 0]), adj_indptr=np.array([0, 1, 2]),
         adj_shape=np.array([2, 2]), labels=np.array([0, -3]))), ["l.npz", "labels hold a negative class (-3)"]),
@@ -246,19 +260,15 @@ CASES = [
          ["--replicate-hubs applies to temporal graphs only"]),
     Case("halo-two", partition(STATIC, "--halo", "2"), ["--halo", "invalid choice: 2"]),
     # ---- output paths
-    Case("out-is-the-input", lambda c: ["partition", c.file("g.txt", "1 2 3\n4 5 6\n"), "--parts", "2",
-                                        "--out", str(c.tmp / "g.txt")], ["g.txt", "it is the input"]),
+    Case("out-is-the-input", out_at(lambda c, data: data), ["g.txt", "it is the input"]),
     Case("out-contains-the-input", lambda c: ["partition", c.file("d/g.txt", "1 2 3\n4 5 6\n"), "--parts", "2",
                                               "--out", str(c.tmp / "d")], ["contains the input"]),
     Case("out-inside-the-input-folder", lambda c: ["partition", str(c.planetoid()), "--parts", "2",
                                                    "--out", str(c.tmp / "toy" / "parts")],
          ["toy/parts", "it is inside the input folder"]),
-    Case("out-symlink-to-the-input", lambda c: ["partition", c.file("g.txt", "1 2 3\n4 5 6\n"), "--parts", "2",
-                                                "--out", (os.symlink(c.tmp / "g.txt", c.tmp / "l"), str(c.tmp / "l"))[1]],
-         ["it is the input"]),
-    Case("out-hard-link-to-the-input", lambda c: ["partition", c.file("g.txt", "1 2 3\n4 5 6\n"), "--parts", "2",
-                                                  "--out", (os.link(c.tmp / "g.txt", c.tmp / "h"), str(c.tmp / "h"))[1]],
-         ["it is a hard link to the input"]),
+    Case("out-symlink-to-the-input", out_at(lambda c, data: c.link(data, "l")), ["/l: it is the input"]),
+    Case("out-hard-link-to-the-input", out_at(lambda c, data: c.link(data, "h", hard=True)),
+         ["/h: it is a hard link to the input"]),
     Case("out-folder-of-other-files", lambda c: ["partition", *STATIC, "--parts", "2", "--out",
                                                  str(Path(c.file("mine/notes.md", "keep")).parent)],
          ["mine", "it exists and is not a partition store"]),
@@ -275,7 +285,8 @@ CASES = [
     # ---- gnndist info / --verify and damaged or hand-edited stores
     Case("info-not-a-store", lambda c: ["info", str(Path(c.file("d/x.txt", "x")).parent)],
          ["is not a partition store (no meta.json)"]),
-    Case("info-meta-not-json", info(lambda c, s: (s / "meta.json").write_text("{oops")), ["meta.json", "not valid JSON"]),
+    Case("info-meta-not-json", info(lambda c, s: (s / "meta.json").write_text("{oops")),
+         ["meta.json", "not valid JSON"]),
     Case("info-meta-nested", info(lambda c, s: (s / "meta.json").write_text("[" * 200_000 + "]" * 200_000)),
          ["meta.json", "nested too deeply"]),
     Case("info-meta-edited", info(lambda c, s: (s / "meta.json").write_text(
@@ -298,7 +309,8 @@ CASES = [
     Case("info-unknown-array", info(lambda c, s: c.restamp(
         s, meta_edit=lambda m: m["arrays"].update(evil={"dtype": "<i8", "shape": []}))),
          ["arrays lists 'evil', which a temporal store does not hold"]),
-    Case("info-src-out-of-range", info(lambda c, s: c.restamp(s, _edited(s, "part1/src.npy", lambda a: _set(a, 0, 80)))),
+    Case("info-src-out-of-range", info(lambda c, s: c.restamp(s, _edited(s, "part1/src.npy",
+                                                                        lambda a: _set(a, 0, 80)))),
          ["part 1", "src.npy holds 80, outside [0, 80)", "rewrite the store"]),
     Case("info-t-nan", info(lambda c, s: c.restamp(s, _edited(s, "part0/t.npy", lambda a: _set(a, 3, np.nan)))),
          ["part 0", "t.npy holds NaN or inf"]),
