@@ -187,6 +187,8 @@ def test_malformed_text_names_file_and_line(tmp_path, name, content, line, messa
     ("cut.txt.gz", gzip.compress(b"1 2 3\n" * 1000)[:40], "cannot read"),
     ("empty.npz", b"", r"not a readable \.npz file \(EOFError"),
     ("garbage.npz", b"PK\x03\x04garbage", r"not a readable \.npz file \(BadZipFile"),
+    ("text.npz", b"a,b,c\n1,2,3\n", r"not a readable \.npz file \(neither a zip archive nor a \.npy array: it starts "
+                                  r"with b'a,b,c\\n'\)"),
 
 ])
 def test_empty_or_corrupt_files(tmp_path, name, content, message):
