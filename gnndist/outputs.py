@@ -99,25 +99,26 @@ def check_output(path: PathLike, kind: str, inputs: Iterable[Optional[PathLike]]
 
 
 def _files(root: Path) -> list[Path]:
-    """Every file, symlink or other non-folder entry at or below `root`."""
-    if not root.is_dir() or root.is_symlink():
+    """Every file, symlink or other non-folder entry at or below `root` (symlinks not followed)."""
+    if root.is_symlink() or not root.is_dir():
         return [root]
-    return [Path(d) / f for d, dirs, files in os.walk(root) for f in files + [x for x in dirs
-                                                                              if os.path.islink(Path(d) / x)]]
+    found = []
+    for folder, dirs, files in os.walk(root):
+        found += [Path(folder) / f for f in files]
+        found += [Path(folder) / d for d in dirs if os.path.islink(Path(folder) / d)]
+    return found
+
+
+def _hard_linked(files: list[Path]) -> dict[tuple[int, int], Path]:
+    """(device, inode) -> path of each of `files` that has another name (a link count above 1)."""
+    stats = ((f, os.stat(f, follow_symlinks=False)) for f in files)
+    return {(st.st_dev, st.st_ino): f for f, st in stats if st.st_nlink > 1}
 
 
 def _linked_input(out: Path, inputs: list[Path]) -> Optional[Path]:
     """The input that a file at or below `out` is a hard link of (same device and inode), if any."""
-    ids = {}
-    for inp in inputs:
-        for f in _files(inp.resolve()):
-            st = os.stat(f, follow_symlinks=False)
-            ids[(st.st_dev, st.st_ino)] = inp
-    for f in _files(out):
-        st = os.stat(f, follow_symlinks=False)
-        if (st.st_dev, st.st_ino) in ids:
-            return ids[(st.st_dev, st.st_ino)]
-    return None
+    ids = {key: inp for inp in inputs for key in _hard_linked(_files(inp.resolve()))}
+    return next((ids[key] for key in _hard_linked(_files(out)) if key in ids), None)
 
 
 def _relative(root: Path) -> list[str]:

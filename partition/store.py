@@ -13,9 +13,9 @@ Layout of a store folder (written atomically: temp folder, then one rename):
               edge_label.npy, halo_ids.npy (with --halo 1)
 
 Nodes are renumbered so that part p owns the new ids [node_offsets[p], node_offsets[p+1]);
-within a part, nodes keep their original relative order (orig_ids ascending). A temporal part holds every event
-with an endpoint it owns or a replicated hub endpoint (`--replicate-hubs`: the hubs are still
-owned by one part; other parts hold read-only copies of their events).
+within a part, nodes keep their original relative order (orig_ids ascending). A temporal part
+holds every event with an endpoint it owns or a replicated hub endpoint (`--replicate-hubs`:
+the hubs are still owned by one part; other parts hold read-only copies of their events).
 
 Reading checks meta.json against its checksum and its keys and types, then each array against
 its sha256 and against meta.json and the other arrays (lengths, id ranges, order), so that a
@@ -402,7 +402,8 @@ def _spec_problem(kind: str, name: str, spec: Any) -> Optional[str]:
     if not (isinstance(spec, dict) and isinstance(spec.get("dtype"), str) and isinstance(spec.get("shape"), list)
             and all(_is_count(d) for d in spec["shape"])):
         return f"bad arrays.{name}: {reprlib.repr(spec)}"
-    if spec["dtype"] != dtype if dtype else spec["dtype"] not in {np.dtype(c).str for c in "?bhilqBHILQefd"}:
+    allowed = {dtype} if dtype else {np.dtype(c).str for c in "?bhilqBHILQefd"}  # any bool, int or float
+    if spec["dtype"] not in allowed:
         return f"arrays.{name} has dtype {reprlib.repr(spec['dtype'])}, expected {dtype or 'a number type'}"
     if ndim is not None and len(spec["shape"]) != ndim - 1:
         return f"arrays.{name} has {len(spec['shape']) + 1} dimensions, expected {ndim}"
