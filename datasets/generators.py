@@ -17,12 +17,10 @@ SIGNAL = 0.2  # class-mean scale against unit noise in the static features
 SPLIT = (0.3, 0.1, 0.2)  # train / val / test shares of the static nodes (the rest unlabelled for training)
 
 
-FLAGS = {"num_nodes": "--num-nodes", "num_edges": "--num-edges", "num_events": "--num-events", "seed": "--data-seed"}
-
-
 def _named(name: str) -> str:
-    """An option's name with the CLI flag that sets it, e.g. "num_nodes (--num-nodes)"."""
-    return f"{name} ({FLAGS[name]})" if name in FLAGS else name
+    """An option's name with the CLI flag that sets it, e.g. "num_nodes (--num-nodes)"; the seed's
+    flag is --data-seed (--seed is the partitioner's or the trainer's)."""
+    return f"{name} (--{'data-seed' if name == 'seed' else name.replace('_', '-')})"
 
 
 def _positive(**kw: int) -> None:
