@@ -139,6 +139,11 @@ MAX_DENSE = 1 << 31  # entries of the largest dense matrix built from CSR parts 
 
 def np_file(path: str, kind: str) -> Union[NpzFile, np.ndarray]:
     """np.load(path) without pickle, checked to be what `kind` (".npz" or ".npy") names."""
+    with open(path, "rb") as f:
+        head = f.read(6)
+    if head and not head.startswith((b"PK", b"\x93NUMPY")):  # numpy would call anything else a pickle
+        raise GnndistError(f"{path}: not a readable {kind} file (neither a zip archive nor a .npy array: it starts "
+                           f"with {head!r})")
     try:
         obj = np.load(path, allow_pickle=False)
     except _NP_READ_ERRORS as e:

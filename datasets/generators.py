@@ -17,10 +17,25 @@ SIGNAL = 0.2  # class-mean scale against unit noise in the static features
 SPLIT = (0.3, 0.1, 0.2)  # train / val / test shares of the static nodes (the rest unlabelled for training)
 
 
+def _named(name: str) -> str:
+    """An option's name with the CLI flag that sets it, e.g. "num_nodes (--num-nodes)"; the seed's
+    flag is --data-seed (--seed is the partitioner's or the trainer's)."""
+    return f"{name} (--{'data-seed' if name == 'seed' else name.replace('_', '-')})"
+
+
 def _positive(**kw: int) -> None:
     for name, v in kw.items():
         if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
-            raise GnndistError(f"{name} must be a positive integer, got {v!r}")
+            raise GnndistError(f"{_named(name)} must be a positive integer, got {v!r}")
+
+
+SEED_LIMIT = 2**64
+
+
+def _check_seed(seed: int) -> None:
+    """The generator seed must be an integer in [0, 2**64) (numpy's seeding refuses negatives)."""
+    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or not 0 <= seed < SEED_LIMIT:
+        raise GnndistError(f"{_named('seed')} must be an integer from 0 to {SEED_LIMIT - 1}, got {seed!r}")
 
 
 def _power_law_weights(rng: np.random.Generator, n: int, exponent: float = 2.2, cap: float = 1e3) -> np.ndarray:
@@ -55,11 +70,12 @@ def synthetic_static(num_nodes: int = 10_000, num_edges: int = 100_000, num_feat
     """Undirected node-classification graph with exactly `num_edges` distinct undirected edges
     (no self-loops; stored both ways, so `Graph.num_edges == 2 * num_edges`)."""
     _positive(num_nodes=num_nodes, num_edges=num_edges, num_features=num_features, num_classes=num_classes)
+    _check_seed(seed)
     if num_classes > num_nodes:
-        raise GnndistError(f"num_classes ({num_classes}) must not exceed num_nodes ({num_nodes})")
+        raise GnndistError(f"num_classes ({num_classes}) must not exceed {_named('num_nodes')} ({num_nodes})")
     if num_edges > num_nodes * (num_nodes - 1) // 4:
-        raise GnndistError(f"num_edges ({num_edges}) must be at most a quarter of all node pairs "
-                           f"({num_nodes * (num_nodes - 1) // 4}) for {num_nodes} nodes")
+        raise GnndistError(f"{_named('num_edges')} must be at most a quarter of all node pairs "
+                           f"({num_nodes * (num_nodes - 1) // 4}) for {num_nodes} nodes, got {num_edges}")
     rng = np.random.default_rng(seed)
     n = num_nodes
     y = rng.permutation(np.arange(n) % num_classes).astype(np.int64)
@@ -109,8 +125,9 @@ def synthetic_temporal(num_nodes: int = 1_000, num_events: int = 20_000, edge_di
     are a mix of the two endpoints' fixed vectors plus noise.
     """
     _positive(num_nodes=num_nodes, num_events=num_events, edge_dim=edge_dim)
+    _check_seed(seed)
     if num_nodes < 2:
-        raise GnndistError("num_nodes must be at least 2")
+        raise GnndistError(f"{_named('num_nodes')} must be at least 2, got {num_nodes}")
     rng = np.random.default_rng(seed)
     n, e = num_nodes, num_events
     k_pref, mean_session = 4, 6.0

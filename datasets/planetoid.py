@@ -51,12 +51,32 @@ _SCIPY_CSR = {(m, c) for m in ("scipy.sparse.csr", "scipy.sparse._csr", "scipy.s
               for c in ("csr_matrix", "csr_array")}
 
 
+class _NdarrayType:
+    """Stands for `numpy.ndarray` in a pickle: numpy pickles an array as `_reconstruct(ndarray,
+    (0,), ...)` and then fills it from the file's bytes, so nothing else may call it. Calling
+    `ndarray(shape)` directly would allocate whatever a crafted file asks for (16 TiB)."""
+
+    def __call__(self, *args, **kwargs):
+        raise pickle.UnpicklingError("refusing to call numpy.ndarray directly (numpy pickles never do)")
+
+
+_NDARRAY = _NdarrayType()
+
+
+def _empty_array(subtype, shape, dtype) -> np.ndarray:
+    """numpy's `_reconstruct` restricted to what numpy writes: an empty array of `dtype` that
+    the pickle's state then fills (so an array is never larger than the file's own bytes)."""
+    if subtype is not _NDARRAY or shape != (0,):
+        raise pickle.UnpicklingError("numpy array reconstructed from anything but numpy.ndarray and shape (0,)")
+    return _reconstruct(np.ndarray, shape, dtype)
+
+
 class _RestrictedUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str):
         if (module, name) in _NUMPY_RECONSTRUCT:
-            return _reconstruct
+            return _empty_array
         if (module, name) == ("numpy", "ndarray"):
-            return np.ndarray
+            return _NDARRAY
         if (module, name) == ("numpy", "dtype"):
             return np.dtype
         if (module, name) in _SCIPY_CSR:
@@ -72,7 +92,12 @@ def _unpickle(path: str):
     try:
         with open_bytes(path) as f:
             return _RestrictedUnpickler(f, encoding="latin1").load()
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError, KeyError) as e:
+    except GnndistError:  # from open_bytes: it names the file already
+        raise
+    except MemoryError:  # a length field larger than memory
+        raise GnndistError(f"{path}: not a valid Planetoid pickle: it asks for more memory than there is") from None
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError, KeyError,
+            OverflowError) as e:
         raise GnndistError(f"{path}: not a valid Planetoid pickle: {first_line(e)}") from None
 
 

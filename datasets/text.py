@@ -76,30 +76,41 @@ def _chunks(path: str) -> Iterator[bytes]:
         yield rest
 
 
-def _show(token: bytes) -> str:
-    s = token.decode("latin1")
-    return repr(s if len(s) <= 40 else s[:40] + "...")
+def _show(token: str) -> str:
+    return repr(token if len(token) <= 40 else token[:40] + "...")
 
 
-def _data_lines(chunk: bytes, sep: str) -> Iterator[tuple[int, list[bytes]]]:
-    """(line index within `chunk`, fields) of each line that holds data ('#' starts a comment)."""
-    for i, line in enumerate(chunk.split(b"\n")):
-        line = line.split(b"#", 1)[0]
+def _data_lines(chunk: bytes, sep: str) -> Iterator[tuple[int, list[str]]]:
+    """(line index within `chunk`, fields) of each line that holds data: '#' starts a comment,
+    and a line of only whitespace (as numpy's reader counts it: bytes read as latin-1) is blank."""
+    for i, line in enumerate(chunk.decode("latin1").split("\n")):
+        line = line.split("#", 1)[0]
         if line.strip():
-            yield i, (line.split() if sep == "whitespace" else [f.strip() for f in line.split(sep.encode())])
+            yield i, (line.split() if sep == "whitespace" else [f.strip() for f in line.split(sep)])
 
 
-def _is_number(token: bytes) -> bool:
+def _blank_out(chunk: bytes, sep: str) -> bytes:
+    """`chunk` with its lines that hold no data emptied (line count kept): numpy's reader
+    rejects a comma-separated line of only whitespace, such as a form feed."""
+    lines = chunk.split(b"\n")
+    keep = np.zeros(len(lines), dtype=bool)
+    keep[[i for i, _ in _data_lines(chunk, sep)]] = True
+    return b"\n".join(line if k else b"" for line, k in zip(lines, keep))
+
+
+def _is_number(token: str) -> bool:
     try:
         float(token)
     except ValueError:
         return False
-    return b"_" not in token
+    return "_" not in token
 
 
-def _raise_bad_line(path: str, chunk: bytes, line0: int, sep: str, ncols: int, want: str) -> None:
-    """Raise for the first line of `chunk` that is not `ncols` numbers."""
+def _raise_bad_line(path: str, chunk: bytes, line0: int, sep: str, ncols: Optional[int], want: str) -> None:
+    """Raise for the first line of `chunk` that is not `ncols` numbers (default: as many as its
+    first data line)."""
     for i, fields in _data_lines(chunk, sep):
+        ncols = ncols or len(fields)
         if len(fields) != ncols:
             raise GnndistError(f"{path}:{line0 + i}: expected {ncols} fields{want}, got {len(fields)}")
         for j, tok in enumerate(fields):
@@ -139,7 +150,7 @@ def read_table(path: str, sep: str = "whitespace", header: bool = False, ncols: 
     want = f" ({what})" if what else ""
     for chunk in _chunks(path):
         if header and names is None:
-            body = chunk.lstrip(b" \t\r\n")
+            body = chunk.lstrip()  # ASCII whitespace, form feeds included
             if not body:
                 line0 += chunk.count(b"\n")
                 continue
@@ -147,7 +158,7 @@ def read_table(path: str, sep: str = "whitespace", header: bool = False, ncols: 
             head, _, rest = body.partition(b"\n")
             text = head.decode("utf-8", "replace")
             names = [n.strip().strip('"').strip() for n in text.split(None if sep == "whitespace" else sep)]
-            if all(_is_number(n.encode()) for n in names):  # no header: the line is data
+            if all(_is_number(n) for n in names):  # no header: the line is data
                 names, header = None, False
                 chunk = body
             else:
@@ -157,8 +168,11 @@ def read_table(path: str, sep: str = "whitespace", header: bool = False, ncols: 
                 line0 += 1
                 chunk = rest
         values = _parse(chunk, sep)
+        if values is None:  # a whitespace-only line, or a bad one
+            chunk = _blank_out(chunk, sep)
+            values = _parse(chunk, sep)
         if values is None or (values.size and ncols is not None and values.shape[1] != ncols):
-            _raise_bad_line(path, chunk, line0, sep, ncols or len(next(_data_lines(chunk, sep))[1]), want)
+            _raise_bad_line(path, chunk, line0, sep, ncols, want)
         if values.size:
             if ncols is None:
                 ncols = values.shape[1]

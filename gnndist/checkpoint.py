@@ -1,57 +1,111 @@
-"""Training checkpoints: one file written atomically, read back with `weights_only=True`."""
+"""Training checkpoints: one file per epoch (DIR/epoch-0003.pt), written atomically and read
+back with `weights_only=True`. The last 2 epochs are kept, so that a run whose ranks crashed
+between their writes can resume from the older epoch that every rank completed."""
 from __future__ import annotations
 
 import os
 import random
+import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 import torch
 
-from gnndist.errors import GnndistError
+from gnndist.errors import GnndistError, first_line
 from gnndist.io import atomic_file
+from gnndist.outputs import CHECKPOINT_FILE, checkpoint_name
 
-FILENAME = "checkpoint.pt"
 FORMAT = 1
+KEEP = 2  # complete epochs kept in a checkpoint folder
 
 
 def rng_state() -> dict[str, Any]:
-    """The torch, numpy and Python global RNG states, as tensors and plain values."""
+    """The torch (and CUDA, when available), numpy and Python global RNG states, as tensors and
+    plain values."""
     _, keys, pos, has_gauss, gauss = np.random.get_state()
     version, py_state, py_gauss = random.getstate()
-    return {"torch": torch.get_rng_state(),
-            "numpy": {"keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
-                      "has_gauss": int(has_gauss), "gauss": float(gauss)},
-            "python": {"version": version, "state": list(py_state), "gauss": py_gauss}}
+    state = {"torch": torch.get_rng_state(),
+             "numpy": {"keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+                       "has_gauss": int(has_gauss), "gauss": float(gauss)},
+             "python": {"version": version, "state": list(py_state), "gauss": py_gauss}}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
-    """Restore what `rng_state` returned."""
+    """Restore what `rng_state` returned (the CUDA states of the devices both runs have)."""
     torch.set_rng_state(state["torch"])
     n = state["numpy"]
     np.random.set_state(("MT19937", n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"]))
     p = state["python"]
     random.setstate((p["version"], tuple(p["state"]), p["gauss"]))
+    if "cuda" in state and torch.cuda.is_available():
+        for device, cuda_state in enumerate(state["cuda"][:torch.cuda.device_count()]):
+            torch.cuda.set_rng_state(cuda_state, device)
+
+
+def _epoch_files(directory: Path) -> dict[int, Path]:
+    """Epoch -> checkpoint file in `directory`, complete or not."""
+    if not directory.is_dir():
+        return {}
+    found = {}
+    for f in directory.iterdir():
+        m = CHECKPOINT_FILE.fullmatch(f.name)
+        if m and f.is_file():
+            found[int(m[1])] = f
+    return found
+
+
+def epochs(directory: str | os.PathLike) -> list[int]:
+    """The epochs whose checkpoint in DIR is complete (a whole torch archive), ascending."""
+    return sorted(e for e, f in _epoch_files(Path(directory)).items() if zipfile.is_zipfile(f))
 
 
 def save(directory: str | os.PathLike, payload: dict[str, Any]) -> Path:
-    """Write `payload` (tensors, numbers, strings, lists, dicts) as DIR/checkpoint.pt, atomically."""
-    path = Path(directory) / FILENAME
+    """Write `payload` (tensors, numbers, strings, lists, dicts; its "epoch" an integer >= 0) as
+    DIR/epoch-NNNN.pt, atomically; then keep only it and the newest complete earlier epoch (a
+    later one belongs to a run this one replaces)."""
+    epoch = payload.get("epoch")
+    if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
+        raise ValueError(f"a checkpoint payload needs an integer epoch >= 0, got {epoch!r}")
+    directory = Path(directory)
+    path = directory / checkpoint_name(epoch)
     with atomic_file(path) as f:
         torch.save({"format": FORMAT, **payload}, f)
+    older = [e for e in epochs(directory) if e < epoch][-(KEEP - 1):]
+    for e, f in _epoch_files(directory).items():
+        if e != epoch and e not in older:
+            f.unlink(missing_ok=True)
+    for f in directory.glob(".epoch-*.pt.tmp-*"):  # left by a writer that was killed
+        f.unlink(missing_ok=True)
     return path
 
 
-def load(directory: str | os.PathLike) -> dict[str, Any]:
-    """The payload saved in DIR; a missing or unreadable checkpoint is a `GnndistError`."""
-    path = Path(directory) / FILENAME
-    if not path.is_file():
-        raise GnndistError(f"no checkpoint to resume from at {path}")
+def load(directory: str | os.PathLike, epoch: Optional[int] = None) -> dict[str, Any]:
+    """The payload saved in DIR for `epoch` (default: the newest); a missing, truncated or
+    foreign checkpoint is a `GnndistError` naming the file."""
+    directory = Path(directory)
+    files = _epoch_files(directory)
+    if not files:
+        raise GnndistError(f"no checkpoint to resume from in {directory} (no epoch-NNNN.pt files)")
+    if epoch is None:
+        epoch = max(files)
+    if epoch not in files:
+        raise GnndistError(f"{directory} holds no checkpoint of epoch {epoch} (it holds epochs "
+                           f"{', '.join(map(str, sorted(files)))})")
+    path = files[epoch]
+    older = [e for e in epochs(directory) if e < epoch]
+    fallback = f"; epoch {older[-1]} is complete: move {path.name} away to resume from it" if older else ""
+    size = path.stat().st_size
+    if not zipfile.is_zipfile(path):
+        why = "it is empty (0 bytes)" if size == 0 else f"it is truncated or not a torch file ({size:,} bytes)"
+        raise GnndistError(f"cannot read checkpoint {path}: {why}{fallback}")
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # truncated, foreign or pickled-object files
-        raise GnndistError(f"cannot read checkpoint {path}: {str(e).strip().splitlines()[0]}") from None
-    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
-        raise GnndistError(f"{path} is not a gnndist checkpoint (format {FORMAT})")
+    except Exception as e:  # empty, truncated, foreign or pickled-object files
+        raise GnndistError(f"cannot read checkpoint {path}: {first_line(e)}{fallback}") from None
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT or payload.get("epoch") != epoch:
+        raise GnndistError(f"{path} is not a gnndist checkpoint of epoch {epoch} (format {FORMAT}){fallback}")
     return payload

@@ -23,6 +23,7 @@ from gnndist.datasets import DataSource
 from gnndist.errors import GnndistError, first_line
 from gnndist.graph import Graph, TemporalGraph
 from gnndist.io import show_progress
+from gnndist.outputs import check_output
 from gnndist.partition import partition_graph, read_store_meta
 
 TASK_OF_KIND = {"static": "node", "temporal": "link"}
@@ -45,6 +46,17 @@ class Outputs:
     metrics_out: Optional[str] = None
     checkpoint: Optional[str] = None
     resume: bool = False
+
+    def check(self, data: "Data") -> None:
+        """Refuse, before any work, outputs that would overwrite the input or files gnndist did
+        not write (`gnndist.outputs.check_output`)."""
+        if self.resume and not self.checkpoint:
+            raise GnndistError("--resume needs --checkpoint DIR")
+        name = data.name if isinstance(data, DataSource) else data if isinstance(data, (str, os.PathLike)) else None
+        if self.metrics_out:
+            check_output(self.metrics_out, "metrics", [name])
+        if self.checkpoint:
+            check_output(self.checkpoint, "checkpoint", [name])
 
 
 def is_store(path: Union[str, os.PathLike]) -> bool:
@@ -104,6 +116,15 @@ def _normal(data: Data) -> Union[DataSource, Graph, TemporalGraph, Path]:
     return data
 
 
+def _readable(path: Path) -> bool:
+    """Whether a cached store can be read by this gnndist (else it is made again)."""
+    try:
+        read_store_meta(path)
+        return True
+    except GnndistError:
+        return False
+
+
 def make_store(data: Data, world: int, split: Split, quiet: bool = False) -> str:
     """The store with `world` parts the ranks train on: DATA itself, or a split of DATA made now
     (or earlier, found in the cache)."""
@@ -111,12 +132,12 @@ def make_store(data: Data, world: int, split: Split, quiet: bool = False) -> str
     if isinstance(data, Path):
         return check_store(data, split.kind, world)
     out = store_dir(data, world, split)
-    if is_store(out):
+    if is_store(out) and _readable(out):
         dist.log(f"using the partition store {out} ({world} parts, made earlier)")
         return str(out)
     graph = _load(data, split)
     dist.log(f"partitioning into {world} parts ({split.method}) at {out}")
-    partition_graph(graph, world, method=split.method, balance=list(split.balance) or ("nodes",), out=out,
+    partition_graph(graph, world, method=split.method, balance=list(split.balance) or None, out=out,
                     progress=show_progress(quiet))
     return str(out)
 
@@ -141,6 +162,9 @@ def run_job(data: Data, nproc: int, split: Split, rank_fn: Callable[..., dict], 
     """`rank_fn(source, *args)` on every rank of the job, where `source` is what `rank_source`
     gives: in this process (nproc 1), on `nproc` local ranks, or on this rank of a torchrun world.
     Returns rank 0's result (this rank's under torchrun)."""
+    outputs = next((a for a in args if isinstance(a, Outputs)), None)
+    if outputs is not None:
+        outputs.check(data)
     if dist.in_torchrun():
         return rank_fn(rank_source(data, int(os.environ["WORLD_SIZE"]), split, device, quiet), *args)
     if nproc == 1:

@@ -106,11 +106,8 @@ def node_config(args: argparse.Namespace) -> "NodeConfig":
 
 
 def run(args: argparse.Namespace) -> int:
-    from gnndist.errors import GnndistError
     from gnndist.launch import Outputs, is_store
 
-    if args.resume and not args.checkpoint:
-        raise GnndistError("--resume needs --checkpoint DIR")
     if args.task is None:
         if args.model is not None:
             args.task = "node" if args.model in STATIC_MODELS else "link"

@@ -22,7 +22,8 @@ from gnndist.io import show_progress
 from gnndist.partition.info import format_summary, summary
 from gnndist.partition.methods import METHODS
 from gnndist.partition.stats import available_memory_bytes, fmt_bytes, graph_bytes
-from gnndist.partition.store import check_memory, check_out, partition_graph, read_store_meta
+from gnndist.outputs import check_output
+from gnndist.partition.store import check_memory, partition_graph, read_store_meta
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -33,18 +34,19 @@ def configure(p: argparse.ArgumentParser) -> None:
                    "when it is or holds DATA, or holds files an earlier store did not write)")
     p.add_argument("--method", choices=METHODS, default=None,
                    help="default: metis for static graphs, temporal for temporal graphs")
-    p.add_argument("--balance", default="nodes", help="metis: comma-separated weights to balance: "
+    p.add_argument("--balance", default=None, help="metis only: comma-separated weights to balance: "
                    "nodes, edges, train (temporal graphs: nodes, edges = events) (default: nodes)")
     p.add_argument("--imbalance-tol", type=float, default=1.03,
                    help="allowed max/mean of each balanced weight, from 1.001 to 10 (default: 1.03)")
     p.add_argument("--halo", type=int, choices=(0, 1), default=0, help="1: store each part's 1-hop halo")
     p.add_argument("--replicate-hubs", type=int, default=0, metavar="K",
                    help="temporal: copy the events of the K busiest nodes into every part")
-    p.add_argument("--time-windows", type=int, default=4, metavar="W",
+    p.add_argument("--time-windows", type=int, default=None, metavar="W",
                    help="temporal graphs: balance owned events in each of W equal time windows; W from 1 to 64, "
                    "with at least 10 events per part in each window (default: 4)")
-    p.add_argument("--recency", type=float, default=1.0, metavar="R",
-                   help="temporal method: the latest events weigh 1+R times the first; finite, >= 0 (default: 1)")
+    p.add_argument("--recency", type=float, default=None, metavar="R",
+                   help="temporal method only: the latest events weigh 1+R times the first; finite, >= 0 "
+                   "(default: 1)")
     p.add_argument("--seed", type=int, default=0, help="partitioner seed, from 0 to 2**32-1 (default: 0)")
     p.add_argument("--force", action="store_true", help="partition even if the memory estimate exceeds "
                    "the available memory")
@@ -53,7 +55,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    check_out(args.out, args.data)
+    check_output(args.out, "store", [args.data])
     graph = source_from_args(args).load()
     method = args.method or ("metis" if isinstance(graph, Graph) else "temporal")
     need = check_memory(graph, method, force=True)
@@ -62,7 +64,8 @@ def run(args: argparse.Namespace) -> int:
         loaded = graph_bytes(graph)
         print(f"estimated peak memory {fmt_bytes(loaded + need)}: the graph {fmt_bytes(loaded)} + {fmt_bytes(need)} "
               "to partition" + (f" ({fmt_bytes(avail)} available)" if avail is not None else ""), file=sys.stderr)
-    partition_graph(graph, args.parts, method=method, balance=[b.strip() for b in args.balance.split(",") if b.strip()],
+    balance = None if args.balance is None else [b.strip() for b in args.balance.split(",") if b.strip()]
+    partition_graph(graph, args.parts, method=method, balance=balance,
                     imbalance_tol=args.imbalance_tol, halo=args.halo, replicate_hubs=args.replicate_hubs,
                     time_windows=args.time_windows, recency=args.recency, seed=args.seed, force=args.force,
                     out=args.out, progress=show_progress(args.quiet))

@@ -348,7 +348,7 @@ def _vertex_weights(graph: Union[Graph, TemporalGraph], balance: Sequence[str]) 
     return np.stack(cols, axis=1)
 
 
-def check_balance(balance: Sequence[str]) -> list[str]:
+def check_balance(balance: Optional[Sequence[str]]) -> list[str]:
     """Validated, de-duplicated balance keys (default: nodes)."""
     keys = list(dict.fromkeys(balance or ["nodes"]))
     bad = [k for k in keys if k not in BALANCE_KEYS]

@@ -2,7 +2,9 @@
 
 Layout of a store folder (written atomically: temp folder, then one rename):
 
-    meta.json              format version, method, parts, node_offsets, figures, sha256 per file
+    meta.json              format version, method, parts, node_offsets, figures, dtype and
+                           trailing shape of each per-part array, sha256 per file, and
+                           meta_sha256: the sha256 of meta.json's own canonical contents
     orig_to_new.npy        int64 [num_nodes]: new id of every original node id
     part{p}/orig_ids.npy   int64 [n_local]: original id of new id node_offsets[p] + i
     static:   part{p}/indptr.npy, indices.npy (new ids), x.npy, y.npy, *_mask.npy,
@@ -11,14 +13,21 @@ Layout of a store folder (written atomically: temp folder, then one rename):
               edge_label.npy, halo_ids.npy (with --halo 1)
 
 Nodes are renumbered so that part p owns the new ids [node_offsets[p], node_offsets[p+1]);
-within a part, nodes keep their original relative order. A temporal part holds every event
-with an endpoint it owns or a replicated hub endpoint (`--replicate-hubs`: the hubs are still
-owned by one part; other parts hold read-only copies of their events).
+within a part, nodes keep their original relative order (orig_ids ascending). A temporal part
+holds every event with an endpoint it owns or a replicated hub endpoint (`--replicate-hubs`:
+the hubs are still owned by one part; other parts hold read-only copies of their events).
+
+Reading checks meta.json against its checksum and its keys and types, then each array against
+its sha256 and against meta.json and the other arrays (lengths, id ranges, order), so that a
+damaged or hand-edited store stops with one line saying what is wrong.
 """
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
+import os
+import re
 import reprlib
 import shutil
 import time
@@ -30,12 +39,15 @@ import numpy as np
 from tqdm import tqdm
 
 import gnndist
-from gnndist.errors import GnndistError
+from gnndist.errors import GnndistError, first_line
 from gnndist.graph import Graph, TemporalGraph, indptr_of, owners, unique_ints
 from gnndist.io import atomic_dir, sha256_file, write_json
+from gnndist.outputs import check_output
 from gnndist.partition import methods, stats
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: meta.json holds its own checksum and the per-part array specs
+REWRITE = "rewrite the store with `gnndist partition`"
+COPY_OR_REWRITE = f"copy it from the host that wrote the store, or {REWRITE}"
 MEMORY_CHECK_EDGES = 1_000_000
 _NODE_ARRAYS = ("x", "y", "train_mask", "val_mask", "test_mask")
 _EVENT_ARRAYS = ("edge_feat", "edge_label")
@@ -166,7 +178,21 @@ class PartitionStore:
                 "method": self.method, "num_parts": self.num_parts, "num_nodes": self.num_nodes, **size,
                 "node_offsets": self.node_offsets.tolist(), "params": self.params,
                 "replicated_hubs": np.sort(self.orig_to_new[self.hubs]).tolist(),
-                "stats": self.figures}
+                "arrays": self.array_specs(), "stats": self.figures}
+
+    def array_specs(self) -> dict[str, dict]:
+        """dtype and trailing shape (all but the row count) of each array that every part stores."""
+        g = self.graph
+        static = isinstance(g, Graph)
+        ids = np.zeros(0, dtype=np.int64)
+        data = {"orig_ids": ids, **dict.fromkeys(("indptr", "indices") if static else ("eid", "src", "dst"), ids)}
+        data.update({k: getattr(g, k) for k in (_NODE_ARRAYS if static else ("t", *_EVENT_ARRAYS))
+                     if getattr(g, k) is not None})
+        if self.params["halo"]:
+            data["halo_ids"] = ids
+            if static and g.x is not None:
+                data["halo_x"] = g.x
+        return {k: {"dtype": a.dtype.str, "shape": list(a.shape[1:])} for k, a in data.items()}
 
     def part_arrays(self, p: int) -> dict[str, np.ndarray]:
         """The arrays stored for part `p` (file name stem -> array)."""
@@ -209,7 +235,7 @@ class PartitionStore:
 
     def save(self, out: Union[str, Path], progress: bool = False) -> Path:
         """Write the store to folder `out` atomically; an existing store there is replaced."""
-        out = check_out(out)
+        out = check_output(out, "store")
         t0 = time.perf_counter()
         files: dict[str, str] = {}
         with atomic_dir(out) as tmp:
@@ -225,39 +251,16 @@ class PartitionStore:
             meta["stats"] = {**meta["stats"], "write_time_s": time.perf_counter() - t0,
                              "peak_memory_bytes": stats.peak_memory_bytes()}
             meta["files"] = files
+            meta["meta_sha256"] = meta_checksum(meta)
             write_json(tmp / "meta.json", meta)
         return out
 
 
-def check_out(out: Union[str, Path], data: Union[str, Path, None] = None) -> Path:
-    """`out` as a Path, after checking that writing a store there loses nothing: it must not
-    be or contain the input `data` path, and an existing folder must be empty or a partition
-    store holding only the files its meta.json lists."""
-    out = Path(out)
-    if data is not None and Path(data).exists():
-        d, o = Path(data).resolve(), out.resolve()
-        if d == o or o in d.parents:
-            raise GnndistError(f"refusing to write the store to {out}: it contains the input {data}, which replacing "
-                               "it would delete; choose another --out")
-    if not out.exists():
-        return out
-    if not out.is_dir():
-        raise GnndistError(f"refusing to overwrite {out}: it exists and is not a partition store")
-    found = sorted(f.relative_to(out).as_posix() for f in out.rglob("*") if f.is_symlink() or not f.is_dir())
-    if not found:
-        return out
-    if "meta.json" not in found:
-        raise GnndistError(f"refusing to overwrite {out}: it exists and is not a partition store")
-    try:
-        listed = set(read_store_meta(out)["files"]) | {"meta.json"}
-    except GnndistError:
-        raise GnndistError(f"refusing to replace {out}: its meta.json is unreadable, so the store's files cannot be "
-                           "told from others; delete the folder yourself or choose another --out") from None
-    foreign = [f for f in found if f not in listed]
-    if foreign:
-        raise GnndistError(f"refusing to replace partition store {out}: it holds {foreign[0]}, which the store did "
-                           "not write; move it away or choose another --out")
-    return out
+def meta_checksum(meta: dict) -> str:
+    """sha256 of meta.json's contents other than its `meta_sha256` key, as canonical JSON (sorted
+    keys, no spaces), so that it does not depend on how the file is laid out."""
+    body = {k: v for k, v in meta.items() if k != "meta_sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def check_memory(graph: Union[Graph, TemporalGraph], method: str, force: bool = False) -> Optional[int]:
@@ -282,17 +285,19 @@ def hub_nodes(graph: TemporalGraph, k: int) -> np.ndarray:
 
 
 def partition_graph(graph: Union[Graph, TemporalGraph], num_parts: int, method: Optional[str] = None,
-                    balance: Sequence[str] = ("nodes",), imbalance_tol: float = 1.03, halo: int = 0,
-                    replicate_hubs: int = 0, time_windows: int = 4, recency: float = 1.0, seed: int = 0,
-                    force: bool = False, out: Union[str, Path, None] = None, progress: bool = False
+                    balance: Optional[Sequence[str]] = None, imbalance_tol: float = 1.03, halo: int = 0,
+                    replicate_hubs: int = 0, time_windows: Optional[int] = None, recency: Optional[float] = None,
+                    seed: int = 0, force: bool = False, out: Union[str, Path, None] = None, progress: bool = False
                     ) -> PartitionStore:
     """Partition `graph` into `num_parts` parts; write the store to `out` when given.
 
     `method`: metis | random | temporal (default: metis for a static graph, temporal for a
-    temporal one). `balance` (metis): vertex weights to balance, any of nodes, edges, train.
-    `imbalance_tol`: allowed max/mean of each balanced weight (METIS ufactor). `halo`: 1 to
-    store 1-hop halo ids (and features). Temporal only: `replicate_hubs` top-degree nodes
-    replicated into every part, `time_windows` and `recency` of the temporal method.
+    temporal one). `balance` (metis only): vertex weights to balance, any of nodes, edges,
+    train (default: nodes). `imbalance_tol`: allowed max/mean of each balanced weight (METIS
+    ufactor). `halo`: 1 to store 1-hop halo ids (and features). Temporal graphs only:
+    `replicate_hubs` top-degree nodes replicated into every part, `time_windows` (default 4;
+    the temporal method balances each, the figures of any method count events in each) and
+    `recency` (temporal method only, default 1). An option the method would ignore is refused.
     """
     temporal = isinstance(graph, TemporalGraph)
     method = method or ("temporal" if temporal else "metis")
@@ -300,6 +305,16 @@ def partition_graph(graph: Union[Graph, TemporalGraph], num_parts: int, method: 
         raise GnndistError(f"unknown method {method!r}; choose from {', '.join(methods.METHODS)}")
     if method == "temporal" and not temporal:
         raise GnndistError("--method temporal needs a temporal graph (timestamped events)")
+    if balance is not None and method != "metis":
+        raise GnndistError(f"--balance applies to --method metis only; --method {method} "
+                           + ("balances the events each part owns in every time window" if method == "temporal"
+                              else "hashes node ids and balances nothing") + ": leave --balance out")
+    if recency is not None and method != "temporal":
+        raise GnndistError(f"--recency applies to --method temporal only, not {method}: leave it out")
+    if time_windows is not None and not temporal:
+        raise GnndistError("--time-windows applies to temporal graphs only: leave it out")
+    time_windows = 4 if time_windows is None else time_windows
+    recency = 1.0 if recency is None else recency
     if not 1 <= num_parts <= max(graph.num_nodes, 1):
         raise GnndistError(f"--parts must be between 1 and the node count ({graph.num_nodes}), got {num_parts}")
     if temporal and graph.num_events == 0:
@@ -315,7 +330,7 @@ def partition_graph(graph: Union[Graph, TemporalGraph], num_parts: int, method: 
     if temporal:
         methods.check_time_windows(graph.num_events, num_parts, time_windows)
     if out is not None:
-        check_out(out)
+        check_output(out, "store")
     check_memory(graph, method, force)
 
     t0 = time.perf_counter()
@@ -348,6 +363,20 @@ def partition_graph(graph: Union[Graph, TemporalGraph], num_parts: int, method: 
 
 # ---------------------------------------------------------------- reading
 
+_I8, _F4, _F8, _B1 = (np.dtype(t).str for t in (np.int64, np.float32, np.float64, np.bool_))
+# per-part array -> (kinds of store that hold it, its dtype (None: any number or bool), its ndim (None: any))
+_ARRAY_RULES: dict[str, tuple[tuple[str, ...], Optional[str], Optional[int]]] = {
+    "orig_ids": (("static", "temporal"), _I8, 1), "halo_ids": (("static", "temporal"), _I8, 1),
+    "indptr": (("static",), _I8, 1), "indices": (("static",), _I8, 1), "x": (("static",), _F4, 2),
+    "y": (("static",), _I8, 1), "train_mask": (("static",), _B1, 1), "val_mask": (("static",), _B1, 1),
+    "test_mask": (("static",), _B1, 1), "halo_x": (("static",), _F4, 2),
+    "eid": (("temporal",), _I8, 1), "src": (("temporal",), _I8, 1), "dst": (("temporal",), _I8, 1),
+    "t": (("temporal",), _F8, 1), "edge_feat": (("temporal",), _F4, 2), "edge_label": (("temporal",), None, None),
+}
+_REQUIRED_ARRAYS = {"static": ("orig_ids", "indptr", "indices"), "temporal": ("orig_ids", "eid", "src", "dst", "t")}
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
 def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
@@ -365,19 +394,61 @@ def _ints(n: int):
     return lambda v: isinstance(v, list) and len(v) == n and all(_is_count(x) for x in v)
 
 
+def _spec_problem(kind: str, name: str, spec: Any) -> Optional[str]:
+    """What is wrong with meta.json's description of per-part array `name`, or None."""
+    if name not in _ARRAY_RULES or kind not in _ARRAY_RULES[name][0]:
+        return f"arrays lists {reprlib.repr(name)}, which a {kind} store does not hold"
+    _, dtype, ndim = _ARRAY_RULES[name]
+    if not (isinstance(spec, dict) and isinstance(spec.get("dtype"), str) and isinstance(spec.get("shape"), list)
+            and all(_is_count(d) for d in spec["shape"])):
+        return f"bad arrays.{name}: {reprlib.repr(spec)}"
+    allowed = {dtype} if dtype else {np.dtype(c).str for c in "?bhilqBHILQefd"}  # any bool, int or float
+    if spec["dtype"] not in allowed:
+        return f"arrays.{name} has dtype {reprlib.repr(spec['dtype'])}, expected {dtype or 'a number type'}"
+    if ndim is not None and len(spec["shape"]) != ndim - 1:
+        return f"arrays.{name} has {len(spec['shape']) + 1} dimensions, expected {ndim}"
+    return None
+
+
+def _files_problem(meta: dict) -> Optional[str]:
+    """What is wrong with meta.json's per-part arrays and file list, or None: the files must be
+    exactly orig_to_new.npy and part{p}/{name}.npy for every part and listed array."""
+    kind, arrays, params = meta["kind"], meta["arrays"], meta["params"]
+    for name, spec in arrays.items():
+        problem = _spec_problem(kind, name, spec)
+        if problem:
+            return problem
+    want = {*_REQUIRED_ARRAYS[kind], *(("halo_ids",) if params["halo"] else ())}
+    if params["halo"] and kind == "static" and "x" in arrays:
+        want.add("halo_x")
+    missing, extra = sorted(want - set(arrays)), sorted({"halo_ids", "halo_x"} & set(arrays) - want)
+    if missing or extra:
+        return f"arrays {'lacks ' + missing[0] if missing else 'lists ' + extra[0]} (params.halo = {params['halo']})"
+    files = meta["files"]
+    expected = {"orig_to_new.npy", *(f"part{p}/{name}.npy" for p in range(meta["num_parts"]) for name in arrays)}
+    unknown, absent = sorted(set(files) - expected), sorted(expected - set(files))
+    if unknown:
+        return f"files lists {reprlib.repr(unknown[0])}, which is not a file of this store"
+    if absent:
+        return f"files does not list {absent[0]}"
+    bad = next((k for k, v in files.items() if not _SHA256.fullmatch(v)), None)
+    return None if bad is None else f"files.{bad} is not a sha256: {reprlib.repr(files[bad])}"
+
+
 def _meta_problem(meta: dict) -> Optional[str]:
-    """What is wrong with meta.json's contents (a key or type the code relies on), or None."""
+    """What is wrong with meta.json's contents (a key, type or count the code relies on), or None."""
     kind, k = meta.get("kind"), meta.get("num_parts")
     if kind not in ("static", "temporal"):
         return f"kind must be 'static' or 'temporal', got {reprlib.repr(kind)}"
     if not (_is_int(k) and k >= 1):
         return f"num_parts must be an integer >= 1, got {reprlib.repr(k)}"
     temporal = kind == "temporal"
-    top = {"method": lambda v: isinstance(v, str), "num_nodes": _is_count,
-           ("num_events" if temporal else "num_edges"): _is_count, "node_offsets": _ints(k + 1),
-           "params": lambda v: isinstance(v, dict),
-           "files": lambda v: isinstance(v, dict) and "orig_to_new.npy" in v
-           and all(isinstance(x, str) for x in [*v, *v.values()]),
+    size = "num_events" if temporal else "num_edges"
+    top = {"method": lambda v: v in methods.METHODS, "num_nodes": _is_count, size: _is_count,
+           "node_offsets": _ints(k + 1),
+           "params": lambda v: isinstance(v, dict) and v.get("halo") in (0, 1) and _is_int(v.get("halo")),
+           "arrays": lambda v: isinstance(v, dict),
+           "files": lambda v: isinstance(v, dict) and all(isinstance(x, str) for x in [*v, *v.values()]),
            "replicated_hubs": lambda v: isinstance(v, list) and all(_is_int(x) for x in v),
            "stats": lambda v: isinstance(v, dict)}
     per_part = ("nodes_per_part", "halo_nodes_per_part", "train_nodes_per_part",
@@ -396,55 +467,187 @@ def _meta_problem(meta: dict) -> Optional[str]:
                 return f"missing key {where}{key}"
             if not ok(d[key]):
                 return f"bad {where}{key}: {reprlib.repr(d[key])}"
-    offsets = meta["node_offsets"]
-    if offsets[0] != 0 or offsets[-1] != meta["num_nodes"] or any(a > b for a, b in zip(offsets, offsets[1:])):
-        return f"node_offsets {reprlib.repr(offsets)} do not split num_nodes = {meta['num_nodes']} into parts"
-    if meta["stats"]["nodes_per_part"] != np.diff(offsets).tolist():
+    n, offsets, st = meta["num_nodes"], meta["node_offsets"], meta["stats"]
+    if offsets[0] != 0 or offsets[-1] != n or any(a > b for a, b in zip(offsets, offsets[1:])):
+        return f"node_offsets {reprlib.repr(offsets)} do not split num_nodes = {n} into parts"
+    if st["nodes_per_part"] != np.diff(offsets).tolist():
         return "stats.nodes_per_part disagrees with node_offsets"
-    return None
+    owned = st["events_per_part" if temporal else "edges_per_part"]
+    if sum(owned) != meta[size]:
+        return f"stats.{'events' if temporal else 'edges'}_per_part sums to {sum(owned)}, not {size} = {meta[size]}"
+    if temporal and any(a > b for a, b in zip(owned, st["stored_events_per_part"])):
+        return "stats.stored_events_per_part holds fewer events than a part owns"
+    hubs = meta.get("replicated_hubs", [])
+    if hubs and (not temporal or hubs[0] < 0 or hubs[-1] >= n or any(a >= b for a, b in zip(hubs, hubs[1:]))):
+        return f"replicated_hubs {reprlib.repr(hubs)} are not ascending node ids of a temporal graph"
+    return _files_problem(meta)
 
 
 def read_store_meta(path: Union[str, Path]) -> dict:
-    """meta.json of the store at `path`, checked for the format version this gnndist reads and
-    for every key and type the code reads from it."""
+    """meta.json of the store at `path`, checked for the format version this gnndist reads, for
+    its own checksum, and for every key, type and count the code reads from it."""
     f = Path(path) / "meta.json"
     if not f.is_file():
         raise GnndistError(f"{path} is not a partition store (no meta.json)")
     try:
-        meta = json.loads(f.read_text())
+        meta = json.loads(f.read_bytes())
+        digest = meta_checksum(meta) if isinstance(meta, dict) else None
+    except RecursionError:
+        raise GnndistError(f"{f} is corrupted (nested too deeply to be a store's meta.json): {REWRITE}") from None
     except (ValueError, UnicodeDecodeError) as e:
-        raise GnndistError(f"{f} is corrupted (not valid JSON: {e})") from None
+        raise GnndistError(f"{f} is corrupted (not valid JSON: {e}): {REWRITE}") from None
     if not isinstance(meta, dict) or "format_version" not in meta:
         raise GnndistError(f"{f} is not a gnndist partition store meta file")
     if meta["format_version"] != FORMAT_VERSION:
-        raise GnndistError(f"{path} was written in partition store format {meta['format_version']}; this gnndist "
-                           f"reads format {FORMAT_VERSION}: re-run `gnndist partition`")
+        raise GnndistError(f"{path} was written in partition store format {reprlib.repr(meta['format_version'])}; "
+                           f"this gnndist reads format {FORMAT_VERSION}: {REWRITE}")
+    if meta.get("meta_sha256") != digest:
+        raise GnndistError(f"{f} does not match its checksum (meta_sha256): it was edited or damaged; {REWRITE}")
     problem = _meta_problem(meta)
     if problem:
-        raise GnndistError(f"{f}: malformed ({problem}): re-run `gnndist partition`")
+        raise GnndistError(f"{f}: malformed ({problem}): {REWRITE}")
     return meta
 
 
-def _checked(root: Path, rel: str, digest: str) -> Path:
-    """Path of store file `rel`, after checking it exists and matches its sha256."""
+def _store_file(root: Path, rel: str, digest: str) -> Path:
+    """Path of store file `rel`, after checking that it is there and matches its sha256; a
+    missing part is named, with where to get it (a multi-host user holds only its own part)."""
     f = root / rel
     if not f.is_file():
-        raise GnndistError(f"partition store {root} is missing {rel}: re-run `gnndist partition`")
+        folder, _, name = rel.rpartition("/")
+        what = f"{folder}/ (the files of part {folder[4:]})" if folder and not (root / folder).is_dir() else rel
+        there = " is not a regular file" if os.path.lexists(f) else ""
+        raise GnndistError(f"partition store {root} is missing {what}{there}: {COPY_OR_REWRITE}")
     if sha256_file(f) != digest:
-        raise GnndistError(f"partition store file {f} is corrupted (sha256 mismatch): re-run `gnndist partition`")
+        raise GnndistError(f"partition store file {f} is corrupted (sha256 mismatch): {COPY_OR_REWRITE}")
     return f
 
 
 def _load_checked(root: Path, rel: str, digest: str) -> np.ndarray:
-    f = _checked(root, rel, digest)
+    f = _store_file(root, rel, digest)
     try:
         return np.load(f, allow_pickle=False)
-    except (ValueError, OSError) as e:
-        raise GnndistError(f"cannot read {f}: {e}") from None
+    except (ValueError, OSError, EOFError) as e:
+        raise GnndistError(f"cannot read {f}: {first_line(e)}: {REWRITE}") from None
+
+
+def _outside(a: np.ndarray, lo: int, hi: int) -> Optional[int]:
+    """The first value of `a` outside [lo, hi), or None."""
+    bad = np.flatnonzero((a < lo) | (a >= hi))
+    return int(a[bad[0]]) if bad.size else None
+
+
+def _ids_problem(name: str, a: np.ndarray, lo: int, hi: int, ascending: bool = False) -> Optional[str]:
+    """What is wrong with id array `a` (values in [lo, hi), strictly ascending if `ascending`), or None."""
+    v = _outside(a, lo, hi)
+    if v is not None:
+        return f"{name}.npy holds {v}, outside [{lo}, {hi})"
+    if ascending and a.size > 1 and not np.all(a[1:] > a[:-1]):
+        return f"{name}.npy is not strictly ascending"
+    return None
+
+
+def _halo_problem(meta: dict, p: int, a: dict[str, np.ndarray], *neighbours: np.ndarray) -> Optional[str]:
+    """What is wrong with the part's halo ids, given the endpoints of its own edges or events."""
+    halo = a["halo_ids"]
+    start, stop = meta["node_offsets"][p], meta["node_offsets"][p + 1]
+    problem = _ids_problem("halo_ids", halo, 0, meta["num_nodes"], ascending=True)
+    if problem:
+        return problem
+    if np.any((halo >= start) & (halo < stop)):
+        return "halo_ids.npy holds a node the part owns"
+    counted = meta["stats"]["halo_nodes_per_part"][p]
+    if halo.size != counted:
+        return f"halo_ids.npy holds {halo.size} nodes, stats.halo_nodes_per_part says {counted}"
+    known = _node_set(meta["num_nodes"], halo)
+    known[start:stop] = True
+    if not all(known[ids].all() for ids in neighbours):
+        return "halo_ids.npy lacks a neighbour the part's edges or events reach"
+    return None
+
+
+def _node_set(n: int, ids: np.ndarray) -> np.ndarray:
+    """Membership table (bool [n]) of node ids `ids`: one O(n + len) pass, no sort or search."""
+    table = np.zeros(n, dtype=bool)
+    table[ids] = True
+    return table
+
+
+def _part_problem(meta: dict, p: int, a: dict[str, np.ndarray]) -> Optional[str]:
+    """What is wrong with part `p`'s arrays `a`, checked against meta.json and each other
+    (dtypes, lengths, id ranges and order, counts in the stats), or None. Vectorized, O(part size)."""
+    for name, arr in a.items():
+        spec = meta["arrays"][name]
+        if arr.dtype.str != spec["dtype"] or list(arr.shape[1:]) != spec["shape"]:
+            return (f"{name}.npy is {arr.dtype.str} of shape {arr.shape}, meta.json says {spec['dtype']} "
+                    f"of shape (rows, {', '.join(map(str, spec['shape']))})".replace(", )", ")"))
+    n, st = meta["num_nodes"], meta["stats"]
+    start, stop = meta["node_offsets"][p], meta["node_offsets"][p + 1]
+    local = stop - start
+    rows = dict.fromkeys(("orig_ids", *_NODE_ARRAYS), (local, f"node the part owns ({local})"))
+    if meta["kind"] == "static":
+        rows.update(indptr=(local + 1, f"node the part owns ({local}), plus one"))
+    else:
+        rows.update(dict.fromkeys(("src", "dst", "t", *_EVENT_ARRAYS), (a["eid"].size, "event in eid.npy")))
+    if "halo_ids" in a:
+        rows["halo_x"] = (a["halo_ids"].size, "node in halo_ids.npy")
+    for name, (want, what) in rows.items():
+        if name in a and a[name].shape[0] != want:
+            return f"{name}.npy has {a[name].shape[0]} rows, expected {want}: one per {what}"
+    problem = _ids_problem("orig_ids", a["orig_ids"], 0, n, ascending=True)
+    if problem:
+        return problem
+    bad_float = next((k for k in ("x", "halo_x", "t", "edge_feat") if k in a and not np.isfinite(a[k]).all()), None)
+    if bad_float:
+        return f"{bad_float}.npy holds NaN or inf"
+    if meta["kind"] == "static":
+        return _static_problem(meta, p, a)
+    return _temporal_problem(meta, p, a)
+
+
+def _static_problem(meta: dict, p: int, a: dict[str, np.ndarray]) -> Optional[str]:
+    """`_part_problem`'s checks of a static part's CSR, labels and halo."""
+    st, indptr, indices = meta["stats"], a["indptr"], a["indices"]
+    if indptr[0] != 0 or np.any(indptr[1:] < indptr[:-1]) or indptr[-1] != indices.size:
+        return f"indptr.npy is not a CSR row pointer over the {indices.size} entries of indices.npy"
+    if indices.size != st["edges_per_part"][p]:
+        return f"indices.npy holds {indices.size} edges, stats.edges_per_part says {st['edges_per_part'][p]}"
+    problem = _ids_problem("indices", indices, 0, meta["num_nodes"])
+    if problem:
+        return problem
+    if "y" in a and a["y"].size and a["y"].min() < 0:
+        return "y.npy holds a negative class"
+    if "train_mask" in a and "train_nodes_per_part" in st and a["train_mask"].sum() != st["train_nodes_per_part"][p]:
+        return "train_mask.npy disagrees with stats.train_nodes_per_part"
+    return _halo_problem(meta, p, a, indices) if "halo_ids" in a else None
+
+
+def _temporal_problem(meta: dict, p: int, a: dict[str, np.ndarray]) -> Optional[str]:
+    """`_part_problem`'s checks of a temporal part's events: ids, order, ownership, halo."""
+    st, eid, src, dst, t = meta["stats"], a["eid"], a["src"], a["dst"], a["t"]
+    start, stop = meta["node_offsets"][p], meta["node_offsets"][p + 1]
+    if eid.size != st["stored_events_per_part"][p]:
+        return f"eid.npy holds {eid.size} events, stats.stored_events_per_part says {st['stored_events_per_part'][p]}"
+    problem = (_ids_problem("eid", eid, 0, meta["num_events"], ascending=True)
+               or _ids_problem("src", src, 0, meta["num_nodes"]) or _ids_problem("dst", dst, 0, meta["num_nodes"]))
+    if problem:
+        return problem
+    if t.size > 1 and np.any(t[1:] < t[:-1]):
+        return "t.npy is not in time order"
+    own_src, own_dst = (src >= start) & (src < stop), (dst >= start) & (dst < stop)
+    hub = _node_set(meta["num_nodes"], np.asarray(meta.get("replicated_hubs", []), dtype=np.int64))
+    touches = own_src | own_dst | hub[src] | hub[dst]
+    if not touches.all():
+        return f"event {int(eid[~touches][0])} touches no node of the part and no replicated hub"
+    if own_src.sum() != st["events_per_part"][p]:
+        return f"the part owns {int(own_src.sum())} events, stats.events_per_part says {st['events_per_part'][p]}"
+    mine = own_src | own_dst
+    return _halo_problem(meta, p, a, src[mine], dst[mine]) if "halo_ids" in a else None
 
 
 def load_partition(path: Union[str, Path], part_id: int, world_size: Optional[int] = None) -> Partition:
-    """Part `part_id` of the store at `path`, every file checked against its sha256.
+    """Part `part_id` of the store at `path`, every file checked against its sha256 and every
+    array against meta.json and the others.
 
     With `world_size`, the store must have exactly that many parts.
     """
@@ -456,16 +659,12 @@ def load_partition(path: Union[str, Path], part_id: int, world_size: Optional[in
                            f"partition again with --parts {world_size}")
     if not 0 <= part_id < k:
         raise GnndistError(f"part {part_id} out of range: {path} has {k} parts")
-    prefix = f"part{part_id}/"
-    arrays = {rel[len(prefix):-4]: _load_checked(root, rel, digest)
-              for rel, digest in meta["files"].items() if rel.startswith(prefix)}
-    if "orig_ids" not in arrays:
-        raise GnndistError(f"partition store {root} lists no files for part {part_id}: re-run `gnndist partition`")
-    part = Partition.from_arrays(meta, part_id, arrays)
-    if part.orig_ids.size != part.num_local:
-        raise GnndistError(f"partition store {root} part {part_id} holds {part.orig_ids.size} nodes, "
-                           f"meta.json says {part.num_local}")
-    return part
+    arrays = {name: _load_checked(root, f"part{part_id}/{name}.npy", meta["files"][f"part{part_id}/{name}.npy"])
+              for name in meta["arrays"]}
+    problem = _part_problem(meta, part_id, arrays)
+    if problem:
+        raise GnndistError(f"partition store {root}, part {part_id}: {problem}; {REWRITE}")
+    return Partition.from_arrays(meta, part_id, arrays)
 
 
 def load_id_maps(path: Union[str, Path]) -> tuple[np.ndarray, np.ndarray]:
@@ -473,13 +672,23 @@ def load_id_maps(path: Union[str, Path]) -> tuple[np.ndarray, np.ndarray]:
     root = Path(path)
     meta = read_store_meta(root)
     orig_to_new = _load_checked(root, "orig_to_new.npy", meta["files"]["orig_to_new.npy"])
+    n = meta["num_nodes"]
+    if (orig_to_new.dtype.str != _I8 or orig_to_new.shape != (n,) or _outside(orig_to_new, 0, n) is not None
+            or np.any(np.bincount(orig_to_new, minlength=n) != 1)):
+        raise GnndistError(f"partition store {root}: orig_to_new.npy is not a permutation of the {n} node ids "
+                           f"({orig_to_new.dtype.str} of shape {orig_to_new.shape}); {REWRITE}")
     return invert_permutation(orig_to_new), orig_to_new
 
 
 def verify_store(path: Union[str, Path]) -> int:
-    """Check every file of the store against its sha256; returns the number of files checked."""
+    """Check every file of the store against its sha256, every part as `load_partition` does,
+    and the id maps against each part's nodes; returns the number of files checked."""
     root = Path(path)
     meta = read_store_meta(root)
-    for rel, digest in meta["files"].items():
-        _checked(root, rel, digest)
+    _, orig_to_new = load_id_maps(root)
+    for p in range(meta["num_parts"]):
+        part = load_partition(root, p)
+        if not np.array_equal(orig_to_new[part.orig_ids], np.arange(part.start, part.stop)):
+            raise GnndistError(f"partition store {root}, part {p}: orig_ids.npy disagrees with orig_to_new.npy; "
+                               f"{REWRITE}")
     return len(meta["files"])

@@ -188,6 +188,8 @@ def test_malformed_text_names_file_and_line(tmp_path, name, content, line, messa
     ("cut.txt.gz", gzip.compress(b"1 2 3\n" * 1000)[:40], "cannot read"),
     ("empty.npz", b"", r"not a readable \.npz file \(EOFError"),
     ("garbage.npz", b"PK\x03\x04garbage", r"not a readable \.npz file \(BadZipFile"),
+    ("text.npz", b"a,b,c\n1,2,3\n", r"not a readable \.npz file \(neither a zip archive nor a \.npy array: it starts "
+                                  r"with b'a,b,c\\n'\)"),
 
 ])
 def test_empty_or_corrupt_files(tmp_path, name, content, message):
@@ -196,6 +198,31 @@ def test_empty_or_corrupt_files(tmp_path, name, content, message):
     with pytest.raises(GnndistError, match=message) as e:
         load(str(p))
     assert str(p) in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("name,blank", [(n, b) for n in ("g.csv", "g.txt", "g.csv.gz")
+                                         for b in ("\f", "\v", " \t ", "\f # comment", "\r")])
+def test_whitespace_only_lines_are_blank(tmp_path, name, blank):
+    """A line of only whitespace (form feed, vertical tab, carriage return...) is skipped like an
+    empty one, in every format and chunk layout: the graph equals the one without that line."""
+    sep = "," if ".csv" in name else " "
+    rows = [sep.join(r) for r in (("1", "2", "3"), ("4", "1", "5"), ("2", "4", "6"))]
+    head = "src,dst,t\n" if ".csv" in name else ""
+    plain = load(write(tmp_path, name, head + "\n".join(rows) + "\n"))
+    odd = write(tmp_path, "odd-" + name, head + f"\n{blank}\n".join(rows) + f"\n{blank}\n")
+    g = load(odd)
+    assert np.array_equal(g.src, plain.src) and np.array_equal(g.dst, plain.dst) and np.array_equal(g.t, plain.t)
+    bad = write(tmp_path, "bad-" + name, head + f"{rows[0]}\n{blank}\n4{sep}x{sep}5\n")
+    with pytest.raises(GnndistError, match=f":{3 + bool(head)}: field 2 is not a number: 'x'"):
+        load(bad)
+
+
+@pytest.mark.parametrize("content", ["src,dst,t\n\f\n", "src,dst,t\n \n\f\n", "\f\n"])
+def test_csv_of_only_blank_lines_is_empty(tmp_path, content):
+    p = write(tmp_path, "e.csv", content)
+    with pytest.raises(GnndistError, match="no data lines|empty file") as e:
+        load(p)
+    assert str(e.value).startswith(p)
 
 
 @pytest.mark.parametrize("name,content", [
@@ -466,6 +493,39 @@ def test_planetoid_refuses_malicious_pickle(tmp_path, part):
         load(str(tmp_path))
 
 
+class _Huge:
+    """Pickles as a call that allocates `shape` bytes with allowed globals only."""
+
+    def __init__(self, how, shape=(2**44,)):  # 16 TiB
+        self.how, self.shape = how, shape
+
+    def __reduce__(self):
+        from gnndist.datasets.planetoid import _reconstruct
+        if self.how == "ndarray":
+            return (np.ndarray, (self.shape, np.dtype("u1")))
+        return (_reconstruct, (np.ndarray, self.shape, np.dtype("u1")))
+
+
+@pytest.mark.parametrize("payload", [_Huge("ndarray"), _Huge("reconstruct"), _Huge("ndarray", (2**20,)),
+                                     _Huge("reconstruct", (2**33,))])
+def test_planetoid_pickle_cannot_allocate(tmp_path, payload):
+    """Arrays come only from numpy's own pickle form (`_reconstruct` of shape (0,), then the
+    file's bytes): a pickle that asks for a 16 TiB (or any) array up front is refused by name."""
+    write_planetoid(tmp_path)
+    (tmp_path / "ind.toy.allx").write_bytes(pickle.dumps(payload, protocol=4))
+    with pytest.raises(GnndistError, match=r"ind\.toy\.allx: not a valid Planetoid pickle") as e:
+        load(str(tmp_path))
+    assert "\n" not in str(e.value)
+
+
+def test_planetoid_pickle_with_a_huge_length_field(tmp_path):
+    """A bytes length field of 2**62 makes the unpickler itself run out of memory."""
+    write_planetoid(tmp_path)
+    (tmp_path / "ind.toy.x").write_bytes(b"\x80\x04\x8e" + (2**62).to_bytes(8, "little") + b"x.")
+    with pytest.raises(GnndistError, match=r"ind\.toy\.x: not a valid Planetoid pickle"):
+        load(str(tmp_path))
+
+
 @needs_data
 def test_planetoid_missing_part_and_bad_test_index(tmp_path):
     for f in (DATA / "cora").glob("ind.cora.*"):
@@ -535,10 +595,16 @@ def test_synthetic_temporal_sizes_repeats_and_bursts():
 
 
 @pytest.mark.parametrize("call,message", [
-    (lambda: synthetic_static(num_nodes=0), "num_nodes must be a positive integer"),
+    (lambda: synthetic_static(num_nodes=0), r"num_nodes \(--num-nodes\) must be a positive integer, got 0"),
     (lambda: synthetic_static(num_nodes=10, num_edges=40), "at most a quarter"),
-    (lambda: synthetic_temporal(num_events=2.5), "num_events must be a positive integer"),
+    (lambda: synthetic_temporal(num_events=2.5), r"num_events \(--num-events\) must be a positive integer"),
+    (lambda: synthetic_static(num_features=0), r"num_features \(--num-features\) must be a positive integer"),
     (lambda: load("synthetic-static", num_events=5), "synthetic-static has no option num_events"),
+    (lambda: synthetic_static(num_nodes=50, num_edges=100, seed=-1), r"seed \(--data-seed\) must be an integer"),
+    (lambda: synthetic_temporal(num_nodes=50, num_events=100, seed=-1), r"seed \(--data-seed\) must be"),
+    (lambda: synthetic_temporal(num_nodes=50, num_events=100, seed=2**64), "from 0 to 18446744073709551615"),
+    (lambda: synthetic_static(num_nodes=50, num_edges=100, seed=1.5), "got 1.5"),
+    (lambda: synthetic_static(num_nodes=50, num_edges=100, seed=True), "got True"),
 ])
 def test_generator_option_errors(call, message):
     with pytest.raises(GnndistError, match=message):

@@ -12,8 +12,9 @@ import numpy as np
 import pymetis
 import pytest
 
-from gnndist import Graph, GnndistError
+from gnndist import Graph, GnndistError, TemporalGraph
 from gnndist.datasets import load
+from gnndist.io import sha256_file
 from gnndist.partition import (
     load_id_maps,
     load_partition,
@@ -352,3 +353,212 @@ def test_out_of_space_is_named(graph, tmp_path, monkeypatch):
     monkeypatch.undo()
     assert read_store_meta(out) == before and verify_store(out) > 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s"]
+
+
+# ---------------------------------------------------------------- stores that prove themselves
+
+def test_options_the_method_ignores_are_refused(graph):
+    tg = load("synthetic-temporal", num_nodes=80, num_events=800)
+    for g, kw, msg in [(tg, dict(method="temporal", balance=["train"]), "--balance applies to --method metis only"),
+                       (tg, dict(method="random", balance=["nodes"]), "--method random hashes node ids"),
+                       (graph, dict(method="random", balance=["nodes"]), "--balance applies to --method metis only"),
+                       (tg, dict(method="metis", recency=0.5), "--recency applies to --method temporal only"),
+                       (graph, dict(time_windows=2), "--time-windows applies to temporal graphs only")]:
+        with pytest.raises(GnndistError, match=msg):
+            partition_graph(g, 2, **kw)
+    assert partition_graph(tg, 2, method="random", time_windows=2).params["seed"] == 0  # the figures use windows
+    assert partition_graph(graph, 2, method="metis", balance=["nodes", "train"]).params["balance"] == ["nodes", "train"]
+
+
+@pytest.fixture(scope="module")
+def stores(graph, tmp_path_factory) -> dict[str, Path]:
+    """A static store (metis, 2 parts, halo, features, labels, masks) and a temporal one (3
+    parts, halo, 3 replicated hubs, edge features and labels), written once."""
+    root = tmp_path_factory.mktemp("stores")
+    g = load("synthetic-temporal", num_nodes=300, num_events=4000, seed=5)
+    tg = TemporalGraph(g.src, g.dst, g.t, g.edge_feat, np.arange(g.num_events) % 2, num_nodes=g.num_nodes)
+    partition_graph(graph, 2, method="metis", halo=1, out=root / "static")
+    partition_graph(tg, 3, method="temporal", halo=1, replicate_hubs=3, out=root / "temporal")
+    return {"static": root / "static", "temporal": root / "temporal"}
+
+
+def rewrite(store: Path, arrays: dict[str, np.ndarray] = {}, meta_edit=None) -> None:
+    """Replace store files (relative name -> array) and edit meta.json, then fix every checksum,
+    as a careful hand-edit would: what is left to catch them is the check against the arrays."""
+    meta = json.loads((store / "meta.json").read_text())
+    for rel, a in arrays.items():
+        np.save(store / rel, a)
+        meta["files"][rel] = sha256_file(store / rel)
+    if meta_edit:
+        meta_edit(meta)
+    meta["meta_sha256"] = pstore.meta_checksum(meta)
+    (store / "meta.json").write_text(json.dumps(meta))
+
+
+def _foreign_non_hub(a, c):
+    """Events whose source the part owns and whose destination is neither owned nor a hub."""
+    own = (a["src"] >= c["start"]) & (a["src"] < c["stop"])
+    far = ((a["dst"] < c["start"]) | (a["dst"] >= c["stop"])) & ~np.isin(a["dst"], c["hubs"])
+    return np.flatnonzero(own & far)
+
+
+def _event_touching_nothing(a, c):
+    j = _foreign_non_hub(a, c)[0]
+    src = a["src"].copy()
+    src[j] = a["dst"][j]
+    return {"src": src}
+
+
+def _halo_missing_a_neighbour(a, c):
+    """The same number of halo ids, one of them swapped for a node no edge of the part reaches."""
+    halo, reached = a["halo_ids"], set(a["halo_ids"].tolist())
+    spare = next(v for v in range(c["n"]) if v not in reached and not c["start"] <= v < c["stop"])
+    return {"halo_ids": np.sort(np.r_[halo[1:], spare])}
+
+
+def _with(name, i, value):
+    def edit(a, c):
+        b = a[name].copy()
+        b[i] = value(c) if callable(value) else value
+        return {name: b}
+    return edit
+
+
+STATIC_TAMPER = [  # (edit of part 1's arrays, or of meta.json, -> the message)
+    (lambda a, c: {"indptr": a["indptr"][:-1]}, "indptr.npy has"),
+    (lambda a, c: {"indptr": a["indptr"] + (np.arange(a["indptr"].size) == a["indptr"].size - 1)},
+     "indptr.npy is not a CSR row pointer over the"),
+    (lambda a, c: {"indptr": a["indptr"][[0, 2, 1, *range(3, a["indptr"].size)]]}, "not a CSR row pointer"),
+    (_with("indices", 0, lambda c: c["n"]), "indices.npy holds 600, outside [0, 600)"),
+    (_with("indices", 0, -1), "indices.npy holds -1, outside [0, 600)"),
+    (lambda a, c: {"indices": a["indices"].astype(np.int32)}, "indices.npy is <i4 of shape"),
+    (_with("x", (3, 2), np.nan), "x.npy holds NaN or inf"),
+    (lambda a, c: {"x": a["x"][:, :-1]}, ", 31), meta.json says <f4 of shape (rows, 32)"),
+    (lambda a, c: {"x": a["x"][:-1]}, "x.npy has"),
+    (_with("y", 0, -1), "y.npy holds a negative class"),
+    (lambda a, c: {"y": a["y"].astype(np.float64)}, "y.npy is <f8"),
+    (lambda a, c: {"train_mask": ~a["train_mask"]}, "train_mask.npy disagrees with stats.train_nodes_per_part"),
+    (_with("orig_ids", 1, lambda c: c["orig_ids"][0]), "orig_ids.npy is not strictly ascending"),
+    (_with("orig_ids", -1, 600), "orig_ids.npy holds 600, outside [0, 600)"),
+    (lambda a, c: {"orig_ids": a["orig_ids"][:-1]}, "rows, expected"),
+    (lambda a, c: {"orig_ids": np.array([object()] * a["orig_ids"].size)}, "Object arrays cannot be loaded"),
+    (_with("halo_ids", -1, lambda c: c["start"]), "halo_ids.npy holds a node the part owns"),
+    (lambda a, c: {"halo_ids": a["halo_ids"][::-1]}, "halo_ids.npy is not strictly ascending"),
+    (lambda a, c: {"halo_ids": a["halo_ids"][1:]}, "halo_x.npy has"),
+    (_halo_missing_a_neighbour, "halo_ids.npy lacks a neighbour the part's edges or events reach"),
+    (lambda a, c: {"halo_x": a["halo_x"][1:]}, "halo_x.npy has"),
+    ("stats.edges_per_part", "indices.npy holds"),
+    ("stats.halo_nodes_per_part", "stats.halo_nodes_per_part says"),
+]
+TEMPORAL_TAMPER = [
+    (lambda a, c: {"eid": a["eid"][[1, 0, *range(2, a["eid"].size)]]}, "eid.npy is not strictly ascending"),
+    (_with("eid", -1, 4000), "eid.npy holds 4000, outside [0, 4000)"),
+    (_with("src", 0, 300), "src.npy holds 300, outside [0, 300)"),
+    (_with("dst", 0, -5), "dst.npy holds -5, outside [0, 300)"),
+    (lambda a, c: {"src": a["src"][:-1]}, "src.npy has"),
+    (lambda a, c: {"edge_label": a["edge_label"][:-1]}, "edge_label.npy has"),
+    (_with("t", 5, np.nan), "t.npy holds NaN or inf"),
+    (lambda a, c: {"t": a["t"][::-1].copy()}, "t.npy is not in time order"),
+    (_with("edge_feat", (0, 0), np.inf), "edge_feat.npy holds NaN or inf"),
+    (lambda a, c: {"edge_label": a["edge_label"].astype(np.float32)}, "edge_label.npy is <f4"),
+    (_event_touching_nothing, "touches no node of the part and no replicated hub"),
+    (lambda a, c: {"halo_ids": np.setdiff1d(a["halo_ids"], a["dst"][_foreign_non_hub(a, c)[:1]])},
+     "halo_ids.npy holds"),
+    ("stats.events_per_part", "the part owns"),
+    ("stats.stored_events_per_part", "eid.npy holds"),
+]
+
+
+def _spoil_stats(key):
+    """Move one unit of stats[key] from part 0 to part 1 (sums unchanged)."""
+    def edit(meta):
+        meta["stats"][key][0] += 1
+        meta["stats"][key][1] -= 1
+    return edit
+
+
+@pytest.mark.parametrize("kind,edit,msg", [("static", *c) for c in STATIC_TAMPER]
+                         + [("temporal", *c) for c in TEMPORAL_TAMPER])
+def test_tampered_arrays_are_named_on_load(stores, tmp_path, kind, edit, msg):
+    """A store whose arrays, or whose meta.json counts, were changed with every checksum fixed up
+    is refused on load and by --verify, with one line naming the part, the file and the problem."""
+    store = tmp_path / "s"
+    shutil.copytree(stores[kind], store)
+    intact = load_partition(store, 1)
+    if isinstance(edit, str):
+        rewrite(store, meta_edit=_spoil_stats(edit.split(".")[1]))
+    else:
+        arrays = {k: getattr(intact, k) for k in read_store_meta(store)["arrays"]}
+        context = {"n": intact.num_nodes, "start": intact.start, "stop": intact.stop, "hubs": intact.hub_ids,
+                   "orig_ids": intact.orig_ids}
+        rewrite(store, {f"part1/{k}.npy": v for k, v in edit(arrays, context).items()})
+    for call, part in ((lambda: load_partition(store, 1), "part 1"), (lambda: verify_store(store), "part")):
+        with pytest.raises(GnndistError) as e:
+            call()  # verify meets a stats edit in part 0 first
+        text = str(e.value)
+        assert msg in text and "\n" not in text and (part in text or "part1/" in text), text
+        assert text.endswith("rewrite the store with `gnndist partition`"), text
+
+
+def test_id_maps_are_checked(stores, tmp_path):
+    store = tmp_path / "s"
+    shutil.copytree(stores["temporal"], store)
+    good = np.load(store / "orig_to_new.npy")
+    start = read_store_meta(store)["node_offsets"][1]
+    swapped = good.copy()
+    a, b = int(np.flatnonzero(good == 0)[0]), int(np.flatnonzero(good == start)[0])  # nodes of parts 0 and 1
+    swapped[[a, b]] = swapped[[b, a]]
+    rewrite(store, {"orig_to_new.npy": swapped})
+    assert np.array_equal(load_id_maps(store)[1], swapped)  # still a permutation: only --verify can tell
+    with pytest.raises(GnndistError, match=r"part 0: orig_ids\.npy disagrees with orig_to_new\.npy"):
+        verify_store(store)
+    for bad in (np.r_[good[1:], good[:1]][:-1], np.where(good == 1, 0, good), good.astype(np.int32)):
+        rewrite(store, {"orig_to_new.npy": bad})
+        with pytest.raises(GnndistError, match=r"orig_to_new\.npy is not a permutation of the 300 node ids"):
+            load_id_maps(store)
+
+
+def test_missing_parts_say_to_copy_them(stores, tmp_path):
+    """A host of a multi-host run holds meta.json, the id maps and its own part only."""
+    store = tmp_path / "s"
+    shutil.copytree(stores["temporal"], store)
+    shutil.rmtree(store / "part2")
+    assert load_partition(store, 0).part_id == 0 and load_id_maps(store)[0].size == 300
+    for call in (lambda: load_partition(store, 2), lambda: verify_store(store)):
+        with pytest.raises(GnndistError, match=r"is missing part2/ \(the files of part 2\): copy it from the host "
+                           r"that wrote the store, or rewrite the store with `gnndist partition`"):
+            call()
+    (store / "part1" / "t.npy").unlink()
+    (store / "part1" / "t.npy").mkdir()
+    with pytest.raises(GnndistError, match=r"is missing part1/t\.npy is not a regular file: copy it from the host"):
+        load_partition(store, 1)
+    (store / "orig_to_new.npy").unlink()
+    with pytest.raises(GnndistError, match=r"is missing orig_to_new\.npy: copy it from the host"):
+        load_id_maps(store)
+
+
+def test_meta_json_proves_itself(stores, tmp_path):
+    store = tmp_path / "s"
+    shutil.copytree(stores["static"], store)
+    meta = json.loads((store / "meta.json").read_text())
+    assert meta["meta_sha256"] == pstore.meta_checksum(meta) and meta["format_version"] == 2
+    (store / "meta.json").write_text(json.dumps(meta, indent=None, sort_keys=True))  # layout is not content
+    assert verify_store(store) == len(meta["files"]) == 1 + 2 * len(meta["arrays"])
+    for edit in (lambda m: m.update(num_nodes=m["num_nodes"] - 1), lambda m: m["stats"].update(edge_cut_fraction=0.0),
+                 lambda m: m.pop("meta_sha256"), lambda m: m["files"].update({"part0/x.npy": "0" * 64})):
+        m = json.loads(json.dumps(meta))
+        edit(m)
+        (store / "meta.json").write_text(json.dumps(m))
+        with pytest.raises(GnndistError, match="meta.json does not match its checksum"):
+            read_store_meta(store)
+    old = {k: v for k, v in meta.items() if k not in ("meta_sha256", "arrays")} | {"format_version": 1}
+    (store / "meta.json").write_text(json.dumps(old))  # a store written before meta.json had a checksum
+    with pytest.raises(GnndistError, match=f"{store} was written in partition store format 1; this gnndist reads "
+                       "format 2: rewrite the store with `gnndist partition`"):
+        load_partition(store, 0)
+    partition_graph(load("synthetic-static", num_nodes=100, num_edges=300), 2, out=store)  # and that replaces it
+    assert read_store_meta(store)["num_nodes"] == 100
+    for nested in ("[" * 100_000 + "]" * 100_000, '{"a":' * 100_000 + "1" + "}" * 100_000):
+        (store / "meta.json").write_text(nested)
+        with pytest.raises(GnndistError, match="nested too deeply to be a store's meta.json"):
+            read_store_meta(store)

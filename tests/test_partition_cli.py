@@ -13,6 +13,7 @@ from gnndist.cli import main
 from gnndist.errors import GnndistError
 from gnndist.datasets import load
 from gnndist.partition import load_partition, read_store_meta
+from gnndist.partition.store import meta_checksum
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "datasets"
 REQUIRED = {"num_parts", "method", "nodes_per_part", "imbalance", "edge_cut_fraction", "halo_nodes_per_part",
@@ -116,9 +117,8 @@ def test_replacing_a_store_never_deletes_other_files(tmp_path, capsys):
     before = {f: f.read_bytes() for f in own.rglob("*") if f.is_file()}
     (own / "data.txt").write_bytes(data.read_bytes())
     (own / "NOTES.md").write_text("mine")
-    for out in (own, own / "data.txt"):  # --out holds, or is, the input
-        assert_one_line_error(["partition", str(own / "data.txt"), "--parts", "2", "--out", str(out)],
-                              "contains the input", capsys)
+    for out, msg in ((own, "contains the input"), (own / "data.txt", "is the input")):  # --out holds, or is, it
+        assert_one_line_error(["partition", str(own / "data.txt"), "--parts", "2", "--out", str(out)], msg, capsys)
     assert_one_line_error(argv, "holds NOTES.md, which the store did not write", capsys)
     (own / "NOTES.md").unlink()
     (own / "part1" / "extra.npy").write_bytes(b"x")
@@ -153,9 +153,29 @@ BAD_META = [
     (lambda m: m["stats"].update(nodes_per_part=m["stats"]["nodes_per_part"][:1]), "bad stats.nodes_per_part"),
     (lambda m: m["stats"].update(nodes_per_part=m["stats"]["nodes_per_part"][::-1]), "disagrees with node_offsets"),
     (lambda m: m.update(node_offsets=[0, 500, 100]), "do not split num_nodes"),
-    (lambda m: m["files"].pop("orig_to_new.npy"), "bad files"),
+    (lambda m: m["files"].pop("orig_to_new.npy"), "files does not list orig_to_new.npy"),
     (lambda m: m["stats"].update(imbalance=[1.0]), "bad stats.imbalance"),
+    (lambda m: m.update(method="fancy"), "bad method: 'fancy'"),
+    (lambda m: m["params"].update(halo=2), "bad params"),
+    (lambda m: m.pop("arrays"), "missing key arrays"),
+    (lambda m: m["arrays"].pop("indptr"), "arrays lacks indptr"),
+    (lambda m: m["arrays"].update(src={"dtype": "<i8", "shape": []}), "arrays lists 'src', which a static store"),
+    (lambda m: m["arrays"].update(indices={"dtype": "<f8", "shape": []}), "arrays.indices has dtype '<f8'"),
+    (lambda m: m["arrays"]["x"].update(shape=[]), "arrays.x has 1 dimensions, expected 2"),
+    (lambda m: m["arrays"].update(halo_ids={"dtype": "<i8", "shape": []}), "arrays lists halo_ids (params.halo = 0)"),
+    (lambda m: m["files"].update({"part0/../../x.npy": "0" * 64}), "files lists 'part0/../../x.npy', which is not"),
+    (lambda m: m["files"].update({"part1/x.npy": m["files"].pop("part0/x.npy")}), "files does not list part0/x.npy"),
+    (lambda m: m["files"].update({"part2/x.npy": "0" * 64}), "files lists 'part2/x.npy'"),
+    (lambda m: m["files"].update({"part0/x.npy": "abc"}), "files.part0/x.npy is not a sha256"),
+    (lambda m: m.update(num_edges=m["num_edges"] + 2), "edges_per_part sums to"),
+    (lambda m: m.update(replicated_hubs=[3]), "replicated_hubs [3] are not ascending node ids of a temporal graph"),
 ]
+
+
+def stamp(meta: dict) -> dict:
+    """`meta` with its checksum recomputed, as a hand-edit that also fixed the checksum would leave it."""
+    meta["meta_sha256"] = meta_checksum(meta)
+    return meta
 
 
 def test_malformed_meta_json_is_one_line_error(tmp_path, capsys):
@@ -167,11 +187,13 @@ def test_malformed_meta_json_is_one_line_error(tmp_path, capsys):
     for spoil, msg in BAD_META:
         meta = json.loads(json.dumps(good))
         spoil(meta)
-        (out / "meta.json").write_text(json.dumps(meta))
+        (out / "meta.json").write_text(json.dumps(meta))  # the old checksum no longer matches
+        assert_one_line_error(["info", str(out), "--verify"], "does not match its checksum (meta_sha256)", capsys)
+        (out / "meta.json").write_text(json.dumps(stamp(meta)))
         for flags in ([], ["--json"], ["--verify"]):
             err = assert_one_line_error(["info", str(out), *flags], f"{out / 'meta.json'}: malformed (", capsys)
-            assert msg in err and "re-run `gnndist partition`" in err, err
-        with pytest.raises(GnndistError, match="re-run `gnndist partition`"):
+            assert msg in err and "rewrite the store with `gnndist partition`" in err, err
+        with pytest.raises(GnndistError, match="rewrite the store with `gnndist partition`"):
             load_partition(out, 0)
 
 

@@ -52,7 +52,7 @@ def test_resume_refuses_a_different_configuration(tmp_path, capsys):
 def test_checkpoint_rejects_pickled_objects(tmp_path):
     path = tmp_path / "x"
     path.mkdir()
-    torch.save({"format": 1, "evil": object()}, path / checkpoint.FILENAME)
+    torch.save({"format": 1, "evil": object()}, path / checkpoint.checkpoint_name(1))
     with pytest.raises(Exception, match="cannot read checkpoint"):
         checkpoint.load(path)
 

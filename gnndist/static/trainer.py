@@ -32,7 +32,8 @@ from tqdm import tqdm
 from gnndist import dist
 from gnndist.errors import GnndistError
 from gnndist.graph import Graph, TemporalGraph
-from gnndist.io import show_progress, write_json
+from gnndist.io import show_progress
+from gnndist.outputs import write_metrics
 from gnndist.partition import load_partition
 from gnndist.samplers import (Blocks, DistNeighborSampler, FeatureStore, PrefetchLoader, degree_scores,
                               sample_neighbors, visit_scores)
@@ -416,7 +417,7 @@ def node_rank(source: Union[Graph, str], cfg: NodeConfig, outputs: Outputs = Out
         metrics = NodeTrainer(view, cfg, device).fit()
         if dist.rank() == 0:
             if outputs.metrics_out:
-                write_json(outputs.metrics_out, metrics)
+                write_metrics(outputs.metrics_out, metrics)
             t = metrics["test"]
             print(f"{cfg.model} on {dist.world_size()} rank(s): test_acc {t['acc']:.4f} "
                   f"(best val_acc {t['best_val_acc']:.4f} at epoch {t['best_epoch']})", flush=True)
@@ -429,4 +430,6 @@ def train_node(data: Data, cfg: NodeConfig = NodeConfig(), nproc: int = 1, outpu
     """Node classification on `data` (a `Graph`, a dataset name or path, a `DataSource`, or a
     static partition store) with `nproc` local ranks, or as this rank of a torchrun world.
     Returns the metrics (of rank 0, or of this rank under torchrun)."""
+    if outputs.checkpoint:
+        raise GnndistError("--checkpoint and --resume are for --task link; node classification writes no checkpoint")
     return run_job(data, nproc, SPLIT, node_rank, cfg, outputs, device=cfg.device, quiet=cfg.quiet)

@@ -43,7 +43,8 @@ from gnndist import checkpoint, dist
 from gnndist.datasets import chronological_split
 from gnndist.errors import GnndistError
 from gnndist.graph import TemporalGraph, owners
-from gnndist.io import show_progress, write_json
+from gnndist.io import show_progress
+from gnndist.outputs import write_metrics
 from gnndist.launch import Data, Outputs, Split, run_job
 from gnndist.partition import load_id_maps, load_partition
 from gnndist.samplers import DistTemporalSampler, FeatureStore
@@ -489,6 +490,17 @@ class LinkTrainer:
             self.state.load_state_dict(saved["node_state"])
 
 
+def common_epoch(epochs: list[int], device: torch.device) -> int:
+    """The newest checkpointed epoch every rank holds (a collective): after a crash between two
+    ranks' writes, the older complete one."""
+    held = torch.cat(dist.all_gather_varsize(torch.tensor(sorted(epochs), dtype=torch.int64, device=device)))
+    counts = torch.bincount(held.cpu(), minlength=1) if held.numel() else torch.zeros(1, dtype=torch.int64)
+    common = torch.nonzero(counts == dist.world_size()).flatten()
+    if common.numel() == 0:
+        raise GnndistError("no checkpointed epoch is complete on every rank; start afresh without --resume")
+    return int(common.max())
+
+
 def _json_safe(metrics: dict[str, float]) -> dict[str, Optional[float]]:
     """NaN (an empty subset) as null, which JSON can hold."""
     return {k: (None if v != v else v) for k, v in metrics.items()}
@@ -516,7 +528,10 @@ def fit(trainer: LinkTrainer, outputs: Outputs = Outputs()) -> dict[str, Any]:
     best: Optional[dict[str, Any]] = None  # epoch, val_ap, parameters
     first = 1
     if outputs.resume:
-        saved = checkpoint.load(ckpt_dir)
+        held = checkpoint.epochs(ckpt_dir)
+        if not held:
+            checkpoint.load(ckpt_dir)  # says what is wrong with what is there
+        saved = checkpoint.load(ckpt_dir, common_epoch(held, trainer.device))
         for key in resume_keys:
             if saved["config"].get(key) != config[key]:
                 raise GnndistError(f"checkpoint in {outputs.checkpoint} was written with {key}="
@@ -524,9 +539,6 @@ def fit(trainer: LinkTrainer, outputs: Outputs = Outputs()) -> dict[str, Any]:
         trainer.load_state_dict(saved)
         checkpoint.set_rng_state(saved["rng"])
         history, best, first = list(saved["history"]), saved["best"], int(saved["epoch"]) + 1
-        if dist.agree_max(first, trainer.device) != -dist.agree_max(-first, trainer.device):
-            raise GnndistError("the ranks' checkpoints are of different epochs (a run stopped while writing "
-                               "them); resume from an earlier copy or start afresh")
     def stopped() -> bool:
         return cfg.patience is not None and bool(history) and history[-1]["epoch"] - best["epoch"] >= cfg.patience
 
@@ -570,7 +582,7 @@ def fit(trainer: LinkTrainer, outputs: Outputs = Outputs()) -> dict[str, Any]:
                                                         "mrr": sel["val_mrr"]}),
                       ("test", test), (f"test new nodes ({n_inductive})", test_new)]))
         if outputs.metrics_out:
-            write_json(outputs.metrics_out, metrics)
+            write_metrics(outputs.metrics_out, metrics)
     return metrics
 
 

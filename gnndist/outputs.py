@@ -1,0 +1,199 @@
+"""Where gnndist may write: one rule for every output path (partition stores, metrics JSON,
+checkpoint folders, TensorBoard folders, plots), and how gnndist marks what it wrote.
+
+`check_output(path, kind, inputs)` refuses, with one line naming the path and the reason:
+- a path that is one of the run's `inputs`, contains one, or lies inside an input folder
+  (compared after resolving symlinks, and by inode, so a hard link counts as the same file);
+- an existing file or folder that gnndist did not write: a metrics file without the
+  `"gnndist"` stamp that `write_metrics` puts in, a store folder holding files its meta.json
+  does not list, a checkpoint folder holding anything but checkpoint files, a TensorBoard
+  folder holding anything but event files, a PNG without gnndist's Software text chunk.
+What passes may be replaced: gnndist writes it atomically (gnndist.io).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+import struct
+from pathlib import Path
+from typing import Any, Iterable, Optional, Union
+
+import gnndist
+from gnndist.errors import GnndistError
+from gnndist.io import write_json
+
+PathLike = Union[str, os.PathLike]
+# kind -> (what it is, in messages; the flag that names it; True for a folder)
+KINDS = {"store": ("partition store", "--out", True), "metrics": ("metrics file", "--metrics-out", False),
+         "checkpoint": ("checkpoint folder", "--checkpoint", True), "log_dir": ("log folder", "--log-dir", True),
+         "plot": ("plot", "the plot path", False)}
+SOFTWARE = f"gnndist {gnndist.__version__}"  # the PNG tEXt "Software" value of gnndist's plots
+CHECKPOINT_FILE = re.compile(r"epoch-(\d+)\.pt")  # one epoch's checkpoint; `checkpoint_name` writes it
+# what a checkpoint folder may hold: epoch files (per rank in rank{r}/) and the temp files of
+# interrupted atomic writes (gnndist.io.atomic_file: ".NAME.tmp-XXXX")
+_CHECKPOINT_ENTRY = re.compile(r"(rank\d+/)?\.?epoch-\d+\.pt(\.tmp-\w+)?")
+_TFEVENTS = re.compile(r"(.+/)?events\.out\.tfevents\.[^/]+")
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+_MAX_METRICS_BYTES = 64 << 20  # a larger file is not a metrics file gnndist wrote
+
+
+def checkpoint_name(epoch: int) -> str:
+    """File name of epoch `epoch`'s checkpoint, e.g. epoch-0003.pt."""
+    return f"epoch-{epoch:04d}.pt"
+
+
+def plot_metadata() -> dict[str, str]:
+    """PNG text chunks to write with a plot (matplotlib: `savefig(..., metadata=plot_metadata())`),
+    so that `check_output(path, "plot")` knows the file as gnndist's."""
+    return {"Software": SOFTWARE}
+
+
+def write_metrics(path: PathLike, obj: dict[str, Any]) -> Path:
+    """Write `obj` as the metrics JSON file `path` (atomically), stamped with a top-level
+    `"gnndist": {"version", "kind": "metrics"}` key; refused as `check_output(path, "metrics")`."""
+    path = check_output(path, "metrics")
+    write_json(path, {"gnndist": {"version": gnndist.__version__, "kind": "metrics"}, **obj})
+    return path
+
+
+def check_output(path: PathLike, kind: str, inputs: Iterable[Optional[PathLike]] = ()) -> Path:
+    """`path` as a Path, after checking that writing a `kind` output there (store, metrics,
+    checkpoint, log_dir or plot) loses nothing: see the module docstring. Raises GnndistError."""
+    what, flag, folder = KINDS[kind]
+    out = Path(path)
+
+    def refuse(why: str) -> GnndistError:
+        return GnndistError(f"refusing to write the {what} to {out}: {why}; choose another {flag}")
+
+    inputs = [Path(p) for p in inputs if p is not None and os.path.lexists(p)]
+    target = out.resolve()
+    for inp in inputs:
+        real = inp.resolve()
+        if target == real:
+            raise refuse(f"it is the input {inp}")
+        if target in real.parents:
+            raise refuse(f"it contains the input {inp}, which replacing it would delete")
+        if real.is_dir() and real in target.parents:
+            raise refuse(f"it is inside the input folder {inp}")
+    parent = next((p for p in out.absolute().parents if p.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise refuse(f"{parent} is not a folder")
+    if not os.path.lexists(out):
+        return out
+    if out.is_symlink() and not out.exists():
+        raise refuse("it is a symlink to nothing")
+    mode = out.stat().st_mode
+    if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+        raise refuse("it is not a regular file or folder")
+    linked = _linked_input(out, inputs)
+    if linked is not None:
+        raise refuse(f"it {'holds' if stat.S_ISDIR(mode) else 'is'} a hard link to the input {linked}")
+    if folder != stat.S_ISDIR(mode):
+        raise refuse(f"it exists and is a {'file' if folder else 'folder'}")
+    problem = _FOREIGN[kind](out)
+    if problem:
+        raise refuse(problem)
+    return out
+
+
+def _files(root: Path) -> list[Path]:
+    """Every file, symlink or other non-folder entry at or below `root` (symlinks not followed)."""
+    if root.is_symlink() or not root.is_dir():
+        return [root]
+    found = []
+    for folder, dirs, files in os.walk(root):
+        found += [Path(folder) / f for f in files]
+        found += [Path(folder) / d for d in dirs if os.path.islink(Path(folder) / d)]
+    return found
+
+
+def _hard_linked(files: list[Path]) -> dict[tuple[int, int], Path]:
+    """(device, inode) -> path of each of `files` that has another name (a link count above 1)."""
+    stats = ((f, os.stat(f, follow_symlinks=False)) for f in files)
+    return {(st.st_dev, st.st_ino): f for f, st in stats if st.st_nlink > 1}
+
+
+def _linked_input(out: Path, inputs: list[Path]) -> Optional[Path]:
+    """The input that a file at or below `out` is a hard link of (same device and inode), if any."""
+    ids = {key: inp for inp in inputs for key in _hard_linked(_files(inp.resolve()))}
+    return next((ids[key] for key in _hard_linked(_files(out)) if key in ids), None)
+
+
+def _relative(root: Path) -> list[str]:
+    """Paths of the entries below folder `root`, relative and with '/', folders included."""
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*"))
+
+
+def _foreign_store(out: Path) -> Optional[str]:
+    """Why the existing folder `out` is not a partition store gnndist may replace, or None: it
+    must be empty or hold only meta.json and the files that meta.json lists."""
+    found = [f for f in _relative(out) if (out / f).is_symlink() or not (out / f).is_dir()]
+    if not found:
+        return None
+    if "meta.json" not in found:
+        return "it exists and is not a partition store"
+    try:
+        listed = json.loads((out / "meta.json").read_text())["files"]
+        listed = set(listed) | {"meta.json"}
+    except (ValueError, UnicodeDecodeError, RecursionError, OSError, KeyError, TypeError):
+        return ("its meta.json is unreadable, so the store's files cannot be told from others; delete the folder "
+                "yourself")
+    foreign = [f for f in found if f not in listed]
+    return f"it holds {foreign[0]}, which the store did not write; move it away" if foreign else None
+
+
+def _foreign_entries(pattern: re.Pattern, what: str):
+    """A check that a folder holds only entries whose relative path matches `pattern`."""
+    def check(out: Path) -> Optional[str]:
+        foreign = [f for f in _relative(out) if (out / f).is_symlink()
+                   or not (out / f).is_dir() and not pattern.fullmatch(f)]
+        return f"it holds {foreign[0]}, which is not {what}" if foreign else None
+    return check
+
+
+def _foreign_metrics(out: Path) -> Optional[str]:
+    """Why the existing file `out` is not a metrics file that `write_metrics` wrote, or None."""
+    stamp = None
+    if out.stat().st_size <= _MAX_METRICS_BYTES:
+        try:
+            obj = json.loads(out.read_bytes())
+            stamp = obj.get("gnndist") if isinstance(obj, dict) else None
+        except (ValueError, RecursionError):
+            pass
+    if isinstance(stamp, dict) and stamp.get("kind") == "metrics":
+        return None
+    return "it exists and is not a metrics file gnndist wrote (no \"gnndist\" stamp)"
+
+
+def _png_software(path: Path) -> Optional[str]:
+    """The PNG's tEXt "Software" value, or None (not a PNG, or no such chunk)."""
+    with open(path, "rb") as f:
+        if f.read(8) != _PNG_SIGNATURE:
+            return None
+        while len(head := f.read(8)) == 8:
+            length, ctype = struct.unpack(">I4s", head)
+            if ctype == b"tEXt":
+                key, _, value = f.read(length).partition(b"\0")
+                if key == b"Software":
+                    return value.decode("latin1")
+                f.seek(4, os.SEEK_CUR)
+            elif ctype == b"IEND":
+                return None
+            else:
+                f.seek(length + 4, os.SEEK_CUR)
+    return None
+
+
+def _foreign_plot(out: Path) -> Optional[str]:
+    """Why the existing file `out` is not a plot gnndist wrote, or None."""
+    software = _png_software(out)
+    if software is not None and software.startswith("gnndist"):
+        return None
+    return "it exists and is not a PNG that gnndist wrote (no gnndist Software text chunk)"
+
+
+_FOREIGN = {"store": _foreign_store, "metrics": _foreign_metrics, "plot": _foreign_plot,
+            "checkpoint": _foreign_entries(_CHECKPOINT_ENTRY, "a gnndist checkpoint file"),
+            "log_dir": _foreign_entries(_TFEVENTS, "a TensorBoard event file")}

@@ -1,0 +1,533 @@
+"""A corpus of bad inputs: every one must end with exit status 2 and exactly one stderr line
+that names the file or flag and the problem, no traceback, and every input file unchanged
+(nothing written either).
+
+To add a case, append a `Case(id, setup, expect)` to CASES: `setup(ctx)` writes the inputs
+under `ctx.tmp` (helpers: `ctx.file`, `ctx.store`, `ctx.restamp`) and returns the argv of
+`gnndist`; `expect` lists substrings of the error line. Cases run in-process through
+`gnndist.cli.main`; the ids in SUBPROCESS also run as `python -m gnndist`, so that no warning
+or traceback printed outside the CLI's handler goes unseen. The second part of the file tests
+the library pieces the CLI will use for outputs (gnndist.outputs) and checkpoints.
+"""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import os
+import random
+import shutil
+import struct
+import subprocess
+import sys
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence, Union
+
+import numpy as np
+import pytest
+import torch
+
+from gnndist import checkpoint
+from gnndist.cli import main
+from gnndist.datasets import load
+from gnndist.errors import GnndistError
+from gnndist.outputs import SOFTWARE, check_output, checkpoint_name, write_metrics
+from gnndist.partition import partition_graph
+from test_datasets import write_planetoid  # tests/ is on sys.path under pytest
+from test_partition import rewrite
+
+STATIC = ["synthetic-static", "--num-nodes", "200", "--num-edges", "600"]
+TEMPORAL = ["synthetic-temporal", "--num-nodes", "80", "--num-events", "800"]
+
+
+@pytest.fixture(scope="module")
+def bases(tmp_path_factory) -> dict[str, Path]:
+    """Small valid stores to copy and spoil: static (halo, features) and temporal (halo, hubs)."""
+    root = tmp_path_factory.mktemp("bases")
+    partition_graph(load(STATIC[0], num_nodes=200, num_edges=600), 2, halo=1, out=root / "static")
+    partition_graph(load(TEMPORAL[0], num_nodes=80, num_events=800), 2, halo=1, replicate_hubs=2,
+                    out=root / "temporal")
+    return {"static": root / "static", "temporal": root / "temporal"}
+
+
+@dataclass
+class Ctx:
+    """The folder a case writes its inputs to, and helpers to write them."""
+
+    tmp: Path
+    bases: dict[str, Path]
+
+    @property
+    def out(self) -> str:
+        """An output path that a refused command must not create."""
+        return str(self.tmp / "out")
+
+    def file(self, name: str, content: Union[str, bytes], raw: bool = False) -> str:
+        """Write an input file (gzipped when `name` ends in .gz, unless `raw`); its path."""
+        p = self.tmp / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        data = content.encode() if isinstance(content, str) else content
+        p.write_bytes(gzip.compress(data) if name.endswith(".gz") and not raw else data)
+        return str(p)
+
+    def link(self, target: str, name: str, hard: bool = False) -> str:
+        """A symbolic (or hard) link `name` to `target`; its path."""
+        (os.link if hard else os.symlink)(target, self.tmp / name)
+        return str(self.tmp / name)
+
+    def npz(self, name: str, **arrays) -> str:
+        buf = io.BytesIO()
+        np.savez(buf, **arrays)
+        return self.file(name, buf.getvalue())
+
+    def planetoid(self, **change) -> Path:
+        """A valid toy Planetoid folder (tests/test_datasets.py), parts replaced by `change`."""
+        folder = self.tmp / "toy"
+        write_planetoid(folder, **change)
+        return folder
+
+    def planetoid_with(self, edit: Callable[[Path], object]) -> Path:
+        """The toy Planetoid folder after `edit(folder)`."""
+        folder = self.planetoid()
+        edit(folder)
+        return folder
+
+    def store(self, kind: str = "temporal") -> Path:
+        """A copy of a valid store."""
+        s = self.tmp / f"{kind}-store"
+        shutil.copytree(self.bases[kind], s)
+        return s
+
+    def restamp(self, store: Path, arrays: dict[str, np.ndarray] = {}, meta_edit=None) -> Path:
+        """Replace store files and edit meta.json, fixing every checksum (a careful hand-edit)."""
+        rewrite(store, arrays, meta_edit)
+        return store
+
+
+@dataclass
+class Case:
+    id: str
+    setup: Callable[[Ctx], Sequence[str]]
+    expect: Sequence[str]
+
+
+def partition(data, *flags) -> Callable[[Ctx], list[str]]:
+    """A setup running `gnndist partition DATA --parts 2 --out OUT FLAGS` (DATA: a built-in name
+    list, or a function of ctx that writes the input and returns its path)."""
+    def setup(ctx: Ctx) -> list[str]:
+        d = data(ctx) if callable(data) else data
+        return ["partition", *([str(d)] if isinstance(d, (str, Path)) else d), "--parts", "2", "--out", ctx.out,
+                "--quiet", *flags]
+    return setup
+
+
+def out_at(out: Callable[[Ctx, str], str]) -> Callable[[Ctx], list[str]]:
+    """A setup partitioning a small edge list g.txt into `--out out(ctx, path of g.txt)`."""
+    def setup(ctx: Ctx) -> list[str]:
+        data = ctx.file("g.txt", "1 2 3\n4 5 6\n")
+        return ["partition", data, "--parts", "2", "--out", out(ctx, data)]
+    return setup
+
+
+def info(spoil: Callable[[Ctx, Path], object], *flags, kind: str = "temporal") -> Callable[[Ctx], list[str]]:
+    """A setup running `gnndist info STORE --verify` on a store copy that `spoil(ctx, store)` damaged."""
+    def setup(ctx: Ctx) -> list[str]:
+        s = ctx.store(kind)
+        spoil(ctx, s)
+        return ["info", str(s), "--verify", *flags]
+    return setup
+
+
+def part_array(store: Path, rel: str) -> np.ndarray:
+    return np.load(store / rel)
+
+
+def _edited(store: Path, rel: str, fn) -> dict[str, np.ndarray]:
+    a = part_array(store, rel).copy()
+    fn(a)
+    return {rel: a}
+
+
+class _Huge:
+    def __reduce__(self):  # np.ndarray((2**44,), uint8): 16 TiB, with allowed globals only
+        return (np.ndarray, ((2**44,), np.dtype("u1")))
+
+
+class _Evil:
+    def __reduce__(self):
+        return (os.system, ("echo pwned",))
+
+
+def _set(a, i, v):
+    a[i] = v
+
+
+def _resume(content: Callable[[bytes], bytes]) -> Callable[[Ctx], list[str]]:
+    """`gnndist train ... --resume` from a checkpoint folder whose epoch file is `content(good)`."""
+    def setup(ctx: Ctx) -> list[str]:
+        d = ctx.tmp / "ckpt"
+        checkpoint.save(d, {"epoch": 1, "w": torch.ones(4)})
+        f = d / checkpoint_name(1)
+        f.write_bytes(content(f.read_bytes()))
+        return ["train", *TEMPORAL, "--task", "link", "--epochs", "2", "--checkpoint", str(d), "--resume", "--quiet"]
+    return setup
+
+
+CASES = [
+    # ---- loaders of every format
+    Case("csv-form-feed-only", partition(lambda c: c.file("ff.csv", "src,dst,t\n\f\n")), ["ff.csv", "no data lines"]),
+    Case("csv-no-dst-column", partition(lambda c: c.file("h.csv", "src,x,t\n1,2,3\n")),
+         ["h.csv:1", "header needs exactly one dst column"]),
+    Case("csv-nan-time", partition(lambda c: c.file("n.csv", "src,dst,t\n1,2,3\n1,2,nan\n")), ["n.csv:3", "t is nan"]),
+    Case("csv-negative-id", partition(lambda c: c.file("neg.csv", "src,dst,t\n1,-2,3\n")),
+         ["neg.csv:2", "node id -2 is negative"]),
+    Case("csv-fractional-label", partition(lambda c: c.file("l.csv", "src,dst,t,label\n1,2,3,0.5\n")),
+         ["l.csv:2", "label 0.5 is not an integer"]),
+    Case("snap-field-count", partition(lambda c: c.file("f.txt", "1 2 3\n4 5\n")), ["f.txt:2", "expected 3 fields"]),
+    Case("snap-word", partition(lambda c: c.file("w.txt", "1 2 3\n\f\n4 x 6\n")),
+         ["w.txt:3", "field 2 is not a number: 'x'"]),
+    Case("snap-empty", partition(lambda c: c.file("e.txt", "")), ["e.txt", "empty file"]),
+    Case("snap-inf-time", partition(lambda c: c.file("i.txt", "1 2 inf\n")), ["i.txt:1", "time is inf"]),
+    Case("snap-gz-cut", partition(lambda c: c.file("g.txt.gz", gzip.compress(b"1 2 3\n" * 500)[:30], raw=True)),
+         ["g.txt.gz", "cannot read"]),
+    Case("npz-garbage", partition(lambda c: c.file("g.npz", b"PK\x03\x04garbage")), ["g.npz", "not a readable .npz"]),
+    Case("npz-missing-array", partition(lambda c: c.npz("m.npz", adj_data=np.ones(1))),
+         ["m.npz", "missing array 'adj_shape'"]),
+    Case("npz-object-array", partition(lambda c: c.npz(
+        "o.npz", adj_data=np.ones(2), adj_indices=np.array([1, 0]), adj_indptr=np.array([0, 1, 2]),
+        adj_shape=np.array([2, 2]), labels=np.array([object(), object()]))),
+         ["o.npz", "array 'labels' cannot be read"]),
+    Case("npz-negative-label", partition(lambda c: c.npz(
+        "l.npz", adj_data=np.ones(2), adj_indices=np.array([1, 0]), adj_indptr=np.array([0, 1, 2]),
+        adj_shape=np.array([2, 2]), labels=np.array([0, -3]))), ["l.npz", "labels hold a negative class (-3)"]),
+    Case("planetoid-16tib-array", partition(lambda c: c.planetoid(allx=_Huge())),
+         ["ind.toy.allx", "not a valid Planetoid pickle"]),
+    Case("planetoid-code-global", partition(lambda c: c.planetoid(graph=_Evil())),
+         ["ind.toy.graph", "refusing to load global"]),
+    Case("planetoid-truncated", partition(lambda c: c.planetoid_with(lambda f: (f / "ind.toy.tx").write_bytes(
+        (f / "ind.toy.tx").read_bytes()[:50]))), ["ind.toy.tx", "not a valid Planetoid pickle"]),
+    Case("planetoid-missing-part", partition(lambda c: c.planetoid_with(lambda f: (f / "ind.toy.ty").unlink())),
+         ["ind.toy.ty: no such file"]),
+    Case("planetoid-two-datasets", partition(lambda c: c.planetoid_with(lambda f: (f / "ind.other.x").touch())),
+         ["toy", "found 2 (other, toy)"]),
+    Case("planetoid-bad-labels", partition(lambda c: c.planetoid(ally=np.full((500, 3), 0.5))),
+         ["ind.toy.ally", "expected one-hot label rows"]),
+    Case("format-unknown", partition(lambda c: c.file("g.txt", "1 2 3\n"), "--format", "xml"),
+         ["unknown format 'xml'"]),
+    Case("data-missing", partition(lambda c: str(c.tmp / "nothing.txt")), ["nothing.txt", "no such file"]),
+    Case("data-fifo", partition(lambda c: (os.mkfifo(c.tmp / "pipe.txt"), str(c.tmp / "pipe.txt"))[1]),
+         ["pipe.txt", "not a regular file"]),
+    Case("data-folder-of-nothing", partition(lambda c: (c.file("d/readme.md", "hi"), str(c.tmp / "d"))[1]),
+         ["cannot tell the format of this folder"]),
+    # ---- built-in generators
+    Case("data-seed-negative-static", partition(STATIC, "--data-seed", "-1"), ["--data-seed", "got -1"]),
+    Case("data-seed-negative-temporal", partition(TEMPORAL, "--data-seed", "-1"), ["--data-seed", "got -1"]),
+    Case("data-seed-huge", partition(TEMPORAL, "--data-seed", str(2**64)), ["--data-seed", "18446744073709551615"]),
+    Case("data-seed-not-int", partition(TEMPORAL, "--data-seed", "1e23"), ["--data-seed", "invalid int value"]),
+    Case("num-nodes-zero", partition(["synthetic-static", "--num-nodes", "0"]), ["--num-nodes", "must be a positive"]),
+    Case("num-nodes-one", partition(["synthetic-temporal", "--num-nodes", "1"]), ["--num-nodes", "at least 2, got 1"]),
+    Case("num-edges-too-many", partition(["synthetic-static", "--num-nodes", "10", "--num-edges", "100"]),
+         ["--num-edges", "must be at most a quarter of all node pairs (22) for 10 nodes, got 100"]),
+    Case("generator-option-not-its-own", partition(STATIC + ["--num-events", "5"]), ["has no option num_events"]),
+    Case("generator-option-on-a-file", partition(lambda c: [c.file("g.txt", "1 2 3\n"), "--num-nodes", "5"]),
+         ["num_nodes", "options of the built-in generators only"]),
+    # ---- partition flags
+    Case("parts-zero", lambda c: ["partition", *STATIC, "--parts", "0", "--out", c.out], ["--parts must be between"]),
+    Case("parts-above-nodes", lambda c: ["partition", *STATIC, "--parts", "201", "--out", c.out],
+         ["--parts must be between 1 and the node count (200), got 201"]),
+    Case("parts-not-int", lambda c: ["partition", *STATIC, "--parts", "two", "--out", c.out],
+         ["--parts", "invalid int value: 'two'"]),
+    Case("method-unknown", partition(STATIC, "--method", "magic"), ["--method", "invalid choice: 'magic'"]),
+    Case("method-temporal-on-static", partition(STATIC, "--method", "temporal"), ["--method temporal needs"]),
+    Case("balance-unknown", partition(STATIC, "--balance", "nodes,colour"), ["unknown --balance key 'colour'"]),
+    Case("balance-with-temporal", partition(TEMPORAL, "--balance", "train"),
+         ["--balance applies to --method metis only", "--method temporal balances"]),
+    Case("balance-with-random", partition(STATIC, "--method", "random", "--balance", "nodes"),
+         ["--balance applies to --method metis only", "--method random"]),
+    Case("imbalance-tol-below-1", partition(STATIC, "--imbalance-tol", "0.5"), ["--imbalance-tol must be from"]),
+    Case("imbalance-tol-nan", partition(STATIC, "--imbalance-tol", "nan"), ["--imbalance-tol must be from"]),
+    Case("seed-negative", partition(STATIC, "--seed", "-1"), ["--seed must be an integer from 0 to 4294967295"]),
+    Case("time-windows-zero", partition(TEMPORAL, "--time-windows", "0"), ["--time-windows must be from 1 to"]),
+    Case("time-windows-on-static", partition(STATIC, "--time-windows", "2"),
+         ["--time-windows applies to temporal graphs only"]),
+    Case("recency-negative", partition(TEMPORAL, "--recency", "-1"), ["--recency must be a finite number >= 0"]),
+    Case("recency-with-random", partition(TEMPORAL, "--method", "random", "--recency", "2"),
+         ["--recency applies to --method temporal only"]),
+    Case("replicate-hubs-on-static", partition(STATIC, "--replicate-hubs", "2"),
+         ["--replicate-hubs applies to temporal graphs only"]),
+    Case("halo-two", partition(STATIC, "--halo", "2"), ["--halo", "invalid choice: 2"]),
+    # ---- output paths
+    Case("out-is-the-input", out_at(lambda c, data: data), ["g.txt", "it is the input"]),
+    Case("out-contains-the-input", lambda c: ["partition", c.file("d/g.txt", "1 2 3\n4 5 6\n"), "--parts", "2",
+                                              "--out", str(c.tmp / "d")], ["contains the input"]),
+    Case("out-inside-the-input-folder", lambda c: ["partition", str(c.planetoid()), "--parts", "2",
+                                                   "--out", str(c.tmp / "toy" / "parts")],
+         ["toy/parts", "it is inside the input folder"]),
+    Case("out-symlink-to-the-input", out_at(lambda c, data: c.link(data, "l")), ["/l: it is the input"]),
+    Case("out-hard-link-to-the-input", out_at(lambda c, data: c.link(data, "h", hard=True)),
+         ["/h: it is a hard link to the input"]),
+    Case("out-folder-of-other-files", lambda c: ["partition", *STATIC, "--parts", "2", "--out",
+                                                 str(Path(c.file("mine/notes.md", "keep")).parent)],
+         ["mine", "it exists and is not a partition store"]),
+    Case("out-is-a-file", lambda c: ["partition", *STATIC, "--parts", "2", "--out", c.file("f.bin", b"keep")],
+         ["f.bin", "it exists and is a file"]),
+    Case("out-store-with-a-foreign-file", lambda c: ["partition", *STATIC, "--parts", "2", "--out",
+                                                     str((c.store(), c.file("temporal-store/part0/n.md", "x"))[0])],
+         ["holds part0/n.md, which the store did not write"]),
+    Case("out-store-unreadable-meta", lambda c: ["partition", *STATIC, "--parts", "2", "--out",
+                                                 str((s := c.store(), (s / "meta.json").write_text("{"))[0])],
+         ["meta.json is unreadable"]),
+    Case("out-under-a-file", lambda c: ["partition", *STATIC, "--parts", "2", "--out", c.file("f", "x") + "/s"],
+         ["is not a folder"]),
+    # ---- gnndist info / --verify and damaged or hand-edited stores
+    Case("info-not-a-store", lambda c: ["info", str(Path(c.file("d/x.txt", "x")).parent)],
+         ["is not a partition store (no meta.json)"]),
+    Case("info-meta-not-json", info(lambda c, s: (s / "meta.json").write_text("{oops")),
+         ["meta.json", "not valid JSON"]),
+    Case("info-meta-nested", info(lambda c, s: (s / "meta.json").write_text("[" * 200_000 + "]" * 200_000)),
+         ["meta.json", "nested too deeply"]),
+    Case("info-meta-edited", info(lambda c, s: (s / "meta.json").write_text(
+        (s / "meta.json").read_text().replace('"num_parts": 2', '"num_parts": 3'))),
+         ["meta.json does not match its checksum"]),
+    Case("info-old-format", info(lambda c, s: (s / "meta.json").write_text(json.dumps(
+        {k: v for k, v in json.loads((s / "meta.json").read_text()).items() if k != "meta_sha256"}
+        | {"format_version": 1}))), ["format 1; this gnndist reads format 2", "rewrite the store"]),
+    Case("info-json-old-format", info(lambda c, s: (s / "meta.json").write_text('{"format_version": 1}'), "--json"),
+         ["format 1"]),
+    Case("info-flipped-byte", info(lambda c, s: (s / "part1/t.npy").write_bytes(
+        (b := (s / "part1/t.npy").read_bytes())[:-1] + bytes([b[-1] ^ 1]))), ["part1/t.npy", "sha256 mismatch"]),
+    Case("info-missing-part", info(lambda c, s: shutil.rmtree(s / "part1")),
+         ["missing part1/ (the files of part 1)", "copy it from the host that wrote the store"]),
+    Case("info-missing-file", info(lambda c, s: (s / "part0/src.npy").unlink()),
+         ["missing part0/src.npy", "copy it from the host"]),
+    Case("info-key-escapes-store", info(lambda c, s: c.restamp(
+        s, meta_edit=lambda m: m["files"].update({"part0/../../x.npy": "0" * 64}))),
+         ["files lists 'part0/../../x.npy', which is not a file of this store"]),
+    Case("info-unknown-array", info(lambda c, s: c.restamp(
+        s, meta_edit=lambda m: m["arrays"].update(evil={"dtype": "<i8", "shape": []}))),
+         ["arrays lists 'evil', which a temporal store does not hold"]),
+    Case("info-src-out-of-range", info(lambda c, s: c.restamp(s, _edited(s, "part1/src.npy",
+                                                                        lambda a: _set(a, 0, 80)))),
+         ["part 1", "src.npy holds 80, outside [0, 80)", "rewrite the store"]),
+    Case("info-t-nan", info(lambda c, s: c.restamp(s, _edited(s, "part0/t.npy", lambda a: _set(a, 3, np.nan)))),
+         ["part 0", "t.npy holds NaN or inf"]),
+    Case("info-eid-unsorted", info(lambda c, s: c.restamp(s, _edited(s, "part0/eid.npy", lambda a: a.__setitem__(
+        slice(0, 2), a[1::-1])))), ["part 0", "eid.npy is not strictly ascending"]),
+    Case("info-src-shorter", info(lambda c, s: c.restamp(s, {"part0/src.npy": part_array(s, "part0/src.npy")[:-1]})),
+         ["part 0", "src.npy has", "one per event in eid.npy"]),
+    Case("info-ids-not-a-permutation", info(lambda c, s: c.restamp(
+        s, _edited(s, "orig_to_new.npy", lambda a: _set(a, 0, a[1])))), ["orig_to_new.npy is not a permutation"]),
+    Case("info-node-offsets-edited", info(lambda c, s: c.restamp(
+        s, meta_edit=lambda m: m.update(node_offsets=[0, m["node_offsets"][1] + 1, m["num_nodes"]]))),
+         ["stats.nodes_per_part disagrees with node_offsets"]),
+    Case("info-indptr-broken", info(lambda c, s: c.restamp(s, _edited(s, "part1/indptr.npy", lambda a: _set(
+        a, -1, a[-1] + 1))), kind="static"), ["part 1", "indptr.npy is not a CSR row pointer"]),
+    Case("info-halo-owns", info(lambda c, s: c.restamp(s, _edited(s, "part0/halo_ids.npy", lambda a: _set(
+        a, 0, 0))), kind="static"), ["part 0", "halo_ids.npy holds a node the part owns"]),
+    Case("info-store-is-a-file", lambda c: ["info", c.file("s.json", "{}")], ["is not a partition store"]),
+    # ---- checkpoints
+    Case("resume-empty-checkpoint", _resume(lambda b: b""),
+         ["ckpt/epoch-0001.pt", "cannot read checkpoint", "it is empty (0 bytes)"]),
+    Case("resume-truncated-checkpoint", _resume(lambda b: b[:len(b) // 2]),
+         ["ckpt/epoch-0001.pt", "it is truncated or not a torch file"]),
+]
+SUBPROCESS = ["csv-form-feed-only", "planetoid-16tib-array", "data-seed-negative-static", "info-meta-nested",
+              "out-is-the-input"]
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    """Every entry below `root` and what it holds: sha256 of files, targets of links, kinds of
+    others (a fifo is never opened)."""
+    out = {}
+    for p in sorted(root.rglob("*")):
+        rel = p.relative_to(root).as_posix()
+        if p.is_symlink():
+            out[rel] = "link:" + os.readlink(p)
+        elif p.is_file():
+            out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
+        else:
+            out[rel] = "dir" if p.is_dir() else "special"
+    return out
+
+
+def run_main(argv: Sequence[str]) -> int:
+    try:
+        return main(list(argv))
+    except SystemExit as e:  # argparse's usage errors
+        return int(e.code)
+
+
+def test_the_corpus_is_large_and_ids_are_unique():
+    assert len(CASES) >= 40 and len({c.id for c in CASES}) == len(CASES)
+    assert set(SUBPROCESS) <= {c.id for c in CASES}
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_input(case, bases, tmp_path, capsys):
+    ctx = Ctx(tmp_path / "case", bases)
+    ctx.tmp.mkdir()
+    argv = list(case.setup(ctx))
+    before = snapshot(ctx.tmp)
+    capsys.readouterr()
+    rc = run_main(argv)
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert rc == 2, (rc, err)
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith(f"gnndist {argv[0]}: error: "), lines[0]
+    for s in case.expect:
+        assert s in lines[0], (s, lines[0])
+    assert snapshot(ctx.tmp) == before  # inputs unchanged, nothing written
+
+
+@pytest.mark.parametrize("case_id", SUBPROCESS)
+def test_bad_input_in_a_subprocess(case_id, bases, tmp_path):
+    case = next(c for c in CASES if c.id == case_id)
+    ctx = Ctx(tmp_path / "case", bases)
+    ctx.tmp.mkdir()
+    argv = list(case.setup(ctx))
+    before = snapshot(ctx.tmp)
+    p = subprocess.run([sys.executable, "-m", "gnndist", *argv], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONWARNINGS": "default"})
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1, p.stderr
+    assert "Traceback" not in p.stderr and "Warning" not in p.stderr and p.stdout == ""
+    assert all(s in lines[0] for s in case.expect), lines[0]
+    assert snapshot(ctx.tmp) == before
+
+
+# ---------------------------------------------------------------- outputs (gnndist.outputs)
+
+def png(path: Path, software: str = SOFTWARE) -> Path:
+    """A 1x1 PNG with a tEXt Software chunk, written by hand (chunks: length, type, data, crc)."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 1, 1, 8, 0, 0, 0, 0))
+                     + chunk(b"tEXt", b"Software\0" + software.encode()) + chunk(b"IDAT", zlib.compress(b"\0\0"))
+                     + chunk(b"IEND", b""))
+    return path
+
+
+def test_metrics_are_stamped_and_only_gnndist_metrics_are_replaced(tmp_path):
+    m = tmp_path / "m.json"
+    assert check_output(m, "metrics") == m
+    write_metrics(m, {"test": {"ap": 0.9}})
+    written = json.loads(m.read_text())
+    assert written["gnndist"]["kind"] == "metrics" and written["test"] == {"ap": 0.9}
+    write_metrics(m, {"test": {"ap": 0.8}})  # its own file: replaced
+    assert json.loads(m.read_text())["test"] == {"ap": 0.8}
+    for content in ('{"test": 1}', "[1, 2]", "not json", '{"gnndist": {"kind": "plot"}}', "[" * 100_000):
+        m.write_text(content)
+        with pytest.raises(GnndistError, match=f"refusing to write the metrics file to {m}: it exists and is not a "
+                                               "metrics file gnndist wrote"):
+            write_metrics(m, {"x": 1})
+        assert m.read_text() == content
+    (tmp_path / "d").mkdir()
+    with pytest.raises(GnndistError, match="it exists and is a folder; choose another --metrics-out"):
+        check_output(tmp_path / "d", "metrics")
+
+
+def test_outputs_never_touch_inputs(tmp_path):
+    data = tmp_path / "uci.txt"
+    data.write_text("1 2 3\n")
+    store = tmp_path / "store"
+    partition_graph(load(*TEMPORAL[:1], num_nodes=40, num_events=300), 2, out=store)
+    (tmp_path / "link.json").symlink_to(data)
+    os.link(data, tmp_path / "hard.json")
+    (tmp_path / "ck").mkdir()
+    os.link(data, tmp_path / "ck" / checkpoint_name(1))
+    before = snapshot(tmp_path)
+    for path, kind, inputs, msg in [
+        (data, "metrics", [data], "it is the input"),
+        (tmp_path / "link.json", "metrics", [data], "it is the input"),
+        (tmp_path / "hard.json", "metrics", [data], "it is a hard link to the input"),
+        (store / "meta.json", "metrics", [store], "it is inside the input folder"),
+        (store / "part0", "checkpoint", [store], "it is inside the input folder"),
+        (tmp_path / "ck", "checkpoint", [data], "it holds a hard link to the input"),
+        (tmp_path, "log_dir", [data], "it contains the input"),
+        (store / "plot.png", "plot", [store, None, "synthetic-temporal"], "inside the input folder"),
+    ]:
+        with pytest.raises(GnndistError, match=msg) as e:
+            check_output(path, kind, inputs)
+        assert str(path) in str(e.value) and "\n" not in str(e.value)
+    assert snapshot(tmp_path) == before
+
+
+def test_checkpoint_log_and_plot_folders_hold_only_gnndist_files(tmp_path):
+    ck = tmp_path / "ck"
+    (ck / "rank1").mkdir(parents=True)
+    for rel in ("epoch-0002.pt", "rank1/epoch-0003.pt", ".epoch-0004.pt.tmp-ab_12"):
+        (ck / rel).write_bytes(b"")
+    assert check_output(ck, "checkpoint") == ck
+    (ck / "rank1" / "notes.txt").write_text("mine")
+    with pytest.raises(GnndistError, match="it holds rank1/notes.txt, which is not a gnndist checkpoint file; "
+                                           "choose another --checkpoint"):
+        check_output(ck, "checkpoint")
+    logs = tmp_path / "logs"
+    (logs / "run1").mkdir(parents=True)
+    (logs / "run1" / "events.out.tfevents.1700000000.host.1.0").write_bytes(b"")
+    assert check_output(logs, "log_dir") == logs
+    (logs / "events.out.tfevents.x").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(GnndistError, match="it holds events.out.tfevents.x, which is not a TensorBoard event file"):
+        check_output(logs, "log_dir")
+    assert check_output(png(tmp_path / "mine.png"), "plot")
+    for other in (png(tmp_path / "theirs.png", "matplotlib version 3.9"), tmp_path / "ck" / "epoch-0002.pt"):
+        with pytest.raises(GnndistError, match="it exists and is not a PNG that gnndist wrote"):
+            check_output(other, "plot")
+
+
+# ---------------------------------------------------------------- checkpoints (gnndist.checkpoint)
+
+def test_checkpoints_keep_the_last_two_complete_epochs(tmp_path):
+    d = tmp_path / "ck"
+    for e in range(1, 5):
+        checkpoint.save(d, {"epoch": e, "w": torch.full((3,), float(e))})
+    assert checkpoint.epochs(d) == [3, 4] and sorted(os.listdir(d)) == [checkpoint_name(3), checkpoint_name(4)]
+    assert checkpoint.load(d)["epoch"] == 4 and torch.equal(checkpoint.load(d, 3)["w"], torch.full((3,), 3.0))
+    newest = d / checkpoint_name(4)
+    good = newest.read_bytes()
+    for damaged, why in ((good[: len(good) // 2], "it is truncated or not a torch file"), (b"", "it is empty")):
+        newest.write_bytes(damaged)
+        assert checkpoint.epochs(d) == [3]
+        with pytest.raises(GnndistError, match=f"cannot read checkpoint {newest}: {why}.*; epoch 3 is complete: "
+                                               "move epoch-0004.pt away to resume from it"):
+            checkpoint.load(d)
+    assert checkpoint.load(d, 3)["epoch"] == 3
+    with pytest.raises(GnndistError, match="holds no checkpoint of epoch 7 \\(it holds epochs 3, 4\\)"):
+        checkpoint.load(d, 7)
+    checkpoint.save(d, {"epoch": 1, "w": torch.zeros(3)})  # a fresh run in the same folder replaces the old one
+    assert checkpoint.epochs(d) == [1]
+    (d / checkpoint_name(2)).write_bytes(b"")  # an incomplete older epoch is not kept in place of a whole one
+    checkpoint.save(d, {"epoch": 3, "w": torch.zeros(3)})
+    assert checkpoint.epochs(d) == [1, 3] and not (d / checkpoint_name(2)).exists()
+    with pytest.raises(GnndistError, match="no checkpoint to resume from in"):
+        checkpoint.load(tmp_path / "none")
+
+
+def test_ranks_that_crashed_between_writes_share_an_older_epoch(tmp_path):
+    """Rank 0 wrote epoch 3, rank 1 died before it: both still hold epoch 2, which they agree on."""
+    for rank, last in ((0, 3), (1, 2)):
+        for e in range(1, last + 1):
+            checkpoint.save(tmp_path / f"rank{rank}", {"epoch": e, "rank": rank})
+    held = [set(checkpoint.epochs(tmp_path / f"rank{r}")) for r in (0, 1)]
+    common = max(held[0] & held[1])
+    assert held == [{2, 3}, {1, 2}] and common == 2
+    assert [checkpoint.load(tmp_path / f"rank{r}", common)["rank"] for r in (0, 1)] == [0, 1]
+
+
+def test_rng_state_round_trip():
+    state = checkpoint.rng_state()
+    first = (torch.rand(3), np.random.rand(3), random.random())
+    checkpoint.set_rng_state(state)
+    again = (torch.rand(3), np.random.rand(3), random.random())
+    assert torch.equal(first[0], again[0]) and np.array_equal(first[1], again[1]) and first[2] == again[2]
+    assert ("cuda" in state) == torch.cuda.is_available()  # absent on a CPU-only machine, and that is fine
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    buf.seek(0)
+    checkpoint.set_rng_state(torch.load(buf, weights_only=True))
+    assert torch.equal(torch.rand(3), first[0])
+
