@@ -20,16 +20,19 @@ EPILOG = """examples:
   gnndist partition synthetic-static --parts 4 --method metis --balance nodes,train --out parts/
   gnndist partition ../shared/datasets/uci_collegemsg/CollegeMsg.txt.gz --parts 4 --method temporal --out uci4/
   gnndist info uci4/ --json
+  gnndist info ../shared/datasets/cora --nproc 4
   gnndist train ../shared/datasets/uci_collegemsg/CollegeMsg.txt.gz --task link --model tgn --epochs 5
-  gnndist train ../shared/datasets/cora --task node --model sage --nproc 2
+  gnndist train ../shared/datasets/cora --task node --model sage --nproc 2 --metrics-out sage.json
+  gnndist plot sage.json -o sage.png
 """
 
 # subcommand -> (module that implements it, one-line help)
 SUBCOMMANDS = {
     "datasets": ("gnndist.datasets.cli", "list the built-in datasets and the file formats gnndist reads"),
     "partition": ("gnndist.partition.cli", "split a graph into partitions written as an on-disk store"),
-    "info": ("gnndist.partition.info", "print a partition store's quality figures"),
+    "info": ("gnndist.info_cli", "describe a partition store, or a dataset before partitioning or training it"),
     "train": ("gnndist.train", "train a temporal (link) or static (node) GNN, on one or many ranks"),
+    "plot": ("gnndist.plot_cli", "draw a training run's metrics JSON as one PNG"),
     "demo": ("gnndist.demo", "a short TGN training on built-in synthetic data"),
 }
 

@@ -1,25 +1,10 @@
-"""Print a partition store's quality figures (computed when it was written).
-
-  gnndist info DIR            a readable summary
-  gnndist info DIR --json     one JSON object (keys: num_parts, method, nodes_per_part,
-                              edges_per_part or events_per_part, imbalance, edge_cut_fraction,
-                              cross_partition_event_fraction (temporal), halo_nodes_per_part,
-                              replication_factor, partition_time_s, peak_memory_bytes, ...)
-  gnndist info DIR --verify   also check every file against its sha256
-"""
+"""A partition store's figures as `gnndist info STORE` shows them: `summary(meta)` (the JSON
+object: num_parts, method, nodes_per_part, edges_per_part or events_per_part, imbalance,
+edge_cut_fraction, cross_partition_event_fraction (temporal), halo_nodes_per_part,
+replication_factor, partition_time_s, peak_memory_bytes, ...) and `format_summary` (text)."""
 from __future__ import annotations
 
-import argparse
-import json
-
 from gnndist.partition.stats import fmt_bytes
-from gnndist.partition.store import read_store_meta, verify_store
-
-
-def configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("store", metavar="DIR", help="a partition store written by `gnndist partition`")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--verify", action="store_true", help="check every file's sha256")
 
 
 def summary(meta: dict) -> dict:
@@ -61,13 +46,3 @@ def format_summary(s: dict) -> str:
                  (f", write time {s['write_time_s']:.2f} s" if "write_time_s" in s else "") +
                  f", peak memory {fmt_bytes(s['peak_memory_bytes'])}")
     return "\n".join(lines)
-
-
-def run(args: argparse.Namespace) -> int:
-    meta = read_store_meta(args.store)
-    checked = verify_store(args.store) if args.verify else 0
-    s = summary(meta)
-    print(json.dumps(s) if args.json else format_summary(s))
-    if args.verify and not args.json:
-        print(f"verified: {checked} files match their sha256")
-    return 0

@@ -1,0 +1,114 @@
+"""Describe a partition store, or a dataset before partitioning or training it.
+
+  gnndist info STORE [--json] [--verify] [--plot parts.png]
+      a store's quality figures (computed when it was written): nodes, events or edges,
+      training and halo nodes per part, imbalance, edge cut, cross-partition events, ...;
+      --verify checks every file's sha256; --plot draws them as one PNG (needs matplotlib:
+      pip install 'gnndist[plot]').
+  gnndist info DATA [--nproc W] [--memory-dim D] [--json]
+      DATA is a file, folder or built-in generator name: kind, nodes, edges or events, time
+      span and resolution (smallest positive gap between distinct times), feature dims,
+      labels, split sizes, degree statistics (temporal: events per node), and memory
+      estimates: the peak of `gnndist partition` per method, and what each of W training
+      ranks holds.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any
+
+from tqdm import tqdm
+
+from gnndist.datasets import add_data_args, load_from_args
+from gnndist.datasets.describe import MEMORY_DIM, MEMORY_FORMULA, facts, format_facts, memory
+from gnndist.datasets.registry import FORMATS, GENERATORS, detect_format
+from gnndist.errors import GnndistError
+from gnndist.io import show_progress
+from gnndist.partition.info import format_summary, summary
+from gnndist.partition.store import read_store_meta, verify_store
+
+__doc__ = (__doc__ or "") + "\n" + MEMORY_FORMULA  # the `gnndist info --help` text
+
+
+def _positive_int(s: str) -> int:
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {s!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
+    return v
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    add_data_args(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    store = p.add_argument_group("partition store")
+    store.add_argument("--verify", action="store_true", help="check every file's sha256")
+    store.add_argument("--plot", default=None, metavar="PNG", help="draw the per-part figures as one PNG")
+    data = p.add_argument_group("dataset")
+    data.add_argument("--nproc", type=_positive_int, default=None, metavar="W",
+                      help="training ranks to estimate per-rank memory for (default: 1)")
+    data.add_argument("--memory-dim", type=_positive_int, default=None, metavar="D",
+                      help=f"node memory size of the link models (default: {MEMORY_DIM})")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _is_store(path: str) -> bool:
+    return os.path.isfile(os.path.join(path, "meta.json"))
+
+
+def _store(args: argparse.Namespace) -> None:
+    given = [flag for flag, v in (("--format", args.format), ("--num-nodes", args.num_nodes),
+                                  ("--num-edges", args.num_edges), ("--num-events", args.num_events),
+                                  ("--nproc", args.nproc), ("--memory-dim", args.memory_dim)) if v is not None]
+    if given:
+        raise GnndistError(f"{given[0]} applies to a dataset; {args.data} is a partition store")
+    meta = read_store_meta(args.data)
+    if args.plot:
+        from gnndist.plots import partition_figure, save_png
+
+        save_png(partition_figure(meta), args.plot, inputs=[os.path.join(args.data, "meta.json")])
+    checked = verify_store(args.data) if args.verify else 0
+    s = summary(meta)
+    print(json.dumps(s) if args.json else format_summary(s))
+    if args.verify and not args.json:
+        print(f"verified: {checked} files match their sha256")
+    if args.plot and not args.json:
+        print(f"wrote {args.plot}")
+
+
+def _dataset_summary(args: argparse.Namespace) -> dict[str, Any]:
+    """What `info DATA --json` prints: DATA, its format, `facts` and the memory estimates."""
+    with tqdm(total=3, desc="info", unit="step", disable=not show_progress(args.quiet)) as bar:
+        bar.set_postfix_str("loading")
+        if os.path.isdir(args.data) and args.format is None:
+            try:
+                detect_format(args.data)
+            except GnndistError:
+                raise GnndistError(f"{args.data} is not a partition store (no meta.json), nor a dataset folder "
+                                   f"gnndist can tell the format of (give --format: {', '.join(FORMATS)})") from None
+        graph = load_from_args(args)
+        bar.update()
+        bar.set_postfix_str("figures")
+        source = args.format or ("generator" if args.data in GENERATORS else detect_format(args.data))
+        out = {"data": args.data, "format": source, **facts(graph)}
+        bar.update()
+        bar.set_postfix_str("memory estimate")
+        out["memory"] = memory(graph, args.nproc or 1, args.memory_dim or MEMORY_DIM)
+        bar.update()
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    if _is_store(args.data):
+        _store(args)
+        return 0
+    if args.verify or args.plot:
+        raise GnndistError(f"{'--verify' if args.verify else '--plot'} applies to a partition store; "
+                           f"{args.data} is a dataset (partition it with `gnndist partition`)")
+    s = _dataset_summary(args)
+    print(json.dumps(s) if args.json else format_facts(s))
+    return 0
