@@ -21,7 +21,7 @@ MEMORY_FORMULA = """Per-rank training memory in bytes, N nodes, E events (or CSR
     W = 1: E (24 + 4D + L) graph (src, dst, t, features, label)
            + 2E * 24 + 8 (N + 1) T-CSR (neighbour, event id, time; row pointers) + N * state
     W > 1: E/W (1 + c) (32 + 4D + L) events touching the rank's nodes (+ event id)
-           + 2E/W * 24 + 8 (N/W + 1) T-CSR of its own nodes + 16 N id maps
+           + 2E/W * 24 + 8 (N/W + 1) T-CSR of its own nodes + 16 N id maps (8 N in one process)
            + R * state, R = N/W (partitioned memory) or N (replicated);
            c = share of events whose endpoints have different owners, shown at 0 (best)
            and 1 - 1/W (a random partition)
@@ -99,7 +99,7 @@ def temporal_rank_bytes(num_nodes: int, num_events: int, edge_dim: int, label_by
     per_event = 4 * edge_dim + label_bytes + (24 if w == 1 else 32)
     rows = n if memory == "replicated" else n / w
     out = {"events": e / w * (1 + cross) * per_event, "tcsr": 2 * e / w * 24 + 8 * (n / w + 1),
-           "id_maps": 0 if w == 1 else 16 * n, "node_state": rows * state_row_bytes(memory_dim, edge_dim)}
+           "id_maps": 8 * n if w == 1 else 16 * n, "node_state": rows * state_row_bytes(memory_dim, edge_dim)}
     out["total"] = sum(out.values())
     return out
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from gnndist.datasets import add_data_args, load_from_args
+from gnndist.datasets.cli import add_data_args, source_from_args
 from gnndist.datasets.describe import MEMORY_DIM, MEMORY_FORMULA, facts, format_facts, memory
 from gnndist.datasets.registry import FORMATS, GENERATORS, detect_format
 from gnndist.errors import GnndistError
@@ -61,9 +61,9 @@ def _is_store(path: str) -> bool:
 
 
 def _store(args: argparse.Namespace) -> None:
-    given = [flag for flag, v in (("--format", args.format), ("--num-nodes", args.num_nodes),
-                                  ("--num-edges", args.num_edges), ("--num-events", args.num_events),
-                                  ("--nproc", args.nproc), ("--memory-dim", args.memory_dim)) if v is not None]
+    given = [flag for flag, v in (("--format", args.format), ("--nproc", args.nproc),
+                                  ("--memory-dim", args.memory_dim)) if v is not None]
+    given += [f"--{opt.replace('_', '-')}" for opt in source_from_args(args).options if opt != "seed"]
     if given:
         raise GnndistError(f"{given[0]} applies to a dataset; {args.data} is a partition store")
     meta = read_store_meta(args.data)
@@ -90,7 +90,7 @@ def _dataset_summary(args: argparse.Namespace) -> dict[str, Any]:
             except GnndistError:
                 raise GnndistError(f"{args.data} is not a partition store (no meta.json), nor a dataset folder "
                                    f"gnndist can tell the format of (give --format: {', '.join(FORMATS)})") from None
-        graph = load_from_args(args)
+        graph = source_from_args(args).load()
         bar.update()
         bar.set_postfix_str("figures")
         source = args.format or ("generator" if args.data in GENERATORS else detect_format(args.data))

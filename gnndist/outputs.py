@@ -28,7 +28,7 @@ PathLike = Union[str, os.PathLike]
 # kind -> (what it is, in messages; the flag that names it; True for a folder)
 KINDS = {"store": ("partition store", "--out", True), "metrics": ("metrics file", "--metrics-out", False),
          "checkpoint": ("checkpoint folder", "--checkpoint", True), "log_dir": ("log folder", "--log-dir", True),
-         "plot": ("plot", "the plot path", False)}
+         "plot": ("plot", "output path", False)}
 SOFTWARE = f"gnndist {gnndist.__version__}"  # the PNG tEXt "Software" value of gnndist's plots
 CHECKPOINT_FILE = re.compile(r"epoch-(\d+)\.pt")  # one epoch's checkpoint; `checkpoint_name` writes it
 # what a checkpoint folder may hold: epoch files (per rank in rank{r}/) and the temp files of

@@ -19,6 +19,7 @@ import numpy as np
 import gnndist
 from gnndist.errors import GnndistError
 from gnndist.io import atomic_file
+from gnndist.outputs import check_output, plot_metadata
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes
@@ -30,8 +31,6 @@ DPI = 100
 TIME_PARTS = ("sample_s", "fetch_s", "compute_s", "sync_s")
 BYTES_KEYS = ("bytes", "remote_bytes")  # link trainer, node trainer
 HIT_RATE_KEYS = ("cache_hit_rate", "edge_cache.hit_rate")
-SOFTWARE = "gnndist"  # the PNG `Software` text that marks a file as ours
-_PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -266,43 +265,9 @@ def partition_figure(meta: dict) -> "Figure":
 
 # ------------------------------------------------------------------------------ writing
 
-def png_software(path: PathLike) -> Optional[str]:
-    """The `Software` text of a PNG file, '' for a PNG without one, None for a file that is not a PNG."""
-    with open(path, "rb") as f:
-        if f.read(8) != _PNG_MAGIC:
-            return None
-        while True:
-            head = f.read(8)
-            if len(head) < 8:
-                return ""
-            length, kind = struct.unpack(">I4s", head)
-            if kind in (b"IDAT", b"IEND"):
-                return ""
-            data = f.read(length)
-            f.seek(4, os.SEEK_CUR)  # crc
-            if kind == b"tEXt" and data.startswith(b"Software\0"):
-                return data[len(b"Software\0"):].decode("latin-1")
-
-
-def check_output(path: PathLike, kind: str, inputs: Sequence[PathLike] = ()) -> None:
-    """Refuse to write `path` (a `kind` file, "png") when that would lose something: it is one
-    of `inputs`, a folder, or an existing file gnndist did not write."""
-    p = Path(path)
-    if not p.exists():
-        return
-    for i in inputs:
-        if Path(i).exists() and os.path.samefile(p, i):
-            raise GnndistError(f"refusing to write {path}: it is the input {i}; choose another output")
-    if not p.is_file():
-        raise GnndistError(f"refusing to write {path}: it is not a regular file (a folder?); name a .{kind} file")
-    if kind != "png" or not (png_software(p) or "").startswith(SOFTWARE):
-        raise GnndistError(f"refusing to overwrite {path}: gnndist did not write it; move it away or choose "
-                           "another output")
-
-
 def save_png(fig: "Figure", path: PathLike, inputs: Sequence[PathLike] = ()) -> Path:
     """Write `fig` to `path` as a PNG of `size_pixels(fig)`, atomically, after `check_output`."""
-    check_output(path, "png", inputs)
+    check_output(path, "plot", inputs)
     with atomic_file(path, "wb") as f:
-        fig.savefig(f, format="png", metadata={"Software": f"{SOFTWARE} {gnndist.__version__}"})
+        fig.savefig(f, format="png", metadata=plot_metadata())
     return Path(path)

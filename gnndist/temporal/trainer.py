@@ -386,7 +386,8 @@ class LinkTrainer:
                 indptr.nbytes + nbr.nbytes + eid.nbytes + ts.nbytes,
                 0 if ev.edge_feat is None else ev.edge_feat.nbytes,
                 sum(t.numel() * t.element_size() for t in state_tensors),
-                0 if cache is None else cache.rows.nbytes, ev.orig_to_new.nbytes + ev.new_to_orig.nbytes,
+                0 if cache is None else cache.rows.nbytes,
+                sum(a.nbytes for a in {id(a): a for a in (ev.orig_to_new, ev.new_to_orig)}.values()),
                 peak_rss_bytes(), c.get("requests", 0), c.get("hits", 0), c.get("bytes_fetched", 0)]
         rows = torch.cat(dist.all_gather_varsize(torch.tensor([mine], dtype=torch.int64, device=self.device)))
         out = []
