@@ -20,8 +20,9 @@ MEMORY_FORMULA = """Per-rank training memory in bytes, N nodes, E events (or CSR
   link (TGN's state; memory size d = --memory-dim, D edge features, L label bytes):
     W = 1: E (24 + 4D + L) graph (src, dst, t, features, label)
            + 2E * 24 + 8 (N + 1) T-CSR (neighbour, event id, time; row pointers) + N * state
+           + 8 N id map
     W > 1: E/W (1 + c) (32 + 4D + L) events touching the rank's nodes (+ event id)
-           + 2E/W * 24 + 8 (N/W + 1) T-CSR of its own nodes + 16 N id maps (8 N in one process)
+           + 2E/W * 24 + 8 (N/W + 1) T-CSR of its own nodes + 16 N id maps
            + R * state, R = N/W (partitioned memory) or N (replicated);
            c = share of events whose endpoints have different owners, shown at 0 (best)
            and 1 - 1/W (a random partition)
