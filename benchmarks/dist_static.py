@@ -26,19 +26,19 @@ from gnndist import dist
 from gnndist.datasets import load
 from gnndist.partition import load_partition, partition_graph
 from gnndist.samplers import POLICIES
-from gnndist.static.trainer import GraphShard, NodeConfig, NodeTrainer, PartitionShard, local_share
+from gnndist.static.trainer import WholeGraph, NodeConfig, NodeTrainer, PartGraph, local_share
 
 
-def capped(shard, cfg: NodeConfig, steps: int):
-    """`shard` with its training nodes cut to `steps` local batches (0: all)."""
+def capped(graph, cfg: NodeConfig, steps: int):
+    """`graph` with its training nodes cut to `steps` local batches (0: all)."""
     if steps:
-        shard.train_ids = shard.train_ids[: steps * max(local_share(cfg.batch_size), 1)]
-    return shard
+        graph.train_ids = graph.train_ids[: steps * max(local_share(cfg.batch_size), 1)]
+    return graph
 
 
-def one_epoch(shard, cfg: NodeConfig) -> dict:
+def one_epoch(graph, cfg: NodeConfig) -> dict:
     t0 = time.perf_counter()
-    trainer = NodeTrainer(shard, cfg)
+    trainer = NodeTrainer(graph, cfg)
     setup = time.perf_counter() - t0
     rec = trainer.train_epoch(1)
     rec["setup_s"] = setup
@@ -50,8 +50,8 @@ def bench_rank(store: str, cfgs: list[NodeConfig], steps: int) -> list[dict]:
     first-call costs); the global figures."""
     dist.setup("cpu")
     part = load_partition(store, dist.rank(), dist.world_size())
-    one_epoch(capped(PartitionShard(part, cfgs[0]), cfgs[0], 2), cfgs[0])
-    out = [one_epoch(capped(PartitionShard(part, cfg), cfg, steps), cfg) for cfg in cfgs]
+    one_epoch(capped(PartGraph(part, cfgs[0]), cfgs[0], 2), cfgs[0])
+    out = [one_epoch(capped(PartGraph(part, cfg), cfg, steps), cfg) for cfg in cfgs]
     dist.teardown()
     return out
 
@@ -83,8 +83,8 @@ def main() -> None:
         work = Path(a.workdir or tmp)
         for w in (int(r) for r in a.ranks.split(",")):
             if w == 1:
-                one_epoch(capped(GraphShard(graph), cfgs[0], 2), cfgs[0])  # warm-up
-                rows.append((1, "none", one_epoch(capped(GraphShard(graph), cfgs[0], a.steps), cfgs[0])))
+                one_epoch(capped(WholeGraph(graph), cfgs[0], 2), cfgs[0])  # warm-up
+                rows.append((1, "none", one_epoch(capped(WholeGraph(graph), cfgs[0], a.steps), cfgs[0])))
                 continue
             store = work / f"parts{w}"
             t0 = time.perf_counter()

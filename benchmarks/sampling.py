@@ -34,7 +34,7 @@ from gnndist.launch import launch  # noqa: E402
 from gnndist import dist  # noqa: E402
 from gnndist.datasets.generators import synthetic_static, synthetic_temporal  # noqa: E402
 from gnndist.graph import Graph  # noqa: E402
-from gnndist.samplers import (POLICIES, DistNeighborSampler, FeatureStore, degree_scores,  # noqa: E402
+from gnndist.samplers import (POLICIES, DistNeighborSampler, DistFeatures, degree_scores,  # noqa: E402
                               sample_neighbors, sample_tcsr, visit_scores)
 
 
@@ -116,7 +116,7 @@ def traffic_rank(folder: str, batch: int, capacity: float) -> dict:
     r, w = dist.rank(), dist.world_size()
     part = load_partition(folder, r, world_size=w)
     sampler = DistNeighborSampler.from_partition(part)
-    store = FeatureStore.from_partition(part)
+    store = DistFeatures.from_partition(part)
     own = part.start + np.flatnonzero(part.train_mask)
     steps = dist.agree_max(-(-own.size // batch))
 

@@ -44,6 +44,7 @@ def source_from_args(args: argparse.Namespace) -> DataSource:
 
 
 def configure(p: argparse.ArgumentParser) -> None:
+    """The subcommand\'s flags."""
     p.add_argument("data", metavar="DATA", nargs="?", default=None,
                    help="a file, folder or built-in name to load and describe")
     p.add_argument("--format", default=None, help="file format, when the extension does not tell")
@@ -62,6 +63,7 @@ def describe(g: Union[Graph, TemporalGraph]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the subcommand; the exit status."""
     if args.data is not None:
         print(f"{args.data}: {describe(load(args.data, format=args.format))}")
         return 0

@@ -1,6 +1,22 @@
-"""gnndist: distributed training of static and temporal graph neural networks."""
+"""gnndist: distributed training of static and temporal graph neural networks.
+
+The trainers' entry points load on first use (`gnndist.train_link` imports torch), so that
+`import gnndist` stays light.
+"""
+from importlib import import_module
+from typing import Any
+
 from gnndist.errors import GnndistError
 from gnndist.graph import Graph, TemporalGraph
 
 __version__ = "0.1.0"
-__all__ = ["Graph", "TemporalGraph", "GnndistError", "__version__"]
+_LAZY = {"train_link": "gnndist.temporal.trainer", "LinkConfig": "gnndist.temporal.config",
+         "train_node": "gnndist.static.trainer", "NodeConfig": "gnndist.static.trainer",
+         "Outputs": "gnndist.launch", "DataSource": "gnndist.datasets"}
+__all__ = ["Graph", "TemporalGraph", "GnndistError", "__version__", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'gnndist' has no attribute {name!r}")

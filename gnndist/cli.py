@@ -45,6 +45,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The `gnndist` parser with every subcommand."""
     parser = _Parser(prog="gnndist", description="Train graph neural networks on graphs too large "
                      "for one GPU or one machine.", epilog=EPILOG,
                      formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -14,6 +14,7 @@ from gnndist.train import _positive
 
 
 def configure(p: argparse.ArgumentParser) -> None:
+    """The subcommand\'s flags."""
     p.add_argument("--epochs", type=_positive(int), default=3, help="training epochs (default 3)")
     p.add_argument("--num-nodes", type=_positive(int), default=1000, help="nodes to generate (default 1000)")
     p.add_argument("--num-events", type=_positive(int), default=20000, help="events to generate (default 20000)")
@@ -23,6 +24,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the subcommand; the exit status."""
     from gnndist.datasets import load
     from gnndist.launch import Outputs
     from gnndist.temporal.config import LinkConfig

@@ -17,6 +17,7 @@ from gnndist.errors import GnndistError, first_line
 
 
 def timeout_s() -> float:
+    """Seconds every collective may take (GNNDIST_TIMEOUT, default 300)."""
     return float(os.environ.get("GNNDIST_TIMEOUT", "300"))
 
 
@@ -47,15 +48,18 @@ def setup(device: str = "cpu") -> torch.device:
 
 
 def teardown() -> None:
+    """Leave the process group (if joined)."""
     if dist.is_initialized():
         dist.destroy_process_group()
 
 
 def rank() -> int:
+    """This process's rank (0 outside a process group)."""
     return dist.get_rank() if dist.is_initialized() else 0
 
 
 def world_size() -> int:
+    """The number of ranks (1 outside a process group)."""
     return dist.get_world_size() if dist.is_initialized() else 1
 
 

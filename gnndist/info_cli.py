@@ -43,6 +43,7 @@ def _positive_int(s: str) -> int:
 
 
 def configure(p: argparse.ArgumentParser) -> None:
+    """The subcommand\'s flags."""
     add_data_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     store = p.add_argument_group("partition store")
@@ -103,6 +104,7 @@ def _dataset_summary(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the subcommand; the exit status."""
     if _is_store(args.data):
         _store(args)
         return 0

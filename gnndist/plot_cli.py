@@ -15,6 +15,7 @@ from gnndist.plots import read_metrics, run_figure, save_png
 
 
 def configure(p: argparse.ArgumentParser) -> None:
+    """The subcommand\'s flags."""
     p.add_argument("metrics", metavar="RUN.json", help="a metrics file from `gnndist train --metrics-out`")
     p.add_argument("-o", "--out", required=True, metavar="PNG", help="the picture to write")
     p.add_argument("--dataset", default=None, metavar="NAME",
@@ -22,6 +23,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the subcommand; the exit status."""
     fig = run_figure(read_metrics(args.metrics), dataset=args.dataset)
     print(f"wrote {save_png(fig, args.out, inputs=[args.metrics])}")
     return 0

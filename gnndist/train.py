@@ -46,6 +46,7 @@ def _positive(kind):
 
 
 def configure(p: argparse.ArgumentParser) -> None:
+    """The subcommand\'s flags."""
     add_data_args(p)
     p.add_argument("--task", choices=("link", "node"), default=None,
                    help="link prediction on temporal graphs or node classification on static ones "
@@ -106,6 +107,7 @@ def node_config(args: argparse.Namespace) -> "NodeConfig":
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the subcommand; the exit status."""
     from gnndist.launch import Outputs, is_store
 
     if args.task is None:

@@ -27,6 +27,7 @@ from gnndist.partition.store import check_memory, partition_graph, read_store_me
 
 
 def configure(p: argparse.ArgumentParser) -> None:
+    """The subcommand\'s flags."""
     add_data_args(p)
     p.add_argument("--parts", type=int, required=True, metavar="K", help="number of parts, at most the node "
                    "count (temporal method: at most the nodes that are an event source)")
@@ -55,6 +56,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the subcommand; the exit status."""
     check_output(args.out, "store", [args.data])
     graph = source_from_args(args).load()
     method = args.method or ("metis" if isinstance(graph, Graph) else "temporal")

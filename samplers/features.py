@@ -1,4 +1,4 @@
-"""A distributed feature store: rows of a node (or edge) feature matrix by global id.
+"""Distributed features: rows of a node (or edge) feature matrix by global id.
 
 Rows held by this rank are read in place; the others are fetched from their owners per
 call, in one batched exchange of ids and one of rows, behind an optional cache
@@ -58,7 +58,7 @@ class _HeldBook:
         return np.where(ok, pos, -1)
 
 
-class FeatureStore:
+class DistFeatures:
     """Rows of a `[num_ids, F]` matrix spread over ranks; `fetch(ids)` returns any rows.
 
     `local_rows` are the rows of the ids this rank owns: node_offsets[r] .. node_offsets[r+1]-1
@@ -83,7 +83,7 @@ class FeatureStore:
 
     @classmethod
     def for_events(cls, local_rows: np.ndarray, eid: np.ndarray, num_events: int, group: Any = None
-                   ) -> "FeatureStore":
+                   ) -> "DistFeatures":
         """Edge features of the events this rank holds (`eid`, increasing global event ids, one
         row each) out of `num_events`: no table over all events is built."""
         eid = np.asarray(eid, dtype=np.int64)
@@ -94,7 +94,7 @@ class FeatureStore:
         return cls(local_rows, group=group, _book=_HeldBook(eid, num_events))
 
     @classmethod
-    def from_partition(cls, part: Any, group: Any = None) -> "FeatureStore":
+    def from_partition(cls, part: Any, group: Any = None) -> "DistFeatures":
         """Node features (`part.x`) of a static partition."""
         return cls(part.x, part.node_offsets, group)
 

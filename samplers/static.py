@@ -105,6 +105,7 @@ HopFn = Callable[[np.ndarray, int, int], tuple[np.ndarray, np.ndarray]]
 
 
 def check_fanouts(fanouts: Sequence[int]) -> list[int]:
+    """`fanouts` as ints, each positive or -1 (all neighbours)."""
     out = [int(f) for f in fanouts]
     if any(f == 0 or f < -1 for f in out):
         raise GnndistError(f"each fanout must be a positive integer or -1 (all), got {list(fanouts)}")

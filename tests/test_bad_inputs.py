@@ -327,7 +327,7 @@ CASES = [
         a, -1, a[-1] + 1))), kind="static"), ["part 1", "indptr.npy is not a CSR row pointer"]),
     Case("info-halo-owns", info(lambda c, s: c.restamp(s, _edited(s, "part0/halo_ids.npy", lambda a: _set(
         a, 0, 0))), kind="static"), ["part 0", "halo_ids.npy holds a node the part owns"]),
-    Case("info-store-is-a-file", lambda c: ["info", c.file("s.json", "{}")], ["is not a partition store"]),
+    Case("info-of-a-file-that-is-no-dataset", lambda c: ["info", c.file("s.json", "{}")], ["s.json:1", "expected 3 fields"]),
     # ---- checkpoints
     Case("resume-empty-checkpoint", _resume(lambda b: b""),
          ["ckpt/epoch-0001.pt", "cannot read checkpoint", "it is empty (0 bytes)"]),

@@ -7,13 +7,13 @@ import pytest
 import torch
 
 from gnndist.errors import GnndistError
-from gnndist.samplers import FeatureStore, PrefetchLoader, degree_scores, visit_scores
+from gnndist.samplers import DistFeatures, PrefetchLoader, degree_scores, visit_scores
 from gnndist.samplers.cache import AdaptiveCache, StaticCache, capacity_rows
 
 
 def test_single_rank_store_reads_rows_in_place():
     x = np.random.default_rng(0).standard_normal((50, 4)).astype(np.float32)
-    store = FeatureStore(x, [0, 50])
+    store = DistFeatures(x, [0, 50])
     ids = np.array([3, 3, 49, 0, 17])
     assert torch.equal(store.fetch(ids), torch.from_numpy(x[ids]))
     s = store.stats()
@@ -22,7 +22,7 @@ def test_single_rank_store_reads_rows_in_place():
     assert store.stats()["cached_rows"] == 0
     store.reset_counters()
     assert store.counters["local"] == 0
-    edges = FeatureStore.for_events(x[::2].copy(), np.arange(0, 50, 2), 50)
+    edges = DistFeatures.for_events(x[::2].copy(), np.arange(0, 50, 2), 50)
     even = ids[ids % 2 == 0]
     assert torch.equal(edges.fetch(even, np.zeros(even.size)), torch.from_numpy(x[even]))
     assert edges.num_remote == 25
@@ -31,10 +31,10 @@ def test_single_rank_store_reads_rows_in_place():
 def test_store_rejects_bad_input():
     x = np.zeros((10, 2), np.float32)
     with pytest.raises(GnndistError):
-        FeatureStore(x, [0, 9])
+        DistFeatures(x, [0, 9])
     with pytest.raises(GnndistError):
-        FeatureStore(x, [0, 5, 10])  # two ranges, one rank
-    store = FeatureStore(x, [0, 10])
+        DistFeatures(x, [0, 5, 10])  # two ranges, one rank
+    store = DistFeatures(x, [0, 10])
     with pytest.raises(GnndistError):
         store.fetch([10])
     with pytest.raises(GnndistError):

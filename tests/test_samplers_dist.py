@@ -11,7 +11,7 @@ import torch
 
 from gnndist.launch import launch
 from gnndist import dist
-from gnndist.samplers import (POLICIES, DistNeighborSampler, DistTemporalSampler, FeatureStore, PrefetchLoader,
+from gnndist.samplers import (POLICIES, DistNeighborSampler, DistTemporalSampler, DistFeatures, PrefetchLoader,
                               degree_scores, sample_neighbors, sample_temporal_multihop,
                               sample_temporal_neighbors, visit_scores)
 from test_samplers import random_graph, random_tgraph
@@ -76,7 +76,7 @@ def worker():
                                      for h in tsampler.sample_multihop(nodes, times, [3, 2], strategy, seed=3)]
 
     x = features(N, F)
-    store = FeatureStore(x[lo:hi], off)
+    store = DistFeatures(x[lo:hi], off)
     deg = degree_scores(sampler.indices, N)
     visits = visit_scores((sampler.sample(s, FANOUTS, seed=99).node_ids for s in np.array_split(seeds, 3)), N)
     scores = {"none": None, "degree": deg, "presample": visits, "adaptive": deg}
@@ -95,7 +95,7 @@ def worker():
     out["features", "all-cached"] = (exact, store.stats())
 
     ef = features(tg.num_events, 3, seed=1)
-    estore = FeatureStore.for_events(ef[eids], eids, tg.num_events)
+    estore = DistFeatures.for_events(ef[eids], eids, tg.num_events)
     batch = np.random.default_rng(r).integers(0, tg.num_events, 200)
     holder = np.searchsorted(toff, tg.src[batch], side="right") - 1  # the source's owner holds the event
     exact = {}

@@ -7,7 +7,7 @@ from gnndist.launch import launch
 from gnndist import dist
 from gnndist.graph import Graph
 from gnndist.partition import load_partition, partition_graph
-from gnndist.static.trainer import GraphShard, NodeConfig, NodeTrainer, PartitionShard
+from gnndist.static.trainer import WholeGraph, NodeConfig, NodeTrainer, PartGraph
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -45,7 +45,7 @@ def store(tmp_path_factory):
 
 def trace(part, cfg: NodeConfig):
     """Two epochs; after every step: (epoch, seeds as original ids, all parameters)."""
-    trainer = NodeTrainer(PartitionShard(part, cfg), cfg)
+    trainer = NodeTrainer(PartGraph(part, cfg), cfg)
     trace, records = [], []
     params = lambda: torch.cat([p.detach().reshape(-1) for p in trainer.model.parameters()]).numpy().copy()
     for epoch in (1, 2):
@@ -60,9 +60,9 @@ def equivalence(part, models: list[str]):
     out = {}
     for model in models:
         cfg = NodeConfig.for_model(model, hidden=16, dropout=0.0, fanouts=[3, 3], seed=5)
-        trainer = NodeTrainer(PartitionShard(part, cfg), cfg)
+        trainer = NodeTrainer(PartGraph(part, cfg), cfg)
         logits = trainer.logits(np.arange(part.start, part.stop))
-        seeds = trainer.shard.train_ids[:5]
+        seeds = trainer.graph.train_ids[:5]
         trainer.compute_grads(seeds, trainer.batch(seeds, [-1, -1], 0))
         out[model] = (part.orig_ids, logits.numpy(), part.orig_ids[seeds - part.start],
                       [p.grad.numpy().copy() for p in trainer.model.parameters()])
@@ -107,7 +107,7 @@ def test_two_ranks_with_full_fanout_match_one_rank(store, ranks):
     g = store[0]
     ranks = [r[1] for r in ranks]
     for model in MODELS:
-        single = NodeTrainer(GraphShard(g), NodeConfig.for_model(model, hidden=16, dropout=0.0, fanouts=[3, 3], seed=5))
+        single = NodeTrainer(WholeGraph(g), NodeConfig.for_model(model, hidden=16, dropout=0.0, fanouts=[3, 3], seed=5))
         ref = single.logits(np.arange(g.num_nodes)).numpy()
         for ids, logits, _, _ in (r[model] for r in ranks):
             np.testing.assert_allclose(logits, ref[ids], atol=1e-5, rtol=1e-4)

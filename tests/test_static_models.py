@@ -7,7 +7,7 @@ from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
 from gnndist import GnndistError
 from gnndist.graph import Graph, TemporalGraph
-from gnndist.static.trainer import GraphShard, NodeConfig, NodeTrainer, check_node_graph
+from gnndist.static.trainer import WholeGraph, NodeConfig, NodeTrainer, check_node_graph
 
 
 def small_graph(n: int = 60, m: int = 200, f: int = 8, c: int = 3, seed: int = 0) -> Graph:
@@ -40,7 +40,7 @@ def full_graph_logits(model, graph: Graph) -> torch.Tensor:
 @pytest.mark.parametrize("layers", [1, 2, 3])
 def test_full_fanout_blocks_equal_a_full_graph_forward(model, layers):
     g = small_graph()
-    trainer = NodeTrainer(GraphShard(g), NodeConfig.for_model(model, fanouts=[5] * layers, hidden=16))
+    trainer = NodeTrainer(WholeGraph(g), NodeConfig.for_model(model, fanouts=[5] * layers, hidden=16))
     ref = full_graph_logits(trainer.model.eval(), g)
     seeds = np.random.default_rng(1).permutation(g.num_nodes)[:17]
     got = trainer.logits(seeds)
@@ -51,10 +51,10 @@ def test_full_fanout_blocks_equal_a_full_graph_forward(model, layers):
 def test_row_normalisation_is_automatic_for_non_negative_features():
     g = small_graph()
     g.x = np.abs(g.x)
-    auto = NodeTrainer(GraphShard(g), NodeConfig.for_model("sage"))
-    off = NodeTrainer(GraphShard(g), NodeConfig.for_model("sage", row_norm="off"))
+    auto = NodeTrainer(WholeGraph(g), NodeConfig.for_model("sage"))
+    off = NodeTrainer(WholeGraph(g), NodeConfig.for_model("sage", row_norm="off"))
     assert auto.row_norm and not off.row_norm
-    assert not NodeTrainer(GraphShard(small_graph()), NodeConfig.for_model("sage")).row_norm
+    assert not NodeTrainer(WholeGraph(small_graph()), NodeConfig.for_model("sage")).row_norm
     ref = full_graph_logits(auto.model.eval(), g)
     g.x = g.x / g.x.sum(1, keepdims=True)
     torch.testing.assert_close(auto.logits(np.arange(g.num_nodes)), full_graph_logits(auto.model, g), atol=1e-5, rtol=1e-4)
@@ -64,7 +64,7 @@ def test_row_normalisation_is_automatic_for_non_negative_features():
 def test_sampled_gcn_aggregation_is_unbiased():
     # one linear GCN layer: the mean over many neighbour samples approaches the full result
     g = small_graph(n=30, m=300)
-    trainer = NodeTrainer(GraphShard(g), NodeConfig.for_model("gcn", fanouts=[3], hidden=4))
+    trainer = NodeTrainer(WholeGraph(g), NodeConfig.for_model("gcn", fanouts=[3], hidden=4))
     seeds = np.flatnonzero(g.degrees() >= 8)[:5]
     full = trainer.logits(seeds, [-1])
     draws = torch.stack([trainer.logits(seeds, [3], seed=s) for s in range(400)])
@@ -76,7 +76,7 @@ def test_sampled_gcn_aggregation_is_unbiased():
 def test_training_improves_loss_for_every_model():
     g = small_graph(n=120, m=500)
     for model in ("sage", "gcn", "gat"):
-        trainer = NodeTrainer(GraphShard(g), NodeConfig.for_model(model, batch_size=20, hidden=16, quiet=True))
+        trainer = NodeTrainer(WholeGraph(g), NodeConfig.for_model(model, batch_size=20, hidden=16, quiet=True))
         first = trainer.train_epoch(1)["loss"]
         for e in range(2, 6):
             last = trainer.train_epoch(e)
@@ -90,7 +90,7 @@ def test_graphs_without_node_data_are_refused():
     g = small_graph()
     g.val_mask = None
     with pytest.raises(GnndistError, match="no val_mask"):
-        GraphShard(g)
+        WholeGraph(g)
     with pytest.raises(GnndistError, match="--model sage\\|gcn\\|gat"):
         NodeConfig.for_model("tgn")
     with pytest.raises(GnndistError, match="--eval-fanouts needs 2"):

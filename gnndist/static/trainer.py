@@ -35,7 +35,7 @@ from gnndist.graph import Graph, TemporalGraph
 from gnndist.io import show_progress
 from gnndist.outputs import write_metrics
 from gnndist.partition import load_partition
-from gnndist.samplers import (Blocks, DistNeighborSampler, FeatureStore, PrefetchLoader, degree_scores,
+from gnndist.samplers import (Blocks, DistNeighborSampler, DistFeatures, PrefetchLoader, degree_scores,
                               sample_neighbors, visit_scores)
 from gnndist.static.models import MODELS, MiniBatch, StaticGNN
 from gnndist.launch import Data, Outputs, Split, run_job
@@ -95,10 +95,10 @@ def step_seed(*keys: int) -> int:
 
 
 # ----------------------------------------------------------------------------------------------
-# Shards: what one rank sees of the graph
+# What one rank sees of the graph
 
 
-class Shard(abc.ABC):
+class RankGraph(abc.ABC):
     """What one rank sees of the graph: the train/val/test nodes it owns (global ids), and
     sampling, features, degrees and labels by global id (`sample`, `features`, `min_feature`
     and `set_cache` are collectives where the graph is spread over ranks)."""
@@ -141,7 +141,7 @@ class Shard(abc.ABC):
         pass
 
 
-class GraphShard(Shard):
+class WholeGraph(RankGraph):
     """The whole graph in one process: local sampling, features read in place."""
 
     def __init__(self, graph: Graph) -> None:
@@ -169,7 +169,7 @@ class GraphShard(Shard):
         """No remote rows in one process: nothing to cache."""
 
 
-class PartitionShard(Shard):
+class PartGraph(RankGraph):
     """One part of a store: distributed sampling, remote features through the cache."""
 
     def __init__(self, part, cfg: NodeConfig, device: torch.device = torch.device("cpu")) -> None:
@@ -179,7 +179,7 @@ class PartitionShard(Shard):
             raise GnndistError("partition store has no node features, labels or split masks; --task node needs them")
         self.part, self.offset, self.device = part, part.start, device
         self.sampler = DistNeighborSampler.from_partition(part)
-        self.store = FeatureStore.from_partition(part)
+        self.store = DistFeatures.from_partition(part)
         self.num_features = int(part.x.shape[1])
         self.num_classes = dist.agree_max(int(part.y.max(initial=-1)) + 1, device)
         self.train_ids, self.val_ids, self.test_ids = (np.flatnonzero(m) + self.offset for m in
@@ -245,23 +245,23 @@ class NodeTrainer:
     (`PrefetchLoader`; the samplers exchange on their own process group).
     """
 
-    def __init__(self, shard: Shard, cfg: NodeConfig,
+    def __init__(self, graph: RankGraph, cfg: NodeConfig,
                  device: torch.device = torch.device("cpu")) -> None:
-        self.shard, self.cfg, self.device = shard, cfg, device
+        self.graph, self.cfg, self.device = graph, cfg, device
         torch.manual_seed(cfg.seed)  # identical initial parameters on every rank
-        self.model = StaticGNN(cfg.model, shard.num_features, cfg.hidden, shard.num_classes,
+        self.model = StaticGNN(cfg.model, graph.num_features, cfg.hidden, graph.num_classes,
                                num_layers=len(cfg.fanouts), dropout=cfg.dropout).to(device)
         self.opt = torch.optim.Adam(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         torch.manual_seed(cfg.seed + 1 + dist.rank())  # dropout masks differ between ranks
         self.counter_totals = dict.fromkeys(COUNTERS, 0)
-        self.row_norm = cfg.row_norm == "on" or (cfg.row_norm == "auto" and shard.min_feature() >= 0)
-        shard.set_cache(cfg.cache, cfg.cache_size, self._presample)
+        self.row_norm = cfg.row_norm == "on" or (cfg.row_norm == "auto" and graph.min_feature() >= 0)
+        graph.set_cache(cfg.cache, cfg.cache_size, self._presample)
 
     def batch(self, seeds: np.ndarray, fanouts: list[int], seed: int) -> MiniBatch:
         """Sample around `seeds` and gather the sampled nodes' features (collectives)."""
-        blocks = self.shard.sample(seeds, fanouts, seed)
-        deg = self.shard.degrees(blocks.node_ids) if self.cfg.model == "gcn" else None
-        x = self.shard.features(blocks.node_ids)
+        blocks = self.graph.sample(seeds, fanouts, seed)
+        deg = self.graph.degrees(blocks.node_ids) if self.cfg.model == "gcn" else None
+        x = self.graph.features(blocks.node_ids)
         if self.row_norm:  # as torch_geometric.transforms.NormalizeFeatures
             x = x / x.sum(1, keepdim=True).clamp(min=1)
         mb = MiniBatch(x, list(blocks.num_nodes_per_hop),
@@ -278,7 +278,7 @@ class NodeTrainer:
         def make(step: int):
             seeds, seed = ids[step * b:(step + 1) * b], step_seed(self.cfg.seed, *key, step)
             if sample_only:
-                return seeds, self.shard.sample(seeds, fanouts, seed).node_ids
+                return seeds, self.graph.sample(seeds, fanouts, seed).node_ids
             return seeds, self.batch(seeds, fanouts, seed)
 
         return steps, PrefetchLoader(range(steps), make, enabled=self.cfg.prefetch)
@@ -286,7 +286,7 @@ class NodeTrainer:
     def _epoch_order(self, epoch: int) -> tuple[np.ndarray, int]:
         """This rank's training nodes in the epoch's seeded order, and its per-step share of the
         global batch."""
-        order = np.random.default_rng([self.cfg.seed, epoch, dist.rank()]).permutation(self.shard.train_ids)
+        order = np.random.default_rng([self.cfg.seed, epoch, dist.rank()]).permutation(self.graph.train_ids)
         return order, max(local_share(self.cfg.batch_size), 1)
 
     def _presample(self) -> list[np.ndarray]:
@@ -306,24 +306,24 @@ class NodeTrainer:
         (the union of all ranks' `seeds`); returns the global [loss sum, correct, count]."""
         self.model.train()
         out = self.model(batch)
-        y = torch.from_numpy(self.shard.labels(seeds)).to(self.device)
+        y = torch.from_numpy(self.graph.labels(seeds)).to(self.device)
         loss = F.cross_entropy(out, y, reduction="sum")
         self.opt.zero_grad(set_to_none=False)
         loss.backward()
-        params = list(self.model.parameters())
         stats = torch.stack([loss.detach(), (out.argmax(1) == y).sum().to(loss.dtype),
                              torch.tensor(float(len(seeds)), device=self.device)])
-        flat = dist.all_reduce(torch.cat([p.grad.reshape(-1) for p in params] + [stats]))
-        count = flat[-1].clamp(min=1)
-        for p, g in zip(params, flat[:-3].split([p.numel() for p in params])):
-            p.grad.copy_(g.view_as(p) / count)
-        return flat[-3:]
+        stats = dist.sum_gradients(list(self.model.parameters()), stats)
+        count = stats[2].clamp(min=1)
+        for p in self.model.parameters():
+            if p.grad is not None:
+                p.grad /= count
+        return stats
 
     def train_epoch(self, epoch: int, on_step: Optional[Callable[[int, np.ndarray], None]] = None) -> dict:
         """One epoch over this rank's training nodes (epochs count from 1); returns the
         epoch's global figures. `on_step(step, seeds)` runs after each optimizer step."""
         order, b = self._epoch_order(epoch)
-        self.shard.reset_counters()
+        self.graph.reset_counters()
         totals = torch.zeros(3, dtype=torch.float64)
         t0 = time.perf_counter()
         steps, batches = self._batches(order, b, self.cfg.fanouts, (epoch, 1))
@@ -350,7 +350,7 @@ class NodeTrainer:
             b = max(local_share(self.cfg.eval_batch_size), 1)
             for seeds, batch in self._batches(ids, b, self.cfg.eval_fanouts, (phase, 2))[1]:
                 pred = self.model(batch).argmax(1).cpu().numpy()
-                correct += torch.tensor([(pred == self.shard.labels(seeds)).sum(), seeds.size], dtype=torch.float64)
+                correct += torch.tensor([(pred == self.graph.labels(seeds)).sum(), seeds.size], dtype=torch.float64)
         correct = dist.all_reduce(correct.to(self.device)).cpu()
         return float(correct[0] / correct[1]) if correct[1] > 0 else float("nan")
 
@@ -361,7 +361,7 @@ class NodeTrainer:
         epochs, best, best_state, best_epoch = [], -1.0, None, 0
         for epoch in range(1, cfg.epochs + 1):
             rec = self.train_epoch(epoch)
-            rec["val_acc"] = self.evaluate(self.shard.val_ids, phase=epoch)
+            rec["val_acc"] = self.evaluate(self.graph.val_ids, phase=epoch)
             epochs.append(rec)
             if rec["val_acc"] > best:
                 best, best_epoch, best_state = rec["val_acc"], epoch, copy.deepcopy(self.model.state_dict())
@@ -369,7 +369,7 @@ class NodeTrainer:
                 f"{rec['nodes_per_s']:,.0f} nodes/s" + cache_note(rec))
         if best_state is not None:
             self.model.load_state_dict(best_state)
-        test_acc = self.evaluate(self.shard.test_ids, phase=cfg.epochs + 1)
+        test_acc = self.evaluate(self.graph.test_ids, phase=cfg.epochs + 1)
         c = self.counter_totals
         return {"task": "node", "model": cfg.model, "world_size": dist.world_size(),
                 "config": asdict(cfg), "epochs": epochs,
@@ -378,7 +378,7 @@ class NodeTrainer:
 
     def _global_counters(self) -> dict[str, int]:
         """This epoch's feature-store counters summed over ranks."""
-        local = self.shard.counters()
+        local = self.graph.counters()
         t = torch.tensor([int(local.get(k, 0)) for k in COUNTERS], dtype=torch.int64, device=self.device)
         return dict(zip(COUNTERS, dist.all_reduce(t).cpu().tolist()))
 
@@ -393,6 +393,7 @@ def hit_rate(counters: dict) -> Optional[float]:
 
 
 def cache_note(rec: dict) -> str:
+    """The cache part of an epoch's log line ('' without remote rows)."""
     if rec["cache_hit_rate"] is None and not rec["remote_bytes"]:
         return ""
     rate = "-" if rec["cache_hit_rate"] is None else f"{rec['cache_hit_rate']:.3f}"
@@ -411,9 +412,9 @@ def node_rank(source: Union[Graph, str], cfg: NodeConfig, outputs: Outputs = Out
     device = dist.setup(cfg.device)
     try:
         if isinstance(source, Graph):
-            view = GraphShard(source)
+            view = WholeGraph(source)
         else:
-            view = PartitionShard(load_partition(source, dist.rank(), dist.world_size()), cfg, device)
+            view = PartGraph(load_partition(source, dist.rank(), dist.world_size()), cfg, device)
         metrics = NodeTrainer(view, cfg, device).fit()
         if dist.rank() == 0:
             if outputs.metrics_out:

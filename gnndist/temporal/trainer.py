@@ -9,7 +9,7 @@ step), so every rank takes the step one process takes on the whole batch. Every 
 step, with or without events of its own.
 
 A node's temporal neighbours are sampled by its owner (`DistTemporalSampler`, one exchange per
-hop); the features of sampled events come from the feature store (read in place for held
+hop); the features of sampled events come from `DistFeatures` (read in place for held
 events, else fetched from the owner that sampled them, one exchange per step, behind a cache).
 Node state is replicated (all rows on every rank) or partitioned (rows at their owners); with
 partitioned memory the negatives are embedded by their nodes' owners, where their rows and most
@@ -47,7 +47,7 @@ from gnndist.io import show_progress
 from gnndist.outputs import write_metrics
 from gnndist.launch import Data, Outputs, Split, run_job
 from gnndist.partition import load_id_maps, load_partition
-from gnndist.samplers import DistTemporalSampler, FeatureStore
+from gnndist.samplers import DistTemporalSampler, DistFeatures
 from gnndist.samplers.temporal import multihop
 from gnndist.temporal.config import LinkConfig
 from gnndist.temporal.dist_state import PartitionedNodeState, ReplicatedNodeState, pack, unpack
@@ -110,14 +110,14 @@ class TimedState:
 
 class Neighbours:
     """Temporal neighbourhoods of queries: sampled by the queried nodes' owners, with the features
-    of the sampled events from the edge-feature store (a collective: one exchange per hop for
+    of the sampled events (`DistFeatures`; a collective: one exchange per hop for
     the samples, one for the features)."""
 
     def __init__(self, events: RankEvents, strategy: str, seed: int, timers: Timers, device: torch.device) -> None:
         self.events, self.strategy, self.seed, self.timers, self.device = events, strategy, seed, timers, device
         self.sampler = DistTemporalSampler(*events.tcsr(), events.node_offsets, keys=events.orig_ids)
         rows = events.edge_feat if events.edge_feat is not None else np.zeros((events.num_held, 0), np.float32)
-        self.features = FeatureStore.for_events(rows, events.eid, events.num_events)
+        self.features = DistFeatures.for_events(rows, events.eid, events.num_events)
         self.remote_queries = 0
 
     def sample(self, nodes: np.ndarray, times: np.ndarray, ks: list[int]):
@@ -167,7 +167,7 @@ def peak_rss_bytes() -> int:
 
 
 class LinkTrainer:
-    """Model, optimizer, node state, sampler and feature store of one rank, and the synchronous
+    """Model, optimizer, node state, sampler and edge features of one rank, and the synchronous
     training and evaluation loops (all ranks call every method together)."""
 
     def __init__(self, events: RankEvents, cfg: LinkConfig, device: torch.device = torch.device("cpu")) -> None:
