@@ -53,9 +53,9 @@ def test_synthetic_static_needs_the_graph(tmp_path):
 
 
 def test_synthetic_temporal_rewards_memory(tmp_path):
-    # measured test AP, 1 epoch, data/train seeds 0..3: tgn 0.903/0.851/0.932/0.926,
-    # tgat 0.811/0.741/0.886/0.856 (margins 0.092/0.111/0.046/0.070); seed 0 is used here
-    size = ["--num-nodes", "300", "--num-events", "6000"]
-    ap = {m: _train(tmp_path, "synthetic-temporal", "--task", "link", "--model", m, "--epochs", "1", *size)["ap"]
-          for m in ("tgn", "tgat")}
-    assert ap["tgn"] >= ap["tgat"] + 0.05, ap
+    """The memory-less TGAT is the reference: on each of 3 data seeds TGN's test AP is above it."""
+    for seed in range(3):
+        size = ["--num-nodes", "300", "--num-events", "4000", "--data-seed", str(seed), "--seed", str(seed)]
+        ap = {m: _train(tmp_path, "synthetic-temporal", "--task", "link", "--model", m, "--epochs", "1", *size)["ap"]
+              for m in ("tgn", "tgat")}
+        assert ap["tgn"] > ap["tgat"], (seed, ap)
