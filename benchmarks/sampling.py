@@ -16,25 +16,19 @@ printed too, since on a shared machine wall time also counts waiting for a core.
 """
 from __future__ import annotations
 
+import argparse
 import os
+import tempfile
+import time
 
-# OpenMP worker threads (numba's and torch's) sleep between parallel regions instead of
-# spinning: on a busy or shared machine spinning threads take the cores the work needs.
-# Must be set before libgomp loads; an explicit setting in the environment wins.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+import numba
+import numpy as np
 
-import argparse  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-
-import numba  # noqa: E402
-import numpy as np  # noqa: E402
-
-from gnndist.launch import launch  # noqa: E402
-from gnndist import dist  # noqa: E402
-from gnndist.datasets.generators import synthetic_static, synthetic_temporal  # noqa: E402
-from gnndist.graph import Graph  # noqa: E402
-from gnndist.samplers import (POLICIES, DistNeighborSampler, FeatureStore, degree_scores,  # noqa: E402
+from gnndist.launch import launch
+from gnndist import dist
+from gnndist.datasets.generators import synthetic_static, synthetic_temporal
+from gnndist.graph import Graph
+from gnndist.samplers import (POLICIES, DistNeighborSampler, FeatureStore, degree_scores,
                               sample_neighbors, sample_tcsr, visit_scores)
 
 
@@ -215,7 +209,8 @@ def main() -> None:
     numba.set_num_threads(a.threads)
     n, e, ev = int(1_000_000 * a.scale), int(10_000_000 * a.scale), int(10_000_000 * a.scale)
     print(f"numba {numba.__version__}, {numba.get_num_threads()} threads, {os.cpu_count()} cores, "
-          f"OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}, load average {os.getloadavg()[0]:.1f} at start")
+          f"OMP_WAIT_POLICY as gnndist left it: {os.environ.get('OMP_WAIT_POLICY')}, "
+          f"load average {os.getloadavg()[0]:.1f} at start")
     if only & {"static", "traffic"}:
         g, w, _ = timed(lambda: synthetic_static(n, e // 2, num_features=a.dim))
         print(f"graph: synthetic-static power law, {g.num_nodes:,} nodes, {g.num_edges:,} directed edges "

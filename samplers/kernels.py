@@ -7,6 +7,8 @@ computes it.
 """
 from __future__ import annotations
 
+import threading
+
 import numba
 import numpy as np
 from llvmlite import ir
@@ -61,6 +63,10 @@ def floyd_choose(stream, c, d, out, o):
 
 # below this many output items a kernel runs on one thread: a parallel launch costs more
 PARALLEL_MIN = 1 << 15
+# one parallel kernel at a time in the process: each takes every core, and numba's workqueue
+# threading layer (chosen by gnndist.threads where OpenMP threads would spin) allows no
+# concurrent launches
+PARALLEL_LOCK = threading.Lock()
 
 
 @njit(inline="always", cache=True)
@@ -98,8 +104,12 @@ def hop_fill(indices, starts, degs, ids, offsets, replace, all_, seed, salt, out
     of row i (all of them if `all_`) into out[offsets[i]:offsets[i+1]]; random streams are
     keyed by the global ids `ids`. Row starts come in an array (gathered beforehand in one
     vectorized pass) so no memory load waits on another."""
-    fn = _hop_fill_parallel if out.size >= PARALLEL_MIN else _hop_fill_serial
-    fn(indices, starts, degs, ids, offsets, replace, all_, seed, salt, out)
+    args = (indices, starts, degs, ids, offsets, replace, all_, seed, salt, out)
+    if out.size >= PARALLEL_MIN:
+        with PARALLEL_LOCK:
+            _hop_fill_parallel(*args)
+    else:
+        _hop_fill_serial(*args)
 
 
 @njit(cache=True)
@@ -265,6 +275,7 @@ def tcsr_sample(indptr, nbr, eid, ts, rows, ids, times, k, uniform, seed, salt,
     padding (0, False). Each row's list must be sorted by time."""
     args = (indptr, nbr, eid, ts, rows, ids, times, k, uniform, seed, salt, out_nbr, out_eid, out_ts, out_dt, out_mask)
     if rows.size * k >= PARALLEL_MIN:
-        _tcsr_parallel(*args, numba.get_num_threads())
+        with PARALLEL_LOCK:
+            _tcsr_parallel(*args, numba.get_num_threads())
     else:
         _tcsr_serial(*args)
