@@ -132,10 +132,12 @@ def pyg_side(tg, lr: float, seed: int) -> dict:
 
 @contextlib.contextmanager
 def busy(n: int):
-    """`n` CPU-bound processes (a pure Python loop each) running until the block ends. Each
-    starts a session of its own, as another user's job would: where the kernel shares the CPU
-    between sessions (autogroup scheduling) it competes as another job, not as a thread of ours."""
-    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True) for _ in range(n)]
+    """`n` CPU-bound processes (a pure Python loop each) running until the block ends or this
+    process does. Each starts a session of its own, as another user's job would: where the
+    kernel shares the CPU between sessions (autogroup scheduling) it competes as another job,
+    not as one more thread of ours."""
+    loop = f"import os\nwhile os.getppid() == {os.getpid()}:\n    for _ in range(10**6): pass"  # ends with us
+    procs = [subprocess.Popen([sys.executable, "-c", loop], start_new_session=True) for _ in range(n)]
     try:
         yield
     finally:
