@@ -130,8 +130,11 @@ def bench_temporal(num_nodes: int, num_events: int, batch: int, k: int = 10) -> 
     assert all(np.array_equal(getattr(first, a), w) for a, w in zip(("nbr", "eid", "ts", "dt", "mask"), want))
     for strategy in ("recent", "uniform"):
         rng = np.random.default_rng(0)
-        _, w, c = timed(lambda: [sample_tcsr(*tcsr, n, t, k, strategy, seed=i) for i, (n, t) in enumerate(queries)])
-        _, wn, cn = timed(lambda: [ref.sample(n, t, k, strategy == "uniform", rng) for n, t in queries])
+        # each batch's output is dropped before the next (a trainer consumes it), so its memory is reused
+        got, w, c = timed(lambda: sum(int(sample_tcsr(*tcsr, n, t, k, strategy, seed=i).mask.sum())
+                                      for i, (n, t) in enumerate(queries)))
+        want, wn, cn = timed(lambda: sum(int(ref.sample(n, t, k, strategy == "uniform", rng)[4].sum()) for n, t in queries))
+        assert got == want, (got, want)
         print(f"  {strategy:8s} gnndist {q_total / w / 1e6:5.2f} M queries/s ({w:.2f} s wall, {c:.2f} CPU s), "
               f"numpy {q_total / wn / 1e6:5.2f} M queries/s ({wn:.2f} s, {cn:.2f} CPU s) -> "
               f"{wn / w:.2f}x wall ({cn / c:.2f}x per CPU s); load {open('/proc/loadavg').read().split()[0]}")
