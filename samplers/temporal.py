@@ -74,6 +74,7 @@ def sample_tcsr(indptr: np.ndarray, nbr: np.ndarray, eid: np.ndarray, ts: np.nda
                 as_seed(seed), hop, *out)
     return TemporalSample(*out)
 
+
 def sample_temporal_neighbors(tgraph: TemporalGraph, nodes, times, k: int, strategy: str = "recent",
                               seed: int = 0) -> TemporalSample:
     """For each query (nodes[i], times[i]), up to `k` neighbours from events strictly earlier
