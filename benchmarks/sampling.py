@@ -16,25 +16,19 @@ printed too, since on a shared machine wall time also counts waiting for a core.
 """
 from __future__ import annotations
 
+import argparse
 import os
+import tempfile
+import time
 
-# OpenMP worker threads (numba's and torch's) sleep between parallel regions instead of
-# spinning: on a busy or shared machine spinning threads take the cores the work needs.
-# Must be set before libgomp loads; an explicit setting in the environment wins.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+import numba
+import numpy as np
 
-import argparse  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-
-import numba  # noqa: E402
-import numpy as np  # noqa: E402
-
-from gnndist.launch import launch  # noqa: E402
-from gnndist import dist  # noqa: E402
-from gnndist.datasets.generators import synthetic_static, synthetic_temporal  # noqa: E402
-from gnndist.graph import Graph  # noqa: E402
-from gnndist.samplers import (POLICIES, DistNeighborSampler, DistFeatures, degree_scores,  # noqa: E402
+from gnndist.launch import launch
+from gnndist import dist
+from gnndist.datasets.generators import synthetic_static, synthetic_temporal
+from gnndist.graph import Graph
+from gnndist.samplers import (POLICIES, DistNeighborSampler, DistFeatures, degree_scores,
                               sample_neighbors, sample_tcsr, visit_scores)
 
 
@@ -88,24 +82,62 @@ def bench_static(g: Graph, num_seeds: int, numpy_seeds: int, batch: int) -> None
           f"({(sub / cs) / (ref / cn):.1f}x per CPU s); sampled {sub:,} vs {ref:,}")
 
 
-def bench_temporal(num_nodes: int, num_events: int, batch: int) -> None:
+class NumpyTemporal:
+    """Exact vectorized numpy temporal sampler on the same T-CSR, the peer of `sample_tcsr`:
+    one `searchsorted` over keys (row, rank of time) finds every query's first event at or
+    after its time; `recent` gathers the k before it, `uniform` draws k distinct positions
+    among them with Floyd's algorithm vectorized over the queries (numpy's RNG, so other
+    draws than gnndist's, from the same distribution). Same padded outputs as `sample_tcsr`."""
+
+    def __init__(self, indptr: np.ndarray, nbr: np.ndarray, eid: np.ndarray, ts: np.ndarray) -> None:
+        self.indptr, self.nbr, self.eid, self.ts = indptr, nbr, eid, ts
+        self.times = np.unique(ts)
+        rows = np.repeat(np.arange(indptr.size - 1), np.diff(indptr))
+        self.key = rows * (self.times.size + 1) + np.searchsorted(self.times, ts)  # sorted
+
+    def sample(self, nodes: np.ndarray, times: np.ndarray, k: int, uniform: bool, rng: np.random.Generator):
+        start = self.indptr[nodes]
+        lo = np.searchsorted(self.key, nodes * (self.times.size + 1) + np.searchsorted(self.times, times))
+        p = lo - start
+        j = np.arange(k)
+        mask = j < np.minimum(p, k)[:, None]
+        pos = np.where(mask, lo[:, None] - 1 - j, 0)  # recent: the k latest
+        if uniform:
+            big = np.flatnonzero(p > k)
+            pb, draw = p[big], np.empty((big.size, k), np.int64)
+            for i in range(k):  # Floyd: draw i in [0, m]; a repeat takes m itself
+                m = pb - k + i
+                t = (rng.random(big.size) * (m + 1)).astype(np.int64)
+                draw[:, i] = np.where((draw[:, :i] == t[:, None]).any(axis=1), m, t)
+            draw.sort(axis=1)
+            pos[big] = start[big, None] + draw[:, ::-1]
+        ts = np.where(mask, self.ts[pos], 0.0)
+        return (np.where(mask, self.nbr[pos], 0), np.where(mask, self.eid[pos], 0), ts,
+                np.where(mask, times[:, None] - ts, 0.0).astype(np.float32), mask)
+
+
+def bench_temporal(num_nodes: int, num_events: int, batch: int, k: int = 10) -> None:
     tg, wg, _ = timed(lambda: synthetic_temporal(num_nodes, num_events, edge_dim=1))
     tcsr, wt, _ = timed(tg.tcsr)
+    ref = NumpyTemporal(*tcsr)
     print(f"temporal: {num_events:,} synthetic events over {num_nodes:,} nodes (generated in {wg:.1f} s, "
-          f"T-CSR in {wt:.1f} s)")
-    sample_tcsr(*tcsr, tg.src[:8], tg.t[:8], 10)
-
-    def run() -> int:
-        total = 0
-        for i in range(0, tg.num_events, batch):
-            nodes = np.concatenate([tg.src[i:i + batch], tg.dst[i:i + batch]])
-            times = np.concatenate([tg.t[i:i + batch], tg.t[i:i + batch]])
-            total += int(sample_tcsr(*tcsr, nodes, times, 10).mask.sum())
-        return total
-
-    n, w, c = timed(run)
-    print(f"  recent k=10, both endpoints of every event, batches of {batch} events: {n:,} sampled in "
-          f"{w:.2f} s = {n / w / 1e6:.1f} M/s wall ({c:.2f} CPU s)")
+          f"T-CSR in {wt:.1f} s), k={k}, both endpoints of every event, batches of {batch} events, one pass")
+    queries = [(np.concatenate([tg.src[i:i + batch], tg.dst[i:i + batch]]),
+                np.concatenate([tg.t[i:i + batch], tg.t[i:i + batch]])) for i in range(0, tg.num_events, batch)]
+    q_total = 2 * tg.num_events
+    first = sample_tcsr(*tcsr, *queries[0], k)  # compile / load the kernels
+    want = ref.sample(*queries[0], k, False, None)
+    assert all(np.array_equal(getattr(first, a), w) for a, w in zip(("nbr", "eid", "ts", "dt", "mask"), want))
+    for strategy in ("recent", "uniform"):
+        rng = np.random.default_rng(0)
+        # each batch's output is dropped before the next (a trainer consumes it), so its memory is reused
+        got, w, c = timed(lambda: sum(int(sample_tcsr(*tcsr, n, t, k, strategy, seed=i).mask.sum())
+                                      for i, (n, t) in enumerate(queries)))
+        want, wn, cn = timed(lambda: sum(int(ref.sample(n, t, k, strategy == "uniform", rng)[4].sum()) for n, t in queries))
+        assert got == want, (got, want)
+        print(f"  {strategy:8s} gnndist {q_total / w / 1e6:5.2f} M queries/s ({w:.2f} s wall, {c:.2f} CPU s), "
+              f"numpy {q_total / wn / 1e6:5.2f} M queries/s ({wn:.2f} s, {cn:.2f} CPU s) -> "
+              f"{wn / w:.2f}x wall ({cn / c:.2f}x per CPU s); load {open('/proc/loadavg').read().split()[0]}")
 
 
 def traffic_rank(folder: str, batch: int, capacity: float) -> dict:
@@ -180,7 +212,8 @@ def main() -> None:
     numba.set_num_threads(a.threads)
     n, e, ev = int(1_000_000 * a.scale), int(10_000_000 * a.scale), int(10_000_000 * a.scale)
     print(f"numba {numba.__version__}, {numba.get_num_threads()} threads, {os.cpu_count()} cores, "
-          f"OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}, load average {os.getloadavg()[0]:.1f} at start")
+          f"OMP_WAIT_POLICY as gnndist left it: {os.environ.get('OMP_WAIT_POLICY')}, "
+          f"load average {os.getloadavg()[0]:.1f} at start")
     if only & {"static", "traffic"}:
         g, w, _ = timed(lambda: synthetic_static(n, e // 2, num_features=a.dim))
         print(f"graph: synthetic-static power law, {g.num_nodes:,} nodes, {g.num_edges:,} directed edges "
@@ -190,7 +223,7 @@ def main() -> None:
         if "traffic" in only:
             bench_traffic(g, a.parts, a.partition, a.batch, a.capacity)
     if "temporal" in only:
-        bench_temporal(max(n // 10, 100), ev, 600)
+        bench_temporal(n, ev, 600)
 
 
 if __name__ == "__main__":

@@ -7,14 +7,20 @@ way for both, over the whole test period against the same fixed random negatives
 positive). PyG's side follows its examples/tgn.py: TGNMemory (IdentityMessage,
 LastAggregator) + LastNeighborLoader + TransformerConv, with TemporalDataLoader negatives.
 
-    python benchmarks/tgn_vs_pyg.py [--data FILE] [--events N] [--threads T] [--lr LR]
+    python benchmarks/tgn_vs_pyg.py [--data FILE] [--events N] [--threads T] [--lr LR] [--busy N]
 
 Prints training events/s (wall clock and CPU time) and test AP of each, and the ratios. The
-sampler's compiled kernel is loaded before timing (a one-off per process).
+sampler's compiled kernel is loaded before timing (a one-off per process). With `--busy N`
+both run twice: alone, then beside N CPU-bound processes (another job on a shared machine),
+and each one's events/s beside them is printed as a ratio to its events/s alone.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -127,6 +133,35 @@ def pyg_side(tg, lr: float, seed: int) -> dict:
             "test_ap": average_precision(np.concatenate(pos_all), np.concatenate(neg_all))}
 
 
+@contextlib.contextmanager
+def busy(n: int):
+    """`n` CPU-bound processes (a pure Python loop each) running until the block ends or this
+    process does. Each starts a session of its own, as another user's job would: where the
+    kernel shares the CPU between sessions (autogroup scheduling) it competes as another job,
+    not as one more thread of ours."""
+    loop = f"import os\nwhile os.getppid() == {os.getpid()}:\n    for _ in range(10**6): pass"  # ends with us
+    procs = [subprocess.Popen([sys.executable, "-c", loop], start_new_session=True) for _ in range(n)]
+    try:
+        yield
+    finally:
+        for q in procs:
+            q.kill()
+            q.wait()
+
+
+def compare(tg, args: argparse.Namespace, n_busy: int) -> tuple[dict, dict]:
+    """Both sides on `tg`, beside `n_busy` busy processes; prints their table."""
+    with busy(n_busy):
+        ours = gnndist_side(tg, args.lr, args.seed)
+        theirs = pyg_side(tg, args.lr, args.seed)
+    print(f"{f'--busy {n_busy}':<10}{'events/s':>10}{'train s':>9}{'CPU s':>8}{'test AP':>9}")
+    for name, r in (("gnndist", ours), ("PyG", theirs)):
+        print(f"{name:<10}{r['events_per_s']:>10,.0f}{r['train_s']:>9.1f}{r['cpu_s']:>8.1f}{r['test_ap']:>9.4f}")
+    print(f"speed-up {ours['events_per_s'] / theirs['events_per_s']:.2f}x (wall clock), "
+          f"AP difference {ours['test_ap'] - theirs['test_ap']:+.4f}; load {open('/proc/loadavg').read().split()[0]}")
+    return ours, theirs
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", default=str(UCI), help="temporal graph file (default: UCI CollegeMsg)")
@@ -134,23 +169,25 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     p.add_argument("--lr", type=float, default=DEFAULTS.lr, help="learning rate of both")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--busy", type=int, default=0, metavar="N",
+                   help="also run both beside N CPU-bound processes and print the slow-down ratios")
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     tg = load(args.data)
     if args.events:
         tg = tg.slice(0, min(args.events, tg.num_events))
-    print(f"{args.data}: {tg.num_events} events, {tg.num_nodes} nodes; threads {torch.get_num_threads()}, "
-          f"lr {args.lr}; one training epoch each")
+    print(f"{args.data}: {tg.num_events} events, {tg.num_nodes} nodes; torch threads {torch.get_num_threads()}, "
+          f"{os.cpu_count()} cores, OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}, "
+          f"lr {args.lr}; one training epoch each; load {open('/proc/loadavg').read().split()[0]}")
     # load the sampler's compiled kernel from numba's cache first (once per process, ~0.4 s)
     make_sampler(tg, "recent", 0)(tg.src[:1], tg.t[:1], NUM_NEIGHBORS, 0)
-    ours = gnndist_side(tg, args.lr, args.seed)
-    theirs = pyg_side(tg, args.lr, args.seed)
-    print(f"{'':<10}{'events/s':>10}{'train s':>9}{'CPU s':>8}{'test AP':>9}")
-    for name, r in (("gnndist", ours), ("PyG", theirs)):
-        print(f"{name:<10}{r['events_per_s']:>10,.0f}{r['train_s']:>9.1f}{r['cpu_s']:>8.1f}{r['test_ap']:>9.4f}")
-    print(f"speed-up {ours['events_per_s'] / theirs['events_per_s']:.2f}x (wall clock), "
-          f"AP difference {ours['test_ap'] - theirs['test_ap']:+.4f}")
+    alone = compare(tg, args, 0)
+    if args.busy:
+        beside = compare(tg, args, args.busy)
+        for name, a, b in zip(("gnndist", "PyG"), alone, beside):
+            print(f"{name}: events/s with --busy {args.busy} / alone = {b['events_per_s']:,.0f} / "
+                  f"{a['events_per_s']:,.0f} = {b['events_per_s'] / a['events_per_s']:.2f}x")
 
 
 if __name__ == "__main__":

@@ -3,11 +3,15 @@
 The trainers' entry points load on first use (`gnndist.train_link` imports torch), so that
 `import gnndist` stays light.
 """
-from importlib import import_module
-from typing import Any
+from gnndist import threads
 
-from gnndist.errors import GnndistError
-from gnndist.graph import Graph, TemporalGraph
+threads.configure()  # before anything loads an OpenMP runtime (see gnndist.threads)
+
+from importlib import import_module  # noqa: E402
+from typing import Any  # noqa: E402
+
+from gnndist.errors import GnndistError  # noqa: E402
+from gnndist.graph import Graph, TemporalGraph  # noqa: E402
 
 __version__ = "0.1.0"
 _LAZY = {"train_link": "gnndist.temporal.trainer", "LinkConfig": "gnndist.temporal.config",

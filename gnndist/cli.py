@@ -5,11 +5,6 @@ import argparse
 import importlib
 import os
 import sys
-
-# Idle OpenMP threads sleep instead of spinning: torch and numba share one OpenMP runtime,
-# which reads this once, so it must be set before either loads (spinning threads starve
-# each other and the other ranks on a shared machine).
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from typing import Optional, Sequence
 
 from gnndist.errors import GnndistError, first_line

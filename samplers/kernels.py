@@ -7,8 +7,14 @@ computes it.
 """
 from __future__ import annotations
 
+import threading
+
+import numba
 import numpy as np
-from numba import njit, prange
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -49,15 +55,18 @@ def floyd_choose(stream, c, d, out, o):
     for j in range(c):
         m = d - c + j
         t = draw_below(stream, j, m + 1)
-        for q in range(j):
-            if out[o + q] == t:
-                t = m
-                break
-        out[o + j] = t
+        taken = False
+        for q in range(j):  # no early exit: a fixed trip count has no branch to mispredict
+            taken |= out[o + q] == t
+        out[o + j] = m if taken else t
 
 
 # below this many output items a kernel runs on one thread: a parallel launch costs more
 PARALLEL_MIN = 1 << 15
+# one parallel kernel at a time in the process: each takes every core, and numba's workqueue
+# threading layer (chosen by gnndist.threads where OpenMP threads would spin) allows no
+# concurrent launches
+PARALLEL_LOCK = threading.Lock()
 
 
 @njit(inline="always", cache=True)
@@ -95,8 +104,12 @@ def hop_fill(indices, starts, degs, ids, offsets, replace, all_, seed, salt, out
     of row i (all of them if `all_`) into out[offsets[i]:offsets[i+1]]; random streams are
     keyed by the global ids `ids`. Row starts come in an array (gathered beforehand in one
     vectorized pass) so no memory load waits on another."""
-    fn = _hop_fill_parallel if out.size >= PARALLEL_MIN else _hop_fill_serial
-    fn(indices, starts, degs, ids, offsets, replace, all_, seed, salt, out)
+    args = (indices, starts, degs, ids, offsets, replace, all_, seed, salt, out)
+    if out.size >= PARALLEL_MIN:
+        with PARALLEL_LOCK:
+            _hop_fill_parallel(*args)
+    else:
+        _hop_fill_serial(*args)
 
 
 @njit(cache=True)
@@ -126,57 +139,143 @@ def map_ids(mark, nodes, n, ids, local):
     return n
 
 
+# Temporal sampling is bound by memory latency: every query reads its T-CSR row pointer, a
+# binary search in the row's times and the neighbours before the position found, each most
+# likely a cache miss. The kernel runs in two pipelined passes over a range of queries that
+# prefetch, PREFETCH_AHEAD queries ahead, what a later query will read, so that many misses
+# are in flight at once instead of one after the other.
+PREFETCH_AHEAD = 16
+
+
+@intrinsic
+def prefetch(typingctx, arr, i):
+    """Ask the CPU to bring arr[i] into cache (a hint: any index is safe, nothing is read)."""
+    def codegen(context, builder, sig, args):
+        ary = context.make_array(sig.args[0])(context, builder, args[0])
+        i8p = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
+                                            "llvm.prefetch.p0")
+        # read access, keep in all cache levels, data cache
+        builder.call(fn, [builder.bitcast(builder.gep(ary.data, [args[1]]), i8p), i32(0), i32(3), i32(1)])
+        return context.get_dummy_value()
+
+    return types.void(arr, types.intp), codegen
+
+
 @njit(inline="always", cache=True)
-def _tcsr_row(q, indptr, nbr, eid, ts, rows, ids, times, tbits, k, uniform, seed, salt,
-              out_nbr, out_eid, out_ts, out_cnt):
-    s = indptr[rows[q]]
-    lo, hi = s, indptr[rows[q] + 1]
-    t = times[q]
-    while lo < hi:  # first entry with ts >= t
+def _first_at_or_after(ts, lo, hi, t):
+    """The first position in the sorted ts[lo:hi] whose time is >= t (hi if none)."""
+    while lo < hi:
         mid = (lo + hi) >> 1
         if ts[mid] < t:
             lo = mid + 1
         else:
             hi = mid
-    p = lo - s
-    c = min(p, k)
-    out_cnt[q] = c
-    if uniform and p > k:
-        pos = np.empty(c, np.int64)
-        floyd_choose(stream_key(seed, salt, ids[q], tbits[q]), c, p, pos, 0)
-        pos.sort()
-        for j in range(c):
-            e = s + pos[c - 1 - j]
-            out_nbr[q, j] = nbr[e]
-            out_eid[q, j] = eid[e]
-            out_ts[q, j] = ts[e]
+    return lo
+
+
+@njit(inline="always", cache=True)
+def _tcsr_stage(q, e, indptr, nbr, eid, ts, rows, ids, tbits, k, uniform, seed, salt, out_eid, draws):
+    """Choose the events of query q (earlier events end at T-CSR position e) and prefetch them.
+    Uniform draws of a query with more than k earlier events are staged in out_eid[q] as
+    T-CSR positions, most recent first."""
+    s = indptr[rows[q]]
+    if uniform and e - s > k:
+        floyd_choose(stream_key(seed, salt, ids[q], tbits[q]), k, e - s, draws, 0)
+        for i in range(k):  # the draws are distinct: draw i goes to its rank, descending
+            rank = 0
+            for j in range(k):
+                rank += draws[j] > draws[i]
+            p = s + draws[i]
+            out_eid[q, rank] = p
+            prefetch(nbr, p)
+            prefetch(eid, p)
+            prefetch(ts, p)
     else:
-        for j in range(c):
-            e = lo - 1 - j
-            out_nbr[q, j] = nbr[e]
-            out_eid[q, j] = eid[e]
-            out_ts[q, j] = ts[e]
+        prefetch(nbr, e - 1)
+        prefetch(nbr, e - k)
+        prefetch(eid, e - 1)
+        prefetch(eid, e - k)
+        prefetch(ts, e - k)
+
+
+@njit(inline="always", cache=True)
+def _tcsr_write(q, e, indptr, nbr, eid, ts, rows, times, k, uniform, out_nbr, out_eid, out_ts, out_dt, out_mask):
+    """Write query q's row of every output, padding included."""
+    s = indptr[rows[q]]
+    t = times[q]
+    c = min(e - s, k)
+    staged = uniform and e - s > k
+    for j in range(c):
+        p = out_eid[q, j] if staged else e - 1 - j
+        x = ts[p]
+        out_nbr[q, j] = nbr[p]
+        out_eid[q, j] = eid[p]
+        out_ts[q, j] = x
+        out_dt[q, j] = np.float32(t - x)
+        out_mask[q, j] = True
+    for j in range(c, k):
+        out_nbr[q, j] = 0
+        out_eid[q, j] = 0
+        out_ts[q, j] = 0.0
+        out_dt[q, j] = 0.0
+        out_mask[q, j] = False
+
+
+@njit(inline="always", cache=True)
+def _tcsr_range(a, b, indptr, nbr, eid, ts, rows, ids, times, k, uniform, seed, salt,
+                out_nbr, out_eid, out_ts, out_dt, out_mask):
+    """Queries [a, b): pass 1 finds where each query's earlier events end, pass 2 writes them."""
+    d = PREFETCH_AHEAD
+    ends = np.empty(b - a, np.int64)
+    for q in range(a, b):
+        if q + 2 * d < b:
+            prefetch(indptr, rows[q + 2 * d])
+        if q + d < b:
+            r = rows[q + d]
+            lo, hi = indptr[r], indptr[r + 1]
+            prefetch(ts, lo)
+            prefetch(ts, (lo + hi) >> 1)
+            prefetch(ts, hi - 1)
+        r = rows[q]
+        ends[q - a] = _first_at_or_after(ts, indptr[r], indptr[r + 1], times[q])
+    tbits = times.view(np.int64)
+    draws = np.empty(k, np.int64)
+    for q in range(a, min(a + d, b)):
+        _tcsr_stage(q, ends[q - a], indptr, nbr, eid, ts, rows, ids, tbits, k, uniform, seed, salt, out_eid, draws)
+    for q in range(a, b):
+        if q + d < b:
+            _tcsr_stage(q + d, ends[q + d - a], indptr, nbr, eid, ts, rows, ids, tbits, k, uniform, seed, salt,
+                        out_eid, draws)
+        _tcsr_write(q, ends[q - a], indptr, nbr, eid, ts, rows, times, k, uniform, out_nbr, out_eid, out_ts, out_dt,
+                    out_mask)
 
 
 @njit(cache=True)
-def _tcsr_serial(indptr, nbr, eid, ts, rows, ids, times, k, uniform, seed, salt, out_nbr, out_eid, out_ts, out_cnt):
-    tbits = times.view(np.int64)
-    for q in range(rows.size):
-        _tcsr_row(q, indptr, nbr, eid, ts, rows, ids, times, tbits, k, uniform, seed, salt,
-                  out_nbr, out_eid, out_ts, out_cnt)
+def _tcsr_serial(indptr, nbr, eid, ts, rows, ids, times, k, uniform, seed, salt,
+                 out_nbr, out_eid, out_ts, out_dt, out_mask):
+    _tcsr_range(0, rows.size, indptr, nbr, eid, ts, rows, ids, times, k, uniform, seed, salt,
+                out_nbr, out_eid, out_ts, out_dt, out_mask)
 
 
 @njit(parallel=True, cache=True)
-def _tcsr_parallel(indptr, nbr, eid, ts, rows, ids, times, k, uniform, seed, salt, out_nbr, out_eid, out_ts, out_cnt):
-    tbits = times.view(np.int64)
-    for q in prange(rows.size):
-        _tcsr_row(q, indptr, nbr, eid, ts, rows, ids, times, tbits, k, uniform, seed, salt,
-                  out_nbr, out_eid, out_ts, out_cnt)
+def _tcsr_parallel(indptr, nbr, eid, ts, rows, ids, times, k, uniform, seed, salt,
+                   out_nbr, out_eid, out_ts, out_dt, out_mask, chunks):
+    n = rows.size
+    for c in prange(chunks):
+        _tcsr_range(n * c // chunks, n * (c + 1) // chunks, indptr, nbr, eid, ts, rows, ids, times, k, uniform,
+                    seed, salt, out_nbr, out_eid, out_ts, out_dt, out_mask)
 
 
 def tcsr_sample(indptr, nbr, eid, ts, rows, ids, times, k, uniform, seed, salt,
-                out_nbr, out_eid, out_ts, out_cnt) -> None:
-    """Fill out_*[q, :out_cnt[q]] for query q = (T-CSR row rows[q], global id ids[q], times[q]),
-    most recent first. Each row's list must be sorted by time. Padding is left untouched."""
-    fn = _tcsr_parallel if rows.size * k >= PARALLEL_MIN else _tcsr_serial
-    fn(indptr, nbr, eid, ts, rows, ids, times, k, uniform, seed, salt, out_nbr, out_eid, out_ts, out_cnt)
+                out_nbr, out_eid, out_ts, out_dt, out_mask) -> None:
+    """Fill every entry of the [Q, k] outputs for query q = (T-CSR row rows[q], global id
+    ids[q], time times[q]): its events strictly earlier than times[q], most recent first, then
+    padding (0, False). Each row's list must be sorted by time."""
+    args = (indptr, nbr, eid, ts, rows, ids, times, k, uniform, seed, salt, out_nbr, out_eid, out_ts, out_dt, out_mask)
+    if rows.size * k >= PARALLEL_MIN:
+        with PARALLEL_LOCK:
+            _tcsr_parallel(*args, numba.get_num_threads())
+    else:
+        _tcsr_serial(*args)

@@ -68,13 +68,11 @@ def sample_tcsr(indptr: np.ndarray, nbr: np.ndarray, eid: np.ndarray, ts: np.nda
     `rows` are the T-CSR rows of `nodes` when the T-CSR holds only some nodes (default: nodes)."""
     q = nodes.size
     times = np.ascontiguousarray(times, dtype=np.float64)
-    out_nbr = np.zeros((q, k), np.int64)
-    out_eid = np.zeros((q, k), np.int64)
-    out_ts = np.zeros((q, k), np.float64)
-    cnt = np.empty(q, np.int64)
+    out = (np.empty((q, k), np.int64), np.empty((q, k), np.int64), np.empty((q, k), np.float64),
+           np.empty((q, k), np.float32), np.empty((q, k), np.bool_))
     tcsr_sample(indptr, nbr, eid, ts, nodes if rows is None else rows, nodes, times, k, strategy == "uniform",
-                as_seed(seed), hop, out_nbr, out_eid, out_ts, cnt)
-    return TemporalSample.finish(out_nbr, out_eid, out_ts, cnt, times)
+                as_seed(seed), hop, *out)
+    return TemporalSample(*out)
 
 
 def sample_temporal_neighbors(tgraph: TemporalGraph, nodes, times, k: int, strategy: str = "recent",

@@ -14,6 +14,7 @@ from gnndist.errors import GnndistError
 from gnndist.graph import Graph, TemporalGraph
 from gnndist.samplers import (sample_neighbors, sample_tcsr, sample_temporal_multihop,
                               sample_temporal_neighbors)
+from gnndist.samplers.static import sample_rows
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "datasets"
 
@@ -224,6 +225,56 @@ def test_uniform_temporal_frequencies():
     freq = np.bincount(s.eid[s.mask], minlength=10)
     expect, sd = q * 0.3, np.sqrt(q * 0.3 * 0.7)
     assert np.all(np.abs(freq - expect) < 5 * sd), freq
+
+
+M64 = (1 << 64) - 1
+GOLDEN = 0x9E3779B97F4A7C15
+
+
+def mix64(x):
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & M64
+    return x ^ (x >> 31)
+
+
+def floyd_reference(seed, salt, key, extra, c, d):
+    """The draws as the samplers first made them, in plain Python integers: the stream of
+    (seed, salt, key, extra) by splitmix64, then Floyd's c distinct positions in [0, d)."""
+    stream = mix64(mix64((seed + salt * GOLDEN) & M64) ^ mix64(((key * GOLDEN) & M64) ^ (extra & M64)))
+    out = []
+    for j in range(c):
+        m = d - c + j
+        t = ((mix64((stream + (j + 1) * GOLDEN) & M64) >> 32) * (m + 1)) >> 32
+        out.append(m if t in out else t)
+    return out
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_uniform_draws_are_the_reference_draws(threads):
+    # the same seed keeps giving the same samples: temporal (sorted, most recent first) and static
+    tg = random_tgraph(n=40, e=3000, seed=6)
+    indptr, _, eid, ts = tg.tcsr()
+    rng = np.random.default_rng(7)
+    q = 5000  # above the parallel threshold at k = 10
+    nodes, times = rng.integers(0, 40, q), rng.integers(-5, 215, q).astype(np.float64)
+    times[::5] = -np.inf
+    for k, seed, hop in ((10, 3, 0), (4, 2**64 - 1, 2)):
+        s = with_threads(threads, lambda: sample_tcsr(*tg.tcsr(), nodes, times, k, "uniform", seed, hop))
+        for i in range(q):
+            v, t = int(nodes[i]), times[i]
+            start = indptr[v]
+            p = int(np.searchsorted(ts[start:indptr[v + 1]], t))
+            pos = (sorted(floyd_reference(seed, hop, v, int(np.float64(t).view(np.int64)), k, p), reverse=True)
+                   if p > k else range(p - 1, max(p - k, 0) - 1, -1))
+            assert s.eid[i, :s.mask[i].sum()].tolist() == [int(eid[start + j]) for j in pos]
+    g = random_graph(seed=8)
+    rows = np.arange(g.num_nodes)
+    deg = g.indptr[1:] - g.indptr[:-1]
+    counts, edges = with_threads(threads, lambda: sample_rows(g.indptr, g.indices, rows, rows, 4, False, 5, 1))
+    got = np.split(edges[0], np.cumsum(counts)[:-1])
+    for v in rows[deg > 4].tolist():
+        want = [g.indices[g.indptr[v] + j] for j in floyd_reference(5, 1, v, 0, 4, int(deg[v]))]
+        assert got[v].tolist() == want
 
 
 def test_temporal_multihop_queries_neighbours_at_their_event_times():

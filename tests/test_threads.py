@@ -1,0 +1,80 @@
+"""`import gnndist` leaves no OpenMP thread spinning, imported before or after torch: measured
+as the CPU time a fresh process burns while it sleeps right after torch's and the temporal
+sampler's parallel regions, against the same process without gnndist (which spins)."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+SCRIPT = r"""
+import json, os, sys, time
+mode = sys.argv[1]
+if mode == "torch-first":
+    import torch, gnndist
+elif mode == "gnndist-first":
+    import gnndist, torch
+else:
+    import torch
+import numpy as np
+sample = lambda: None
+if mode != "torch-only":
+    import numba
+    from gnndist.graph import TemporalGraph
+    from gnndist.samplers import sample_tcsr
+    rng = np.random.default_rng(0)
+    tg = TemporalGraph(rng.integers(0, 500, 20000), rng.integers(0, 500, 20000), np.arange(20000.0), num_nodes=500)
+    nodes, times = rng.integers(0, 500, 4000), rng.uniform(0, 20000, 4000)
+    sample = lambda: sample_tcsr(*tg.tcsr(), nodes, times, 10)  # 40,000 slots: the parallel kernel
+x = torch.randn(600, 600)
+burn = 0.0
+for _ in range(5):
+    x @ x, (x + 1).sum(), sample()
+    c = time.process_time()
+    time.sleep(0.1)
+    burn += time.process_time() - c
+print(json.dumps({"burn": burn, "torch_threads": torch.get_num_threads(),
+                  "layer": None if mode == "torch-only" else numba.threading_layer(),
+                  "policy": os.environ.get("OMP_WAIT_POLICY")}))
+"""
+
+
+def run(mode, **env):
+    clean = {k: v for k, v in os.environ.items()
+             if k not in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "NUMBA_THREADING_LAYER", "NUMBA_NUM_THREADS")}
+    p = subprocess.run([sys.executable, "-c", SCRIPT, mode], env={**clean, **env}, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def plain():
+    """torch alone, as a user's script without gnndist runs it."""
+    out = run("torch-only")
+    if out["torch_threads"] < 2:
+        pytest.skip("torch runs one thread here: no OpenMP team that could spin")
+    assert out["burn"] > 0.01, out  # spinning teams: the measurement can see them
+    return out
+
+
+def test_gnndist_first_sleeps_idle_threads_and_keeps_torch_threads(plain):
+    out = run("gnndist-first")
+    assert out["burn"] < 0.005, out
+    assert out["policy"] == "PASSIVE" and out["layer"] == "omp"
+    assert out["torch_threads"] == plain["torch_threads"]
+
+
+def test_torch_first_runs_no_spinning_team(plain):
+    out = run("torch-first")
+    assert out["burn"] < 0.005, out
+    assert out["torch_threads"] == 1 and out["layer"] == "workqueue"
+
+
+def test_explicit_settings_win(plain):
+    out = run("torch-first", OMP_WAIT_POLICY="ACTIVE")
+    assert out["policy"] == "ACTIVE" and out["layer"] == "omp"
+    assert out["torch_threads"] == plain["torch_threads"]
+    out = run("torch-first", OMP_NUM_THREADS="2")
+    assert out["torch_threads"] == 2 and out["layer"] == "workqueue"
