@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
@@ -23,7 +23,7 @@ from gnndist.datasets import DataSource
 from gnndist.errors import GnndistError, first_line
 from gnndist.graph import Graph, TemporalGraph
 from gnndist.io import show_progress
-from gnndist.outputs import check_output
+from gnndist.outputs import check_output, write_metrics
 from gnndist.partition import partition_graph, read_store_meta
 
 TASK_OF_KIND = {"static": "node", "temporal": "link"}
@@ -155,6 +155,33 @@ def rank_source(data: Data, world: int, split: Split, device: str = "cpu", quiet
     source = make_store(data, world, split, quiet) if dist.rank() == 0 else str(store_dir(data, world, split))
     dist.agree_max(0, dev)  # the others wait for rank 0's store
     return source
+
+
+def over_seeds(train: Callable[..., dict], data: Data, cfg: Any, seeds: list[int], nproc: int = 1,
+               outputs: Outputs = Outputs()) -> dict:
+    """`train(data, cfg with seed s, nproc)` for each seed; the runs' metrics and, for every test
+    figure, its mean and (sample) standard deviation over the seeds. Rank 0 prints the summary
+    and writes it to `outputs.metrics_out`."""
+    import statistics
+
+    if outputs.checkpoint:
+        raise GnndistError("--seeds runs several trainings; it takes no --checkpoint")
+    outputs.check(data)
+    runs = [train(data, replace(cfg, seed=s), nproc) for s in seeds]
+    summary = {}
+    for key, value in runs[0]["test"].items():
+        values = [r["test"][key] for r in runs]
+        if all(isinstance(v, (int, float)) and v == v for v in values):
+            summary[key] = {"mean": statistics.fmean(values),
+                            "std": statistics.stdev(values) if len(values) > 1 else 0.0}
+    out = {"task": runs[0]["task"], "model": runs[0]["model"], "seeds": seeds, "summary": summary, "runs": runs}
+    if dist.rank() == 0:
+        print(f"over seeds {','.join(map(str, seeds))}: " + ", ".join(
+            f"{k} {v['mean']:.4f} ± {v['std']:.4f}" for k, v in summary.items() if k in ("ap", "auc", "mrr", "acc")),
+            flush=True)
+        if outputs.metrics_out:
+            write_metrics(outputs.metrics_out, out)
+    return out
 
 
 def run_job(data: Data, nproc: int, split: Split, rank_fn: Callable[..., dict], *args: Any,

@@ -33,6 +33,16 @@ def _fanouts(s: str) -> list[int]:
     return out
 
 
+def _seeds(s: str) -> list[int]:
+    try:
+        out = [int(x) for x in s.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"seeds must be comma-separated integers, got {s!r}") from None
+    if not out or len(set(out)) != len(out):
+        raise argparse.ArgumentTypeError(f"seeds must be distinct, got {s!r}")
+    return out
+
+
 def _positive(kind):
     def parse(s: str):
         try:
@@ -53,16 +63,30 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "(default: from the data)")
     p.add_argument("--model", default=None,
                    help=f"link: {'|'.join(TEMPORAL_MODELS)} (default tgn); node: {'|'.join(STATIC_MODELS)} (default sage)")
-    p.add_argument("--epochs", type=_positive(int), default=None, help="training epochs")
+    p.add_argument("--epochs", type=_positive(int), default=None, help="most training epochs")
+    p.add_argument("--patience", type=_positive(int), default=None,
+                   help="stop after this many epochs without a better validation figure (AP / accuracy); "
+                        "the best-validation parameters are tested")
     p.add_argument("--batch-size", type=_positive(int), default=None, help="global batch size (events or seed nodes)")
     p.add_argument("--lr", type=_positive(float), default=None, help="learning rate")
     p.add_argument("--seed", type=int, default=0, help="random seed")
+    p.add_argument("--seeds", type=_seeds, default=None, metavar="S,S,...",
+                   help="train once per seed and report the mean and standard deviation (replaces --seed)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cpu (gloo) or cuda (NCCL)")
     p.add_argument("--nproc", type=_positive(int), default=1, help="local ranks to start")
-    p.add_argument("--metrics-out", default=None, metavar="FILE", help="write per-epoch and test figures as JSON")
+    p.add_argument("--metrics-out", default=None, metavar="FILE", help="write per-epoch and test figures as JSON "
+                   "(rank 0 writes it)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--cache", choices=("none", "degree", "presample", "adaptive"), default=None,
+                   help="cache of remote rows (node features; edge features of sampled events)")
+    p.add_argument("--cache-size", type=_positive(float), default=None,
+                   help="cache capacity: a fraction (<= 1) of the remote rows, or bytes (> 1) (default 0.1)")
     link = p.add_argument_group("link prediction (temporal)")
     link.add_argument("--memory-dim", type=_positive(int), default=None, help="node memory size")
+    link.add_argument("--lr-schedule", choices=("constant", "cosine"), default=None,
+                      help="learning rate per epoch: constant, or cosine decay over --epochs (default constant)")
+    link.add_argument("--clip-grad", type=_positive(float), default=None, metavar="NORM",
+                      help="clip the summed gradient to this global norm (default: no clipping)")
     link.add_argument("--neg", choices=("random", "historical", "inductive"), default=None,
                       help="negative sampling for evaluation")
     link.add_argument("--memory", choices=("replicated", "partitioned"), default=None,
@@ -74,10 +98,6 @@ def configure(p: argparse.ArgumentParser) -> None:
     link.add_argument("--resume", action="store_true", help="continue from the checkpoint in --checkpoint")
     node = p.add_argument_group("node classification (static)")
     node.add_argument("--fanouts", type=_fanouts, default=None, help="per-hop fanouts, e.g. 15,10 (-1: all)")
-    node.add_argument("--cache", choices=("none", "degree", "presample", "adaptive"), default="none",
-                      help="remote feature cache policy")
-    node.add_argument("--cache-size", type=_positive(float), default=0.1,
-                      help="cache capacity: a fraction (<= 1) of remote nodes, or bytes (> 1)")
     node.add_argument("--eval-fanouts", type=_fanouts, default=None,
                       help="per-hop fanouts at evaluation (default: all neighbours)")
     node.add_argument("--hidden", type=_positive(int), default=None, help="hidden size (default per model)")
@@ -92,8 +112,8 @@ def link_config(args: argparse.Namespace) -> "LinkConfig":
     """The `LinkConfig` the flags describe (unset flags keep its defaults)."""
     from gnndist.temporal.config import LinkConfig
 
-    names = ("model", "epochs", "batch_size", "lr", "memory_dim", "neg", "memory", "share", "cache", "cache_size",
-             "device", "seed", "quiet")
+    names = ("model", "epochs", "patience", "batch_size", "lr", "lr_schedule", "clip_grad", "memory_dim", "neg",
+             "memory", "share", "cache", "cache_size", "device", "seed", "quiet")
     return LinkConfig(**{n: getattr(args, n) for n in names if getattr(args, n, None) is not None})
 
 
@@ -101,14 +121,14 @@ def node_config(args: argparse.Namespace) -> "NodeConfig":
     """The `NodeConfig` the flags describe (unset flags keep the model's defaults)."""
     from gnndist.static.trainer import NodeConfig
 
-    names = ("epochs", "batch_size", "fanouts", "eval_fanouts", "lr", "weight_decay", "hidden", "dropout",
+    names = ("epochs", "patience", "batch_size", "fanouts", "eval_fanouts", "lr", "weight_decay", "hidden", "dropout",
              "row_norm", "cache", "cache_size", "device", "seed", "quiet")
     return NodeConfig.for_model(args.model or "sage", **{n: getattr(args, n, None) for n in names})
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the subcommand; the exit status."""
-    from gnndist.launch import Outputs, is_store
+    from gnndist.launch import Outputs, is_store, over_seeds
 
     if args.task is None:
         if args.model is not None:
@@ -118,11 +138,15 @@ def run(args: argparse.Namespace) -> int:
     data = args.data if is_store(args.data) else source_from_args(args)
     outputs = Outputs(args.metrics_out, args.checkpoint, args.resume)
     if args.task == "node":
-        from gnndist.static.trainer import train_node
+        from gnndist.static.trainer import train_node as train
 
-        train_node(data, node_config(args), args.nproc, outputs)
+        cfg = node_config(args)
     else:
-        from gnndist.temporal.trainer import train_link
+        from gnndist.temporal.trainer import train_link as train
 
-        train_link(data, link_config(args), args.nproc, outputs)
+        cfg = link_config(args)
+    if args.seeds is None:
+        train(data, cfg, args.nproc, outputs)
+    else:
+        over_seeds(train, data, cfg, args.seeds, args.nproc, outputs)
     return 0

@@ -56,6 +56,7 @@ class NodeConfig:
 
     model: str = "sage"
     epochs: int = COMMON_DEFAULTS["epochs"]
+    patience: Optional[int] = None  # stop after this many epochs without a better validation accuracy
     batch_size: int = COMMON_DEFAULTS["batch_size"]
     fanouts: list[int] = field(default_factory=lambda: list(COMMON_DEFAULTS["fanouts"]))
     eval_fanouts: Optional[list[int]] = None  # None: all neighbours at every hop
@@ -329,7 +330,11 @@ class NodeTrainer:
         steps, batches = self._batches(order, b, self.cfg.fanouts, (epoch, 1))
         for step, (seeds, batch) in enumerate(tqdm(batches, total=steps, desc=f"epoch {epoch}", unit="step",
                                                    leave=False, disable=self._quiet())):
-            totals += self.compute_grads(seeds, batch).double().cpu()
+            stats = self.compute_grads(seeds, batch).double().cpu()
+            if not math.isfinite(float(stats[0])):  # the global loss: every rank stops here
+                raise GnndistError(f"the training loss became {float(stats[0])} at epoch {epoch}, step {step}; "
+                                   "try a smaller --lr")
+            totals += stats
             self.opt.step()
             if on_step is not None:
                 on_step(step, seeds)
@@ -358,8 +363,11 @@ class NodeTrainer:
         """Train `cfg.epochs` epochs, validating after each; test the best-validation parameters.
         Returns the metrics dict (the same on every rank)."""
         cfg = self.cfg
-        epochs, best, best_state, best_epoch = [], -1.0, None, 0
+        epochs, best, best_state, best_epoch, stop_reason = [], -1.0, None, 0, "epochs"
         for epoch in range(1, cfg.epochs + 1):
+            if cfg.patience is not None and epochs and epoch - 1 - best_epoch >= cfg.patience:
+                stop_reason = "patience"
+                break
             rec = self.train_epoch(epoch)
             rec["val_acc"] = self.evaluate(self.graph.val_ids, phase=epoch)
             epochs.append(rec)
@@ -370,9 +378,11 @@ class NodeTrainer:
         if best_state is not None:
             self.model.load_state_dict(best_state)
         test_acc = self.evaluate(self.graph.test_ids, phase=cfg.epochs + 1)
+        if cfg.patience is not None and epochs[-1]["epoch"] - best_epoch >= cfg.patience:
+            stop_reason = "patience"
         c = self.counter_totals
         return {"task": "node", "model": cfg.model, "world_size": dist.world_size(),
-                "config": asdict(cfg), "epochs": epochs,
+                "config": asdict(cfg), "epochs": epochs, "selected_epoch": best_epoch, "stop_reason": stop_reason,
                 "test": {"acc": test_acc, "best_epoch": best_epoch, "best_val_acc": best},
                 "cache": {"policy": cfg.cache, "capacity": cfg.cache_size, **c, "hit_rate": hit_rate(c)}}
 

@@ -22,6 +22,8 @@ class LinkConfig:
     patience: Optional[int] = None  # stop after this many epochs without a better validation AP
     batch_size: int = 200  # global: events per step over all ranks
     lr: float = 1e-3
+    lr_schedule: str = "constant"  # constant | cosine (decay over `epochs`)
+    clip_grad: Optional[float] = None  # global norm of the summed gradient
     memory_dim: int = 100
     time_dim: int = 100
     num_neighbors: int = 10
@@ -38,7 +40,8 @@ class LinkConfig:
 
     def __post_init__(self) -> None:
         choices = {"model": MODELS, "neg": NEG_STRATEGIES, "memory": MEMORY_MODES, "share": SHARES,
-                   "cache": ("none", "degree", "presample", "adaptive"), "device": ("cpu", "cuda")}
+                   "cache": ("none", "degree", "presample", "adaptive"), "device": ("cpu", "cuda"),
+                   "lr_schedule": ("constant", "cosine")}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise GnndistError(f"--{name} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
@@ -50,6 +53,9 @@ class LinkConfig:
             raise GnndistError(f"--patience must be a positive integer, got {self.patience!r}")
         if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
             raise GnndistError(f"--lr must be a finite number > 0, got {self.lr!r}")
+        if self.clip_grad is not None and not (isinstance(self.clip_grad, (int, float)) and
+                                               math.isfinite(self.clip_grad) and self.clip_grad > 0):
+            raise GnndistError(f"--clip-grad must be a finite number > 0, got {self.clip_grad!r}")
         if not (isinstance(self.cache_size, (int, float)) and math.isfinite(self.cache_size) and self.cache_size >= 0):
             raise GnndistError(f"--cache-size must be a finite number >= 0, got {self.cache_size!r}")
         if not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:

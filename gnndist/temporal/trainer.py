@@ -280,6 +280,8 @@ class LinkTrainer:
             total = float(dist.sum_gradients(self.params, loss.detach().reshape(1))[0])
         if not math.isfinite(total):
             raise GnndistError(f"the training loss became {total}; try a smaller --lr")
+        if self.cfg.clip_grad is not None:  # the summed gradient: the same on every rank
+            torch.nn.utils.clip_grad_norm_(self.params, self.cfg.clip_grad)
         self.optimizer.step()
         self.model.write(self.state, batch, fw)
         return total, fw
@@ -298,6 +300,10 @@ class LinkTrainer:
         self.model.train()
         self.reset_state()
         self._reset_traffic()
+        cfg = self.cfg
+        lr = cfg.lr if cfg.lr_schedule == "constant" else cfg.lr * 0.5 * (1 + math.cos(math.pi * (epoch - 1) / cfg.epochs))
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
         total, t0, c0 = 0.0, time.perf_counter(), time.process_time()
         with self._bar(self.train_end, f"epoch {epoch}") as bar:
             for index, s, e in self.batches(0, self.train_end):
@@ -307,7 +313,7 @@ class LinkTrainer:
                 total += self.step(batch, e - s)[0] * (e - s)
                 bar.update(e - s)
         seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
-        return {"epoch": epoch, "loss": total / self.train_end, "time_s": seconds, "cpu_s": cpu,
+        return {"epoch": epoch, "loss": total / self.train_end, "lr": lr, "time_s": seconds, "cpu_s": cpu,
                 "events_per_s": self.train_end / seconds, **self._traffic(seconds)}
 
     @torch.no_grad()
@@ -520,8 +526,8 @@ def fit(trainer: LinkTrainer, outputs: Outputs = Outputs()) -> dict[str, Any]:
     cfg, ev, lead = trainer.cfg, trainer.events, dist.rank() == 0
     config = {**cfg.to_dict(), "num_nodes": ev.num_nodes, "num_events": ev.num_events, "edge_dim": ev.edge_dim,
               "world_size": ev.num_parts}
-    resume_keys = ("model", "batch_size", "lr", "memory_dim", "time_dim", "num_neighbors", "neg", "seed", "memory",
-                   "num_nodes", "num_events", "edge_dim", "world_size")
+    resume_keys = ("model", "batch_size", "lr", "lr_schedule", "clip_grad", "memory_dim", "time_dim", "num_neighbors",
+                   "neg", "seed", "memory", "num_nodes", "num_events", "edge_dim", "world_size")
     ckpt_dir = None
     if outputs.checkpoint:
         ckpt_dir = Path(outputs.checkpoint) / f"rank{ev.rank}" if ev.num_parts > 1 else Path(outputs.checkpoint)
