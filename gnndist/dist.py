@@ -125,8 +125,6 @@ def _choose_interfaces(host: Host, backend: str) -> Optional[str]:
         return None
     for n in unset:
         os.environ[n] = host.interface
-    if ipaddress.ip_address(host.address.split("%")[0]).is_loopback:
-        return None  # one machine: nothing worth saying
     return (f"network: {', '.join(unset)}={host.interface} ({host.address}, the interface that routes to "
             f"MASTER_ADDR {os.environ['MASTER_ADDR']}); set {unset[0]} to choose another")
 
@@ -148,19 +146,20 @@ def _probe_store() -> None:
 
 
 class Watch:
-    """This rank's entries in the job's store: its host, a heartbeat (a thread sets
-    `beat/<rank>` to "<beats> <collectives entered>" every BEAT_S) and, when it fails with its own
-    error, that error's line. `diagnose` reads the others' entries to tell who is gone."""
+    """This rank's entries in the job's store, `gnndist/<restart>/<kind>/<rank>`: its host, a
+    heartbeat (a thread sets `beat` to "<beats> <collectives entered>" every BEAT_S) and, when it
+    fails with its own error, that error's line (`failed`). `diagnose` reads the others' entries
+    to tell who is gone."""
 
     def __init__(self, rank: int, world: int, host: Host) -> None:
         self.rank, self.world, self.host = rank, world, host
         self.prefix = f"gnndist/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
         self.entered, self._count_lock = 0, threading.Lock()  # collectives this rank has entered
         self._lock, self._verdict = threading.Lock(), None  # why the first failed collective failed
-        self.query = _store(timeout_s())  # the first connection waits as long as a collective would
-        self.query.set_timeout(datetime.timedelta(seconds=STORE_S))
-        self.query.set(self._key("host", rank), str(host))
-        self._beat = _store(STORE_S)
+        self._query = _store(timeout_s())  # the first connection waits as long as a collective would
+        self._query.set_timeout(datetime.timedelta(seconds=STORE_S))
+        self.put("host", str(host))
+        self._beat = _store(STORE_S)  # the heartbeat thread's own connection
         self._beat.set(self._key("beat", rank), "0 0")
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beating, name="gnndist-heartbeat", daemon=True)
@@ -169,6 +168,21 @@ class Watch:
 
     def _key(self, kind: str, rank: int) -> str:
         return f"{self.prefix}{kind}/{rank}"
+
+    def put(self, kind: str, value: str) -> None:
+        """Set this rank's `kind` entry."""
+        self._query.set(self._key(kind, self.rank), value)
+
+    def get(self, kind: str, rank: int) -> Optional[str]:
+        """Rank `rank`'s `kind` entry, None if it has none."""
+        key = self._key(kind, rank)
+        return self._query.get(key).decode() if self._query.check([key]) else None
+
+    def _entries(self, kind: str, ranks: Sequence[int]) -> dict[int, str]:
+        return {r: v for r in ranks if (v := self.get(kind, r)) is not None}
+
+    def host_of(self, rank: int) -> str:
+        return self.get("host", rank) or "unknown"
 
     def _beating(self) -> None:
         n = 0
@@ -188,22 +202,9 @@ class Watch:
         """Leave this rank's own error line where the survivors will read it."""
         try:
             _probe_store()
-            self.query.set(self._key("failed", self.rank), line)
+            self.put("failed", line)
         except Exception:  # the store is unreachable; this rank's own output still has the line
             pass
-
-    def host_of(self, rank: int) -> str:
-        key = self._key("host", rank)
-        return self.query.get(key).decode() if self.query.check([key]) else "unknown"
-
-    def _beats(self, ranks: Sequence[int]) -> dict[int, tuple[int, int]]:
-        keys = [self._key("beat", r) for r in ranks]
-        return {r: tuple(int(x) for x in self.query.get(k).decode().split()) for r, k in zip(ranks, keys)
-                if self.query.check([k])}
-
-    def _failed(self, ranks: Sequence[int]) -> dict[int, str]:
-        keys = {r: self._key("failed", r) for r in ranks}
-        return {r: self.query.get(k).decode() for r, k in keys.items() if self.query.check([k])}
 
     def count_collective(self) -> None:
         with self._count_lock:
@@ -222,13 +223,13 @@ class Watch:
         me, others = self.rank, [r for r in range(self.world) if r != self.rank]
         try:
             _probe_store()
-            failed, start = self._failed(others), self._beats(others)
+            failed, start = self._entries("failed", others), self._entries("beat", others)
             now, alive, deadline = start, set(), time.monotonic() + GONE_S
             while not failed and len(alive) < len(others) and time.monotonic() < deadline:
                 time.sleep(BEAT_S / 2)
-                now = self._beats(others)
-                alive |= {r for r in now if r in start and now[r][0] != start[r][0]}
-                failed = self._failed(others)
+                now = self._entries("beat", others)  # "<beats> <collectives entered>"
+                alive |= {r for r in now if r in start and now[r].split()[0] != start[r].split()[0]}
+                failed = self._entries("failed", others)
             if failed:
                 r = min(failed)
                 return f"rank {r} (host {self.host_of(r)}) failed: {failed[r]}"
@@ -237,7 +238,7 @@ class Watch:
                 more = f" (and rank(s) {', '.join(map(str, gone[1:]))})" if len(gone) > 1 else ""
                 return (f"rank {gone[0]} (host {self.host_of(gone[0])}) is gone{more}: no heartbeat for "
                         f"{GONE_S:.0f}s (rank {me} noticed in {op})")
-            entered = {**{r: b[1] for r, b in now.items()}, me: self.entered}
+            entered = {**{r: int(b.split()[1]) for r, b in now.items()}, me: self.entered}
             behind = [r for r in entered if entered[r] < max(entered.values())]
             if behind:
                 r = min(behind, key=lambda r: (entered[r], r))
@@ -290,7 +291,7 @@ def setup(device: str = "cpu") -> torch.device:
         said = _choose_interfaces(host, backend)
         if _watch is None:
             _watch = _join_store(r, w, host)
-        if said and r == 0:
+        if said and r == 0 and _several_nodes(w):
             print(said, file=sys.stderr, flush=True)
         try:
             dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s()),
@@ -298,6 +299,11 @@ def setup(device: str = "cpu") -> torch.device:
         except (RuntimeError, dist.DistError) as e:
             raise PeerFailure(_join_failure(_watch, e)) from None
     return dev
+
+
+def _several_nodes(world: int) -> bool:
+    """Whether the `world` ranks span several torchrun nodes (hosts, as a rule)."""
+    return world > int(os.environ.get("LOCAL_WORLD_SIZE", world))
 
 
 def _join_store(rank: int, world: int, host: Host) -> Watch:
@@ -308,8 +314,7 @@ def _join_store(rank: int, world: int, host: Host) -> Watch:
         return Watch(rank, world, host)
     except (OSError, RuntimeError, dist.DistError) as e:
         hint = ""
-        if ipaddress.ip_address(host.address.split("%")[0]).is_loopback and world > int(
-                os.environ.get("LOCAL_WORLD_SIZE", world)):
+        if ipaddress.ip_address(host.address.split("%")[0]).is_loopback and _several_nodes(world):
             hint = (f"; MASTER_ADDR {addr} is this host's loopback: if the nodes run on several hosts, torchrun "
                     "was not told rank 0's address (with --rdzv-backend c10d give every host's torchrun "
                     "--local-addr ITS_ADDRESS)")
@@ -321,12 +326,12 @@ def _join_failure(w: Watch, e: BaseException) -> str:
     """Why joining the process group failed: the ranks that never reached the store, or else
     what `Watch.diagnose` finds."""
     try:
-        missing = [r for r in range(w.world) if not w.query.check([w._key("host", r)])]
+        missing = [r for r in range(w.world) if w.get("host", r) is None]
     except Exception:
         missing = []
     if missing:
         hint = ("is torchrun running on its host, with the same --nnodes, --master-addr and --master-port?"
-                if w.world > int(os.environ.get("LOCAL_WORLD_SIZE", w.world)) else "it is stuck or was stopped")
+                if _several_nodes(w.world) else "it is stuck or was stopped")
         return f"rank {missing[0]} never joined the job within {timeout_s():.0f}s (GNNDIST_TIMEOUT): {hint}"
     return w.diagnose("joining the process group", e)
 

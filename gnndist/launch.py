@@ -153,8 +153,7 @@ def _wait_for_store(path: Path) -> str:
     return str(path)
 
 
-def rank_source(data: Data, world: int, split: Split, device: str = "cpu", quiet: bool = False
-                ) -> Union[Graph, TemporalGraph, str]:
+def rank_source(data: Data, world: int, split: Split, quiet: bool = False) -> Union[Graph, TemporalGraph, str]:
     """What one rank of `world` trains on: the graph (one rank, raw data) or a store folder.
     Under torchrun with raw data and W > 1, the local rank 0 of every node (host) makes the store
     in its own cache while the node's other ranks wait: every host partitions the same data the
@@ -169,10 +168,10 @@ def rank_source(data: Data, world: int, split: Split, device: str = "cpu", quiet
     return _wait_for_store(store_dir(data, world, split))
 
 
-def _fingerprint(source: Union[Graph, TemporalGraph, str], args: tuple) -> dict:
+def _fingerprint(store: str, args: tuple) -> dict:
     """What every rank of a job must share: the versions, the store's file checksums and the
     training configuration (the dataclass arguments other than `Outputs`, less `quiet`)."""
-    files = read_store_meta(source)["files"] if isinstance(source, str) else {}
+    files = read_store_meta(store)["files"]
     config = {k: v for a in args if dataclasses.is_dataclass(a) and not isinstance(a, Outputs)
               for k, v in dataclasses.asdict(a).items() if k != "quiet"}
     return {"gnndist": __version__, "torch": torch.__version__,
@@ -195,18 +194,17 @@ def _difference(mine: dict, first: dict, r: int, hosts: Callable[[int], str]) ->
             f"{key}={first['config'].get(key)!r}: give every host the same flags")
 
 
-def check_same_job(source: Union[Graph, TemporalGraph, str], args: tuple) -> None:
+def check_same_job(store: str, args: tuple) -> None:
     """A start-up collective: every rank compares its `_fingerprint` with rank 0's; if one
     differs, every rank raises the same one-line error naming the first rank that differs."""
     w, me = dist.watch(), dist.rank()
-    key = f"{w.prefix}job/"
-    mine = _fingerprint(source, args)
-    w.query.set(key + str(me), json.dumps(mine))
+    mine = _fingerprint(store, args)
+    w.put("job", json.dumps(mine))
     dist.agree_max(0)  # every rank has posted
-    first = json.loads(w.query.get(key + "0"))
+    first = json.loads(w.get("job", 0))
     bad = -dist.agree_max(-(me if mine != first else dist.world_size()))
     if bad < dist.world_size():
-        other = mine if bad == me else json.loads(w.query.get(key + str(bad)))
+        other = mine if bad == me else json.loads(w.get("job", bad))
         raise GnndistError(_difference(other, first, bad, w.host_of))
 
 
@@ -220,7 +218,7 @@ def run_job(data: Data, nproc: int, split: Split, rank_fn: Callable[..., dict], 
     if dist.in_torchrun():
         return _torchrun_rank(data, split, rank_fn, args, device, quiet)
     if nproc == 1:
-        return rank_fn(rank_source(data, 1, split, device, quiet), *args)
+        return rank_fn(rank_source(data, 1, split, quiet), *args)
     return launch(nproc, rank_fn, make_store(data, nproc, split, quiet), *args)[0]
 
 
@@ -232,19 +230,19 @@ def _torchrun_rank(data: Data, split: Split, rank_fn: Callable[..., dict], args:
     _thread_locks_only()
     try:
         dist.setup(device)
-        source = rank_source(data, world, split, device, quiet)
+        source = rank_source(data, world, split, quiet)
         if isinstance(source, str):
             check_own_part(source, dist.rank())
         if world > 1:
             check_same_job(source, args)
-            first = dist.watch().host_of(0)
+            rank0_host = dist.watch().host_of(0)
             dist.say(f"training part {dist.rank()} of {source} ({world} ranks)")
         result = rank_fn(source, *args)
     except Exception as e:
         dist.post_failure(e)
         raise
     if world > 1 and int(os.environ["RANK"]) != 0:
-        dist.say(f"done; rank 0 (host {first}) has the figures and writes --metrics-out")
+        dist.say(f"done; rank 0 (host {rank0_host}) prints the figures and writes --metrics-out, if given there")
     return result
 
 

@@ -205,7 +205,6 @@ def _two_hosts_own_parts(hosts, store: Path, argv: list[str], tmp: Path, monkeyp
     got = json.loads((tmp / "hosts.json").read_text())
     assert f"GLOO_SOCKET_IFNAME={hosts.dev[0]} ({ADDRS[0]}" in hosts.err(0)  # chosen, and said
     assert f"rank 1 (host {os.uname().nodename}, {ADDRS[1]}): training part 1" in hosts.err(1)
-    assert not (tmp / "host1" / "hosts.json").exists()
     _same_figures(got, _reference(store, argv + ["--epochs", "2"], tmp, monkeypatch))
     remote = sum(e.get("remote_bytes", e.get("bytes", 0)) for e in got["epochs"])
     assert min(moved) > 0 and sum(moved) >= remote, (moved, remote)
