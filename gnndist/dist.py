@@ -14,6 +14,7 @@ otherwise offer its peers a loopback address.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import datetime
 import fcntl
 import ipaddress
@@ -25,7 +26,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import torch
 import torch.distributed as dist
@@ -184,6 +185,11 @@ class Watch:
     def host_of(self, rank: int) -> str:
         return self.get("host", rank) or "unknown"
 
+    def _doing(self, rank: int) -> str:
+        """What `rank` said it was doing (see `busy`), as ", while ...", or "" when nothing."""
+        doing = self.get("busy", rank)
+        return f", while {doing}" if doing else ""
+
     def _beating(self) -> None:
         n = 0
         while not self._stop.wait(BEAT_S):
@@ -237,13 +243,13 @@ class Watch:
             if gone:
                 more = f" (and rank(s) {', '.join(map(str, gone[1:]))})" if len(gone) > 1 else ""
                 return (f"rank {gone[0]} (host {self.host_of(gone[0])}) is gone{more}: no heartbeat for "
-                        f"{GONE_S:.0f}s (rank {me} noticed in {op})")
+                        f"{GONE_S:.0f}s{self._doing(gone[0])} (rank {me} noticed in {op})")
             entered = {**{r: int(b.split()[1]) for r, b in now.items()}, me: self.entered}
             behind = [r for r in entered if entered[r] < max(entered.values())]
             if behind:
                 r = min(behind, key=lambda r: (entered[r], r))
-                return (f"rank {r} (host {self.host_of(r)}) stalled: it is alive but has not joined {op}, "
-                        f"which rank {me} gave up on after {timeout_s():.0f}s (GNNDIST_TIMEOUT)")
+                return (f"rank {r} (host {self.host_of(r)}) stalled: it is alive but has not joined {op}"
+                        f"{self._doing(r)}, which rank {me} gave up on after {timeout_s():.0f}s (GNNDIST_TIMEOUT)")
         except Exception:  # the store does not answer: its host (rank 0's) is gone or cut off
             return (f"rank 0's host ({os.environ['MASTER_ADDR']}, which holds the job's store at port "
                     f"{os.environ['MASTER_PORT']}) cannot be reached: it is gone or the network to it is down "
@@ -257,6 +263,17 @@ _watch: Optional[Watch] = None
 def watch() -> Optional[Watch]:
     """This process's `Watch` (None outside a torchrun world)."""
     return _watch
+
+
+@contextlib.contextmanager
+def busy(doing: str) -> Iterator[None]:
+    """Tell the other ranks what this one does meanwhile, for their diagnosis should they give up
+    on it (partitioning holds the interpreter, and so the heartbeat, for longer than GONE_S)."""
+    if _watch is not None:
+        _watch.put("busy", doing)
+    yield
+    if _watch is not None:
+        _watch.put("busy", "")
 
 
 def post_failure(e: BaseException) -> None:

@@ -164,7 +164,8 @@ def rank_source(data: Data, world: int, split: Split, quiet: bool = False) -> Un
     if world == 1 or isinstance(data, Path) or not dist.in_torchrun():
         return make_store(data, world, split, quiet)
     if int(os.environ.get("LOCAL_RANK", "0")) == 0:
-        return make_store(data, world, split, quiet)
+        with dist.busy(f"partitioning into {world} parts"):
+            return make_store(data, world, split, quiet)
     return _wait_for_store(store_dir(data, world, split))
 
 

@@ -70,14 +70,16 @@ def test_a_failing_rank_is_named_in_one_line():
 def stalling_worker():
     dist.setup("cpu")
     if dist.rank() == 1:
-        time.sleep(60)
+        with dist.busy("partitioning into 2 parts"):
+            time.sleep(60)
     dist.agree_max(1)
 
 
 def test_a_stalled_rank_is_named_not_the_one_that_noticed():
     t0 = time.time()
     with pytest.raises(GnndistError, match=r"^rank 1 \(host [^)]*\) stalled: it is alive but has not joined "
-                                           r"all_reduce\(max\), which rank 0 gave up on after 5s"):
+                                           r"all_reduce\(max\), while partitioning into 2 parts, which rank 0 gave "
+                                           r"up on after 5s"):
         launch(2, stalling_worker)
     assert time.time() - t0 < 40
 
@@ -97,7 +99,7 @@ def signalled_worker(sig: int, stamp: str):
     (signal.SIGKILL, "is gone: killed by SIGKILL", 10),
     # stopped: rank 0's collective times out (5 s), its heartbeat is seen to have stopped (5 s);
     # torch's launcher alone would then wait 30 s more for the stopped rank
-    (signal.SIGSTOP, "is gone: no heartbeat for 5s (rank 0 noticed in all_reduce(max))", 20),
+    (signal.SIGSTOP, "is gone: no heartbeat for 5s (rank 0 noticed in all_reduce(max))", 25),
 ])
 def test_a_lost_rank_is_named_and_launch_returns_soon_after(sig, cause, within, tmp_path):
     stamp = tmp_path / "signalled"

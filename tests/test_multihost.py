@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -180,12 +181,25 @@ def stores(tmp_path_factory):
     return out
 
 
-def _reference(store: Path, argv: list[str], tmp: Path, monkeypatch) -> dict:
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    monkeypatch.setenv("GNNDIST_TIMEOUT", "60")
-    monkeypatch.setenv("GNNDIST_CACHE", str(tmp / "nproc-cache"))
-    assert main(["train", str(store), *argv, "--nproc", "2", "--metrics-out", str(tmp / "nproc.json")]) == 0
-    return json.loads((tmp / "nproc.json").read_text())
+@pytest.fixture(scope="module")
+def nproc_figures(stores, tmp_path_factory):
+    """`nproc_figures(kind)`: the figures of `--nproc 2` on that store (2 epochs), run once."""
+    done = {}
+
+    def figures(kind: str) -> dict:
+        if kind not in done:
+            tmp = tmp_path_factory.mktemp(f"nproc-{kind}")
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setenv("OMP_NUM_THREADS", "1")
+                mp.setenv("GNNDIST_TIMEOUT", "60")
+                mp.setenv("GNNDIST_CACHE", str(tmp / "cache"))
+                argv = SAGE if kind == "static" else TGN
+                assert main(["train", str(stores[kind]), *argv, "--epochs", "2", "--nproc", "2",
+                             "--metrics-out", str(tmp / "nproc.json")]) == 0
+            done[kind] = json.loads((tmp / "nproc.json").read_text())
+        return done[kind]
+
+    return figures
 
 
 def _same_figures(got: dict, want: dict) -> None:
@@ -194,7 +208,7 @@ def _same_figures(got: dict, want: dict) -> None:
     assert [e["loss"] for e in got["epochs"]] == pytest.approx([e["loss"] for e in want["epochs"]], abs=1e-6)
 
 
-def _two_hosts_own_parts(hosts, store: Path, argv: list[str], tmp: Path, monkeypatch) -> None:
+def _two_hosts_own_parts(hosts, store: Path, argv: list[str], tmp: Path, want: Callable[[], dict]) -> None:
     """Each host holds only its own part; the run ends with the figures of `--nproc 2`."""
     local = [_own_part_store(store, tmp / f"host{i}" / "store", i) for i in range(2)]
     before = hosts.link_bytes()
@@ -205,21 +219,21 @@ def _two_hosts_own_parts(hosts, store: Path, argv: list[str], tmp: Path, monkeyp
     got = json.loads((tmp / "hosts.json").read_text())
     assert f"GLOO_SOCKET_IFNAME={hosts.dev[0]} ({ADDRS[0]}" in hosts.err(0)  # chosen, and said
     assert f"rank 1 (host {os.uname().nodename}, {ADDRS[1]}): training part 1" in hosts.err(1)
-    _same_figures(got, _reference(store, argv + ["--epochs", "2"], tmp, monkeypatch))
+    _same_figures(got, want())
     remote = sum(e.get("remote_bytes", e.get("bytes", 0)) for e in got["epochs"])
     assert min(moved) > 0 and sum(moved) >= remote, (moved, remote)
 
 
-def test_sage_on_two_hosts_each_holding_its_own_part_equals_nproc(hosts, stores, tmp_path, monkeypatch):
-    _two_hosts_own_parts(hosts, stores["static"], SAGE, tmp_path, monkeypatch)
+def test_sage_on_two_hosts_each_holding_its_own_part_equals_nproc(hosts, stores, nproc_figures, tmp_path):
+    _two_hosts_own_parts(hosts, stores["static"], SAGE, tmp_path, lambda: nproc_figures("static"))
 
 
 @pytest.mark.xfail(strict=True, reason="needs partitioned events (issue 11)")
-def test_tgn_on_two_hosts_each_holding_its_own_part_equals_nproc(hosts, stores, tmp_path, monkeypatch):
-    _two_hosts_own_parts(hosts, stores["temporal"], TGN, tmp_path, monkeypatch)
+def test_tgn_on_two_hosts_each_holding_its_own_part_equals_nproc(hosts, stores, nproc_figures, tmp_path):
+    _two_hosts_own_parts(hosts, stores["temporal"], TGN, tmp_path, lambda: nproc_figures("temporal"))
 
 
-def test_raw_data_on_two_hosts_joined_by_c10d_partitions_alike_on_each(hosts, stores, tmp_path, monkeypatch):
+def test_raw_data_on_two_hosts_joined_by_c10d_partitions_alike_on_each(hosts, stores, nproc_figures, tmp_path):
     """Given the generator, each host partitions into its own cache (the same store as
     `gnndist partition` writes) and the run equals `--nproc 2` on that store; whichever host
     the rendezvous makes rank 0 writes --metrics-out, the other does not."""
@@ -234,7 +248,7 @@ def test_raw_data_on_two_hosts_joined_by_c10d_partitions_alike_on_each(hosts, st
         assert re.search(rf"^rank \d \(host [^,]+, {ADDRS[i]}\): partitioning into 2 parts", hosts.err(i), re.M)
     (written,) = [f for f in out if f.exists()]
     got = json.loads(written.read_text())
-    _same_figures(got, _reference(stores["static"], [*SAGE, "--epochs", "2"], tmp_path, monkeypatch))
+    _same_figures(got, nproc_figures("static"))
 
 
 def _start_long_run(hosts, stores, tmp: Path, timeout: str) -> None:
@@ -257,7 +271,7 @@ def test_a_killed_host_is_named_by_the_survivor_within_30s(hosts, stores, tmp_pa
 
 
 def test_a_cut_link_ends_both_hosts_within_the_timeout_plus_30s(hosts, stores, tmp_path):
-    timeout = 10
+    timeout = 5
     _start_long_run(hosts, stores, tmp_path, timeout=str(timeout))
     t0 = time.monotonic()
     assert _ip("-n", hosts.ns[0], "link", "set", hosts.dev[0], "down").returncode == 0
