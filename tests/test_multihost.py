@@ -48,8 +48,11 @@ def _why_no_netns() -> str:
     made = _ip("netns", "add", probe)
     if made.returncode != 0:
         return f"`ip netns add` fails here: {made.stderr.strip()}"
-    _ip("netns", "del", probe)
-    return ""
+    try:
+        veth = _ip("-n", probe, "link", "add", "gdpa", "type", "veth", "peer", "name", "gdpb")
+        return "" if veth.returncode == 0 else f"cannot make a veth pair here: {veth.stderr.strip()}"
+    finally:
+        _ip("netns", "del", probe)
 
 
 class Hosts:
