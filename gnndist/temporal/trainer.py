@@ -427,14 +427,15 @@ class LinkTrainer:
 
         store = self.neighbours.features
         mine = capacity_rows(self.cfg.cache_size, store.num_remote, store.row_bytes)
-        return [int(c) for c in torch.cat(dist.all_gather_varsize(torch.tensor([mine]))).tolist()]
+        return [int(c) for c in torch.cat(dist.all_gather_varsize(torch.tensor([mine]), store.group)).tolist()]
 
     def _degree_candidates(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Each holder offers every other rank its events (whose source it owns) touching none of
         that rank's nodes, scored by their endpoints' event counts, up to that rank's capacity."""
         ev = self.events
         indptr = ev.tcsr()[0]
-        degree = torch.cat(dist.all_gather_varsize(torch.from_numpy(np.diff(indptr)))).numpy()
+        group = self.neighbours.features.group  # host-side exchanges: the gloo group
+        degree = torch.cat(dist.all_gather_varsize(torch.from_numpy(np.diff(indptr)), group)).numpy()
         own = ev.scored
         score = (degree[ev.src[own]] + degree[ev.dst[own]]).astype(np.float64)
         sends = []
@@ -446,7 +447,7 @@ class LinkTrainer:
             elif far.size > cap:
                 far = far[np.argpartition(-score[far], cap - 1)[:cap]]
             sends.append(torch.from_numpy(np.stack([ev.eid[own][far].astype(np.float64), score[far]], 1)))
-        got = dist.exchange(sends)
+        got = dist.exchange(sends, group)
         holders = np.concatenate([np.full(g.shape[0], r, np.int64) for r, g in enumerate(got)])
         rows = torch.cat(got).numpy()
         return rows[:, 0].astype(np.int64), rows[:, 1], holders
