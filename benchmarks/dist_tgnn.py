@@ -16,7 +16,7 @@ over each one-process peak (target at W = 4: at most 0.5).
 
 Speed table (1M events, 100k nodes, batch 200, one epoch): training events/s, node-state rows
 fetched from other ranks, bytes moved between ranks per epoch (all ranks together), the
-gradient all-reduce payload, the time split (mean over ranks) and test AP; then, per rank
+gradient all-reduce payload, the collectives each rank enters per training step, the time split (mean over ranks) and test AP; then, per rank
 count, partitioned bytes with the temporal partitioner over those with random partitioning.
 Not a test: local ranks share this machine's cores, so events/s measures overheads, not the
 speed-up of ranks on machines of their own.
@@ -91,7 +91,7 @@ def speed_table(tmp: Path, events: int, nodes: int, ranks: list[int]) -> None:
     common = ["--batch-size", "200"]
     print(f"\nspeed: synthetic-temporal {events:,} events, {nodes:,} nodes; TGN memory 100, batch 200, 1 epoch; "
           f"{os.cpu_count()} cores")
-    head = (f"{'setting':<34}{'events/s':>9}{'rem. rows':>11}{'MB moved':>10}{'grad MB':>10}"
+    head = (f"{'setting':<34}{'events/s':>9}{'rem. rows':>11}{'MB moved':>10}{'grad MB':>10}{'coll/step':>10}"
             + "".join(f"{h:>8}" for h in PHASES) + f"{'test AP':>8}")
     print(head + "\n" + "-" * len(head), flush=True)
 
@@ -99,7 +99,8 @@ def speed_table(tmp: Path, events: int, nodes: int, ranks: list[int]) -> None:
         e = m["epochs"][0]
         split = "".join(f"{e[f'{p}_s']:>8.1f}" if f"{p}_s" in e else f"{'-':>8}" for p in PHASES)
         print(f"{label:<34}{e['events_per_s']:>9,.0f}{e.get('remote_rows', 0):>11,}{e.get('bytes', 0) / MiB:>10.1f}"
-              f"{e.get('grad_bytes', 0) / MiB:>10.1f}{split}{m['test']['ap']:>8.4f}", flush=True)
+              f"{e.get('grad_bytes', 0) / MiB:>10.1f}{e['collectives_per_step']:>10.1f}{split}{m['test']['ap']:>8.4f}",
+              flush=True)
 
     ratios = []
     for w in ranks:

@@ -28,10 +28,10 @@ import numpy as np
 import torch
 
 from gnndist.datasets import chronological_split, load
-from gnndist.temporal.linkpred import average_precision, eval_negatives
+from gnndist.temporal.linkpred import EvalNegatives, average_precision
 from gnndist.temporal.config import LinkConfig
 from gnndist.temporal.trainer import train_link
-from gnndist.temporal.trainer import make_sampler
+from gnndist.samplers.temporal import sample_temporal_neighbors
 
 DEFAULTS = LinkConfig()
 TIME_DIM, NUM_NEIGHBORS, EVAL_NEGATIVES = DEFAULTS.time_dim, DEFAULTS.num_neighbors, DEFAULTS.eval_negatives
@@ -116,13 +116,17 @@ def pyg_side(tg, lr: float, seed: int) -> dict:
     cpu = time.process_time() - c0
 
     memory.eval(), gnn.eval(), link_pred.eval()
-    test_neg = torch.from_numpy(eval_negatives(tg, val_end, tg.num_events, "random", EVAL_NEGATIVES, seed)[:, 0])
+    # the test negatives gnndist draws (per global batch of 200 events, as its evaluation does)
+    test_neg = EvalNegatives(tg.src, tg.dst, np.arange(tg.num_events), tg.num_nodes, val_end, tg.num_events,
+                             "random", EVAL_NEGATIVES, seed)
     pos_all, neg_all = [], []
     with torch.no_grad():
-        for s in range(train_end, tg.num_events, 200):
-            e = min(s + 200, tg.num_events)
+        for s in [*range(train_end, val_end, 200), *range(val_end, tg.num_events, 200)]:
+            e = min(s + 200, val_end if s < val_end else tg.num_events)
             b = data[s:e]
-            neg = torch.randint(0, tg.num_nodes, (e - s,)) if s < val_end else test_neg[s - val_end:e - val_end]
+            rows = np.arange(e - s)
+            neg = torch.randint(0, tg.num_nodes, (e - s,)) if s < val_end else torch.from_numpy(
+                test_neg.batch((s - val_end) // 200, e - s, rows, tg.src[s:e], tg.dst[s:e])[:, 0])
             pos_out, neg_out = embed(b.src, b.dst, neg, b.t)
             if s >= val_end:
                 pos_all.append(pos_out.view(-1).numpy())
@@ -181,7 +185,7 @@ def main() -> None:
           f"{os.cpu_count()} cores, OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}, "
           f"lr {args.lr}; one training epoch each; load {open('/proc/loadavg').read().split()[0]}")
     # load the sampler's compiled kernel from numba's cache first (once per process, ~0.4 s)
-    make_sampler(tg, "recent", 0)(tg.src[:1], tg.t[:1], NUM_NEIGHBORS, 0)
+    sample_temporal_neighbors(tg, tg.src[:1], tg.t[:1], NUM_NEIGHBORS)
     alone = compare(tg, args, 0)
     if args.busy:
         beside = compare(tg, args, args.busy)

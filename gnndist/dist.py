@@ -155,7 +155,6 @@ class Watch:
     def __init__(self, rank: int, world: int, host: Host) -> None:
         self.rank, self.world, self.host = rank, world, host
         self.prefix = f"gnndist/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
-        self.entered, self._count_lock = 0, threading.Lock()  # collectives this rank has entered
         self._lock, self._verdict = threading.Lock(), None  # why the first failed collective failed
         self._query = _store(timeout_s())  # the first connection waits as long as a collective would
         self._query.set_timeout(datetime.timedelta(seconds=STORE_S))
@@ -195,7 +194,7 @@ class Watch:
         while not self._stop.wait(BEAT_S):
             n += 1
             try:
-                self._beat.set(self._key("beat", self.rank), f"{n} {self.entered}")
+                self._beat.set(self._key("beat", self.rank), f"{n} {collectives_entered()}")
             except Exception:  # the store is unreachable: the next collective will say so
                 pass
 
@@ -211,10 +210,6 @@ class Watch:
             self.put("failed", line)
         except Exception:  # the store is unreachable; this rank's own output still has the line
             pass
-
-    def count_collective(self) -> None:
-        with self._count_lock:
-            self.entered += 1
 
     def diagnose(self, op: str, error: BaseException) -> str:
         """A one-line account of why collective `op` failed here: the rank that failed with its
@@ -244,7 +239,7 @@ class Watch:
                 more = f" (and rank(s) {', '.join(map(str, gone[1:]))})" if len(gone) > 1 else ""
                 return (f"rank {gone[0]} (host {self.host_of(gone[0])}) is gone{more}: no heartbeat for "
                         f"{GONE_S:.0f}s{self._doing(gone[0])} (rank {me} noticed in {op})")
-            entered = {**{r: int(b.split()[1]) for r, b in now.items()}, me: self.entered}
+            entered = {**{r: int(b.split()[1]) for r, b in now.items()}, me: collectives_entered()}
             behind = [r for r in entered if entered[r] < max(entered.values())]
             if behind:
                 r = min(behind, key=lambda r: (entered[r], r))
@@ -292,7 +287,8 @@ def setup(device: str = "cpu") -> torch.device:
     Outside torchrun this is a no-op and the world is one process. Returns the device this
     rank computes on.
     """
-    global _watch
+    global _watch, _entered
+    _entered = 0  # the ranks' counts are compared when a collective fails
     if device.startswith("cuda"):
         if not torch.cuda.is_available():
             raise GnndistError("--device cuda given but CUDA is not available")
@@ -373,10 +369,19 @@ def world_size() -> int:
 # Collectives
 
 
+_entered, _entered_lock = 0, threading.Lock()
+
+
+def collectives_entered() -> int:
+    """How many collectives this process has entered (any thread)."""
+    return _entered
+
+
 def _check(op: str, fn: Callable[[], Any]) -> Any:
     """Run a collective; turn a timeout or a lost peer into one line naming the rank at fault."""
-    if _watch is not None:
-        _watch.count_collective()
+    global _entered
+    with _entered_lock:
+        _entered += 1
     try:
         return fn()
     except (RuntimeError, dist.DistError) as e:  # gloo/nccl report peers' failures so

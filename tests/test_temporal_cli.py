@@ -7,7 +7,7 @@ import torch
 from gnndist import checkpoint
 from gnndist.cli import main
 
-DATA = ["synthetic-temporal", "--num-nodes", "80", "--num-events", "1200", "--memory-dim", "16",
+DATA = ["synthetic-temporal", "--num-nodes", "80", "--num-events", "1200", "--memory-dim", "16", "--epochs", "3",
         "--batch-size", "100", "--lr", "0.003", "--quiet"]
 
 

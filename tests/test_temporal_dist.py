@@ -50,6 +50,9 @@ def config(model, memory="replicated", **kw):
                                 memory=memory, quiet=True), **kw})
 
 
+SELECTION = dict(model="tgn", memory="partitioned", epochs=4, patience=2)  # stops after 3, selects 1
+
+
 def full_state(tr):
     """The whole node state in original node ids (gathered from the owners when partitioned)."""
     if tr.state is None:
@@ -126,6 +129,7 @@ def worker(store, own_copies, tg, ckpt_root):
         out[model, memory] = (tr.trace, metrics, held, tr.scores)
     # a rank built from a copy of the store that holds only its own part
     out["own_copy"] = fit(LinkTrainer(rank_events(own_copies[gdist.rank()]), config("tgn", "partitioned")))
+    out["selection"] = fit(LinkTrainer(events, config(**SELECTION)))
     # resume: 1 epoch, then resumed to 2, against 2 epochs straight
     cfg = config("tgn", "partitioned", epochs=2)
     straight = RecTrainer(events, cfg)
@@ -287,12 +291,29 @@ def test_a_rank_with_only_its_own_part_trains_to_the_same_figures(launched):
         assert out["own_copy"]["test"] == out["tgn", "partitioned"][1]["test"]
 
 
+def test_model_selection_under_w_ranks_equals_one_process(launched):
+    """Early stopping picks the same epoch, stops for the same reason and reports the same
+    test figures (from the replayed best model) under W ranks as in one process."""
+    ref = fit(LinkTrainer(RankEvents.from_graph(graph()), config(**SELECTION)))
+    assert ref["selected_epoch"] < len(ref["epochs"])  # the best model is not the last one: replayed
+    w, _, results = launched
+    for out in results:
+        m = out["selection"]
+        assert (m["selected_epoch"], m["stop_reason"]) == (ref["selected_epoch"], ref["stop_reason"])
+        assert [e["val_ap"] for e in m["epochs"]] == pytest.approx([e["val_ap"] for e in ref["epochs"]], abs=1e-6)
+        for k in ("ap", "auc", "mrr"):
+            assert abs(m["test"][k] - ref["test"][k]) < 1e-6
+
+
 def test_partitioned_state_fetches_only_what_the_batch_needs(launched):
     w, tg, results = launched
     for out in results:
         e = out["tgn", "partitioned"][1]["epochs"][0]
         assert e["remote_rows"] > 0 and e["embed_bytes"] > 0 and e["sample_bytes"] > 0
         assert e["bytes"] >= e["state_bytes"] + e["embed_bytes"]
+    # every rank enters the same collectives; one process none
+    assert len({out["tgn", "partitioned"][1]["epochs"][0]["collectives_per_step"] for out in results}) == 1
+    assert e["collectives_per_step"] > 0 and reference("tgn", "partitioned")[1]["epochs"][0]["collectives_per_step"] == 0
 
 
 def test_resume_runs_only_the_remaining_epochs_from_the_saved_state(launched):

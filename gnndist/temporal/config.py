@@ -18,8 +18,8 @@ class LinkConfig:
     """Training and evaluation settings of a temporal link-prediction run (checked on creation)."""
 
     model: str = "tgn"
-    epochs: int = 3
-    patience: Optional[int] = None  # stop after this many epochs without a better validation AP
+    epochs: int = 50
+    patience: Optional[int] = 5  # stop after this many epochs without a better validation AP (None: never)
     batch_size: int = 200  # global: events per step over all ranks
     lr: float = 1e-3
     lr_schedule: str = "constant"  # constant | cosine (decay over `epochs`)

@@ -302,17 +302,19 @@ class LinkTrainer:
         lr = cfg.lr if cfg.lr_schedule == "constant" else cfg.lr * 0.5 * (1 + math.cos(math.pi * (epoch - 1) / cfg.epochs))
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        total, t0, c0 = 0.0, time.perf_counter(), time.process_time()
+        total, t0, c0, k0, steps = 0.0, time.perf_counter(), time.process_time(), dist.collectives_entered(), 0
         with self._bar(self.train_end, f"epoch {epoch}") as bar:
             for index, s, e in self.batches(0, self.train_end):
                 n = self.events.num_nodes
                 batch = self.batch(s, e, lambda rows, src, dst: train_negatives(self.cfg.seed, epoch, index, e - s,
                                                                                  rows, dst, n))
                 total += self.step(batch, e - s)[0] * (e - s)
+                steps += 1
                 bar.update(e - s)
         seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
         return {"epoch": epoch, "loss": total / self.train_end, "lr": lr, "time_s": seconds, "cpu_s": cpu,
-                "events_per_s": self.train_end / seconds, **self._traffic(seconds)}
+                "events_per_s": self.train_end / seconds,
+                "collectives_per_step": (dist.collectives_entered() - k0) / steps, **self._traffic(seconds)}
 
     @torch.no_grad()
     def evaluate(self, start: int, stop: int, desc: str, score: bool = True) -> tuple[np.ndarray, ...]:

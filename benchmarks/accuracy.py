@@ -1,0 +1,75 @@
+"""Accuracy with the defaults: every model on the shared datasets, mean and std over seeds.
+
+    python benchmarks/accuracy.py                          # the README's accuracy tables
+    python benchmarks/accuracy.py --only link --datasets uci --models tgn --seeds 0
+
+Each cell is one `gnndist train DATA --task T --model M --seeds 0,1,2` in a fresh process, with
+nothing else set: what a user gets from the defaults. Printed beside it: the published figure
+(see ../shared/datasets/README.md), the epochs trained and selected per seed, and the wall time
+of each run (a default run must finish in under 10 minutes on the 2-core machine).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
+LINK = {"uci": DATA / "uci_collegemsg" / "CollegeMsg.txt.gz",
+        "bitcoin-otc": DATA / "bitcoin_otc" / "soc-sign-bitcoinotc.csv.gz"}
+NODE = {"cora": DATA / "cora", "citeseer": DATA / "citeseer"}
+LINK_MODELS, NODE_MODELS = ("tgn", "jodie", "apan", "dyrep", "tgat"), ("sage", "gcn", "gat")
+# published test figures (AP for link prediction on UCI, random negatives; accuracy for node)
+PUBLISHED = {("uci", "tgn"): 0.923, ("uci", "jodie"): 0.894, ("uci", "tgat"): 0.796, ("uci", "dyrep"): 0.651,
+             ("cora", "gcn"): 0.815, ("cora", "gat"): 0.830, ("citeseer", "gcn"): 0.703, ("citeseer", "gat"): 0.725}
+
+
+def run(path: Path, task: str, model: str, seeds: str, tmp: Path) -> tuple[dict, float]:
+    out = tmp / "m.json"
+    out.unlink(missing_ok=True)
+    t0 = time.perf_counter()
+    p = subprocess.run([sys.executable, "-m", "gnndist", "train", str(path), "--task", task, "--model", model,
+                        "--seeds", seeds, "--quiet", "--metrics-out", str(out)], capture_output=True, text=True)
+    if p.returncode:
+        sys.exit(f"gnndist train {path} --model {model} failed:\n{p.stderr[-2000:]}")
+    return json.loads(out.read_text()), time.perf_counter() - t0
+
+
+def table(task: str, datasets: dict, models: list[str], seeds: str, tmp: Path) -> None:
+    key = "ap" if task == "link" else "acc"
+    print(f"\n{task}: test {key}, mean ± std over seeds {seeds}, defaults only")
+    head = f"{'dataset':<13}{'model':<7}{'test':>17}{'published':>11}{'epochs (selected)':>26}{'s per run':>22}"
+    print(head + "\n" + "-" * len(head), flush=True)
+    for name, path in datasets.items():
+        for model in models:
+            m, wall = run(path, task, model, seeds, tmp)
+            s = m["summary"][key]
+            epochs = " ".join(f"{len(r['epochs'])}({r['selected_epoch']})" for r in m["runs"])
+            pub = PUBLISHED.get((name, model))
+            per_run = f"{wall / len(m['runs']):.0f} (all {wall:.0f})"
+            print(f"{name:<13}{model:<7}{s['mean']:>10.4f} ± {s['std']:.4f}{pub or '-':>11}{epochs:>26}{per_run:>22}",
+                  flush=True)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--only", choices=("link", "node"), default=None)
+    p.add_argument("--datasets", default=None, help="comma-separated (default: all of the task's)")
+    p.add_argument("--models", default=None, help="comma-separated (default: all of the task's)")
+    p.add_argument("--seeds", default="0,1,2")
+    a = p.parse_args()
+    with tempfile.TemporaryDirectory(prefix="accuracy-") as tmp:
+        for task, datasets, models in (("link", LINK, LINK_MODELS), ("node", NODE, NODE_MODELS)):
+            if a.only not in (None, task):
+                continue
+            if a.datasets:
+                datasets = {k: v for k, v in datasets.items() if k in a.datasets.split(",")}
+            table(task, datasets, a.models.split(",") if a.models else list(models), a.seeds, Path(tmp))
+
+
+if __name__ == "__main__":
+    main()
