@@ -9,10 +9,9 @@ Every setting is one `gnndist` command in a fresh process, as a user runs it.
 Memory table (3M events, 30k nodes, 64 edge features; TGN memory 100; one epoch at batch 2000,
 the batch only making the epoch shorter): per world size W = 1, 2, 4, the peak resident memory
 of every rank and the bytes each holds by category (events, T-CSR, edge features, node state,
-cache, id maps), with partitioned memory and a `presample` edge-feature cache of 10%. W = 1 is
-measured twice: trained from the generator's data (what `gnndist train synthetic-temporal` does)
-and from a 1-part store (the same loading path as the ranks). Printed: the largest rank's peak
-over each one-process peak (target at W = 4: at most 0.5).
+cache, id maps), with partitioned memory and a `presample` edge-feature cache of 10%; W = 1 is
+one process trained from the generator's data (what `gnndist train synthetic-temporal` does).
+Printed: the largest rank's peak over the one-process peak (target at W = 4: at most 0.5).
 
 Speed table (1M events, 100k nodes, batch 200, one epoch): training events/s, node-state rows
 fetched from other ranks, bytes moved between ranks per epoch (all ranks together), the
@@ -62,28 +61,25 @@ def memory_table(tmp: Path, events: int, nodes: int, edge_dim: int, ranks: list[
     head = (f"{'setting':<22}{'rank':>5}{'peak RSS MiB':>13}" + "".join(f"{c:>14}" for c in CATEGORIES)
             + f"{'events held':>13}{'test AP':>9}")
     print(head + "\n" + "-" * len(head), flush=True)
-    peaks: dict[str, int] = {}
+    peaks: dict[int, int] = {}
     for w in ranks:
-        settings = [("1 process, generated", data), ("1 process, 1-part store", None)] if w == 1 else \
-            [(f"{w} ranks", None)]
-        for label, source in settings:
-            if source is None:
-                store = tmp / f"mem{w}"
-                if not store.exists():
-                    gnndist("partition", *data, "--parts", str(w), "--out", str(store), "--quiet")
-                source = [str(store)] + (["--nproc", str(w)] if w > 1 else [])
-            m = train(tmp, *source, *common)
-            for r in m["ranks"]:
-                print(f"{label if r['rank'] == 0 else '':<22}{r['rank']:>5}{r['peak_rss_bytes'] / MiB:>13,.0f}"
-                      + "".join(f"{r['bytes'][c] / MiB:>14,.1f}" for c in CATEGORIES)
-                      + f"{r['events_held']:>13,}{m['test']['ap'] if r['rank'] == 0 else float('nan'):>9.4f}",
-                      flush=True)
-            peaks[label] = max(r["peak_rss_bytes"] for r in m["ranks"])
-    for label, peak in peaks.items():
-        if not label.startswith("1 process"):
-            print(f"{label}: largest rank's peak / one-process peak = "
-                  f"{peak / peaks['1 process, generated']:.2f} (generated), "
-                  f"{peak / peaks['1 process, 1-part store']:.2f} (1-part store)")
+        if w == 1:
+            m = train(tmp, *data, *common)
+        else:
+            store = tmp / f"mem{w}"
+            gnndist("partition", *data, "--parts", str(w), "--out", str(store), "--quiet")
+            m = train(tmp, str(store), "--nproc", str(w), *common)
+        for r in m["ranks"]:
+            print(f"{f'{w} rank(s)' if r['rank'] == 0 else '':<22}{r['rank']:>5}{r['peak_rss_bytes'] / MiB:>13,.0f}"
+                  + "".join(f"{r['bytes'][c] / MiB:>14,.1f}" for c in CATEGORIES)
+                  + f"{r['events_held']:>13,}{m['test']['ap'] if r['rank'] == 0 else float('nan'):>9.4f}",
+                  flush=True)
+        e = m["epochs"][0]
+        print(f"{'':<22}training {e['events_per_s']:,.0f} events/s, {e['bytes'] / MiB:,.1f} MB moved", flush=True)
+        peaks[w] = max(r["peak_rss_bytes"] for r in m["ranks"])
+    for w, peak in peaks.items():
+        if w > 1 and 1 in peaks:
+            print(f"{w} ranks: largest rank's peak / one-process peak = {peak / peaks[1]:.2f}")
 
 
 def speed_table(tmp: Path, events: int, nodes: int, ranks: list[int]) -> None:

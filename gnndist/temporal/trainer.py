@@ -69,9 +69,11 @@ def batch_loss(fw: Forward, global_batch: int) -> Tensor:
 
 class Timers:
     """Seconds per phase: sample (neighbour sampling), fetch (state rows and edge features),
-    sync (gradient all-reduce, state writes, served embeddings); compute is the rest."""
+    sync (gradient all-reduce, state writes, served embeddings); compute is the rest. On a GPU
+    each phase waits for the device's queued work at both ends, so the seconds are its own."""
 
-    def __init__(self) -> None:
+    def __init__(self, device: torch.device = torch.device("cpu")) -> None:
+        self.wait = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
         self.reset()
 
     def reset(self) -> None:
@@ -79,10 +81,12 @@ class Timers:
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
+        self.wait()
         t0 = time.perf_counter()
         try:
             yield
         finally:
+            self.wait()
             self.seconds[name] += time.perf_counter() - t0
 
 
@@ -182,7 +186,7 @@ class LinkTrainer:
                                  mailbox=cfg.mailbox).to(device)
         self.params = list(self.model.parameters())
         self.optimizer = torch.optim.Adam(self.params, lr=cfg.lr, fused=True)
-        self.timers = Timers()
+        self.timers = Timers(device)
         self.neighbours = Neighbours(events, self.model.sampling.strategy, cfg.seed, self.timers, device)
         start = float(events.t.min(initial=np.inf))
         start = -float(dist.all_reduce(torch.tensor([-start], dtype=torch.float64, device=device), "max"))
