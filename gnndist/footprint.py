@@ -88,7 +88,8 @@ def _sizing(what: str, flags: str) -> Iterator[None]:
     except (RuntimeError, TypeError, OverflowError) as e:  # torch cannot count the elements
         if "overflow" not in str(e).lower():
             raise
-        raise GnndistError(f"{what} is too large to allocate on any machine ({first_line(e)}); lower {flags}") from None
+        raise GnndistError(f"{what} is too large to allocate on any machine (its sizes overflow 64-bit counts); "
+                           f"lower {flags}") from None
 
 
 def link_footprint(events: Any, cfg: Any, device: torch.device = torch.device("cpu")) -> Footprint:

@@ -79,9 +79,10 @@ def configure(p: argparse.ArgumentParser) -> None:
     link.add_argument("--checkpoint", default=None, metavar="DIR", help="write a checkpoint each epoch here")
     link.add_argument("--resume", action="store_true", help="continue from the checkpoint in --checkpoint")
     node = p.add_argument_group("node classification (static)")
-    node.add_argument("--fanouts", type=_ints, default=None, help="per-hop fanouts, e.g. 15,10 (-1: all)")
+    node.add_argument("--fanouts", type=_ints, default=None,
+                      help="per-hop fanouts, e.g. 15,10 (-1: all; a list that starts with -1 takes '=': --fanouts=-1,10)")
     node.add_argument("--eval-fanouts", type=_ints, default=None,
-                      help="per-hop fanouts at evaluation (default: all neighbours)")
+                      help="per-hop fanouts at evaluation (default: all neighbours, --eval-fanouts=-1,-1)")
     node.add_argument("--hidden", type=int, default=None, help="hidden size (default per model)")
     node.add_argument("--dropout", type=float, default=None, help="dropout rate (default per model)")
     node.add_argument("--weight-decay", type=float, default=None, help="Adam weight decay (default 5e-4)")

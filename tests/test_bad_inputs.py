@@ -406,7 +406,7 @@ CASES = [
          ["the tgn trainer needs an estimated", "model with gradients and Adam state", "GiB is available",
           "lower --memory-dim"]),
     Case("train-memory-dim-beyond-counting", train("link", "--memory-dim", str(2**62)),
-         ["the tgn trainer is too large to allocate on any machine", "lower --memory-dim"]),
+         ["the tgn trainer is too large to allocate on any machine (its sizes overflow 64-bit counts); lower --memory-dim"]),
     Case("train-hidden-too-large", train("node", "--hidden", "1000000000"),
          ["the sage trainer needs an estimated", "lower --hidden"]),
     Case("train-gat-hidden-not-a-multiple-of-heads", train("node", "--model", "gat", "--hidden", "30"),
