@@ -10,14 +10,12 @@ import argparse
 import sys
 import time
 
-from gnndist.train import _positive
-
 
 def configure(p: argparse.ArgumentParser) -> None:
     """The subcommand\'s flags."""
-    p.add_argument("--epochs", type=_positive(int), default=3, help="training epochs (default 3)")
-    p.add_argument("--num-nodes", type=_positive(int), default=1000, help="nodes to generate (default 1000)")
-    p.add_argument("--num-events", type=_positive(int), default=20000, help="events to generate (default 20000)")
+    p.add_argument("--epochs", type=int, default=3, help="training epochs (default 3)")
+    p.add_argument("--num-nodes", type=int, default=1000, help="nodes to generate (default 1000)")
+    p.add_argument("--num-events", type=int, default=20000, help="events to generate (default 20000)")
     p.add_argument("--seed", type=int, default=0, help="random seed of data and training")
     p.add_argument("--metrics-out", default=None, metavar="FILE", help="write the figures as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bars or per-epoch lines")
@@ -26,15 +24,19 @@ def configure(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the subcommand; the exit status."""
     from gnndist.datasets import load
+    from gnndist.footprint import allocating
     from gnndist.launch import Outputs
     from gnndist.temporal.config import LinkConfig
     from gnndist.temporal.trainer import train_link
 
     t0 = time.perf_counter()
-    tg = load("synthetic-temporal", num_nodes=args.num_nodes, num_events=args.num_events, seed=args.seed)
-    print(f"synthetic-temporal: {tg.num_nodes} nodes, {tg.num_events} events, {tg.edge_dim} edge features; "
-          f"TGN, {args.epochs} epochs", file=sys.stderr)
-    train_link(tg, LinkConfig(model="tgn", epochs=args.epochs, seed=args.seed, quiet=args.quiet),
-               outputs=Outputs(metrics_out=args.metrics_out))
+    cfg = LinkConfig(model="tgn", epochs=args.epochs, seed=args.seed, quiet=args.quiet)  # checks the flags
+    outputs = Outputs(metrics_out=args.metrics_out)
+    outputs.check("synthetic-temporal")
+    with allocating("gnndist demo"):
+        tg = load("synthetic-temporal", num_nodes=args.num_nodes, num_events=args.num_events, seed=args.seed)
+        print(f"synthetic-temporal: {tg.num_nodes} nodes, {tg.num_events} events, {tg.edge_dim} edge features; "
+              f"TGN, {args.epochs} epochs", file=sys.stderr)
+        train_link(tg, cfg, outputs=outputs)
     print(f"done in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     return 0

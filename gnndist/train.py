@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 
 from gnndist.datasets.cli import add_data_args, source_from_args
 from gnndist.datasets.registry import data_kind
+from gnndist.errors import GnndistError
+from gnndist.validate import Int, check, check_seeds, flag
 
 if TYPE_CHECKING:  # pragma: no cover
     from gnndist.static.trainer import NodeConfig
@@ -21,38 +23,18 @@ if TYPE_CHECKING:  # pragma: no cover
 
 TEMPORAL_MODELS = ("tgn", "jodie", "apan", "dyrep", "tgat")
 STATIC_MODELS = ("sage", "gcn", "gat")
+# the config fields set by flags: of both tasks, of link prediction only, of node classification only
+COMMON_FLAGS = ("epochs", "patience", "batch_size", "lr", "cache", "cache_size", "device", "seed", "quiet")
+LINK_FLAGS = ("lr_schedule", "clip_grad", "memory_dim", "neg", "memory", "share")
+NODE_FLAGS = ("fanouts", "eval_fanouts", "hidden", "dropout", "weight_decay", "row_norm")
 
 
-def _fanouts(s: str) -> list[int]:
+def _ints(s: str) -> list[int]:
+    """Comma-separated integers (their ranges are the configs' to check)."""
     try:
-        out = [int(x) for x in s.split(",")]
+        return [int(x) for x in s.split(",")]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"fanouts must be comma-separated integers, got {s!r}") from None
-    if not out or any(f < -1 or f == 0 for f in out):
-        raise argparse.ArgumentTypeError(f"each fanout must be a positive integer or -1 (all), got {s!r}")
-    return out
-
-
-def _seeds(s: str) -> list[int]:
-    try:
-        out = [int(x) for x in s.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"seeds must be comma-separated integers, got {s!r}") from None
-    if not out or len(set(out)) != len(out):
-        raise argparse.ArgumentTypeError(f"seeds must be distinct, got {s!r}")
-    return out
-
-
-def _positive(kind):
-    def parse(s: str):
-        try:
-            v = kind(s)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a {kind.__name__}, got {s!r}") from None
-        if not v > 0:
-            raise argparse.ArgumentTypeError(f"must be > 0, got {s}")
-        return v
-    return parse
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {s!r}") from None
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -63,29 +45,29 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "(default: from the data)")
     p.add_argument("--model", default=None,
                    help=f"link: {'|'.join(TEMPORAL_MODELS)} (default tgn); node: {'|'.join(STATIC_MODELS)} (default sage)")
-    p.add_argument("--epochs", type=_positive(int), default=None, help="most training epochs")
-    p.add_argument("--patience", type=_positive(int), default=None,
+    p.add_argument("--epochs", type=int, default=None, help="most training epochs")
+    p.add_argument("--patience", type=int, default=None,
                    help="stop after this many epochs without a better validation figure (AP / accuracy); "
                         "the best-validation parameters are tested")
-    p.add_argument("--batch-size", type=_positive(int), default=None, help="global batch size (events or seed nodes)")
-    p.add_argument("--lr", type=_positive(float), default=None, help="learning rate")
+    p.add_argument("--batch-size", type=int, default=None, help="global batch size (events or seed nodes)")
+    p.add_argument("--lr", type=float, default=None, help="learning rate")
     p.add_argument("--seed", type=int, default=0, help="random seed")
-    p.add_argument("--seeds", type=_seeds, default=None, metavar="S,S,...",
+    p.add_argument("--seeds", type=_ints, default=None, metavar="S,S,...",
                    help="train once per seed and report the mean and standard deviation (replaces --seed)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cpu (gloo) or cuda (NCCL)")
-    p.add_argument("--nproc", type=_positive(int), default=1, help="local ranks to start")
+    p.add_argument("--nproc", type=int, default=1, help="local ranks to start")
     p.add_argument("--metrics-out", default=None, metavar="FILE", help="write per-epoch and test figures as JSON "
                    "(rank 0 writes it)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.add_argument("--cache", choices=("none", "degree", "presample", "adaptive"), default=None,
                    help="cache of remote rows (node features; edge features of sampled events)")
-    p.add_argument("--cache-size", type=_positive(float), default=None,
+    p.add_argument("--cache-size", type=float, default=None,
                    help="cache capacity: a fraction (<= 1) of the remote rows, or bytes (> 1) (default 0.1)")
     link = p.add_argument_group("link prediction (temporal)")
-    link.add_argument("--memory-dim", type=_positive(int), default=None, help="node memory size")
+    link.add_argument("--memory-dim", type=int, default=None, help="node memory size")
     link.add_argument("--lr-schedule", choices=("constant", "cosine"), default=None,
                       help="learning rate per epoch: constant, or cosine decay over --epochs (default constant)")
-    link.add_argument("--clip-grad", type=_positive(float), default=None, metavar="NORM",
+    link.add_argument("--clip-grad", type=float, default=None, metavar="NORM",
                       help="clip the summed gradient to this global norm (default: no clipping)")
     link.add_argument("--neg", choices=("random", "historical", "inductive"), default=None,
                       help="negative sampling for evaluation")
@@ -97,23 +79,23 @@ def configure(p: argparse.ArgumentParser) -> None:
     link.add_argument("--checkpoint", default=None, metavar="DIR", help="write a checkpoint each epoch here")
     link.add_argument("--resume", action="store_true", help="continue from the checkpoint in --checkpoint")
     node = p.add_argument_group("node classification (static)")
-    node.add_argument("--fanouts", type=_fanouts, default=None, help="per-hop fanouts, e.g. 15,10 (-1: all)")
-    node.add_argument("--eval-fanouts", type=_fanouts, default=None,
-                      help="per-hop fanouts at evaluation (default: all neighbours)")
-    node.add_argument("--hidden", type=_positive(int), default=None, help="hidden size (default per model)")
+    node.add_argument("--fanouts", type=_ints, default=None,
+                      help="per-hop fanouts, e.g. 15,10 (-1: all; a list that starts with -1 takes '=': --fanouts=-1,10)")
+    node.add_argument("--eval-fanouts", type=_ints, default=None,
+                      help="per-hop fanouts at evaluation (default: all neighbours, --eval-fanouts=-1,-1)")
+    node.add_argument("--hidden", type=int, default=None, help="hidden size (default per model)")
     node.add_argument("--dropout", type=float, default=None, help="dropout rate (default per model)")
     node.add_argument("--weight-decay", type=float, default=None, help="Adam weight decay (default 5e-4)")
-    node.add_argument("--row-norm", choices=("auto", "on", "off"), default="auto",
+    node.add_argument("--row-norm", choices=("auto", "on", "off"), default=None,
                       help="divide each node's features by their sum, like PyG's NormalizeFeatures "
-                           "(auto: when no feature is negative, e.g. bag-of-words)")
+                           "(default auto: when no feature is negative, e.g. bag-of-words)")
 
 
 def link_config(args: argparse.Namespace) -> "LinkConfig":
     """The `LinkConfig` the flags describe (unset flags keep its defaults)."""
     from gnndist.temporal.config import LinkConfig
 
-    names = ("model", "epochs", "patience", "batch_size", "lr", "lr_schedule", "clip_grad", "memory_dim", "neg",
-             "memory", "share", "cache", "cache_size", "device", "seed", "quiet")
+    names = ("model",) + COMMON_FLAGS + LINK_FLAGS
     return LinkConfig(**{n: getattr(args, n) for n in names if getattr(args, n, None) is not None})
 
 
@@ -121,13 +103,25 @@ def node_config(args: argparse.Namespace) -> "NodeConfig":
     """The `NodeConfig` the flags describe (unset flags keep the model's defaults)."""
     from gnndist.static.trainer import NodeConfig
 
-    names = ("epochs", "patience", "batch_size", "fanouts", "eval_fanouts", "lr", "weight_decay", "hidden", "dropout",
-             "row_norm", "cache", "cache_size", "device", "seed", "quiet")
-    return NodeConfig.for_model(args.model or "sage", **{n: getattr(args, n, None) for n in names})
+    return NodeConfig.for_model(args.model or "sage", **{n: getattr(args, n, None) for n in COMMON_FLAGS + NODE_FLAGS})
+
+
+def check_flags(args: argparse.Namespace) -> None:
+    """Refuse, before any work, flags of the other task and bad values of flags that are no
+    config field (the configs check their own)."""
+    other = NODE_FLAGS if args.task == "link" else LINK_FLAGS
+    given = [n for n in other if getattr(args, n, None) is not None]
+    if given:
+        raise GnndistError(f"{flag(given[0])} applies to --task {'node' if args.task == 'link' else 'link'} only "
+                           f"(this run is --task {args.task})")
+    check("nproc", args.nproc, Int())
+    if args.seeds is not None:
+        check_seeds("seeds", args.seeds)
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the subcommand; the exit status."""
+    from gnndist.footprint import allocating
     from gnndist.launch import Outputs, is_store, over_seeds
 
     if args.task is None:
@@ -135,8 +129,7 @@ def run(args: argparse.Namespace) -> int:
             args.task = "node" if args.model in STATIC_MODELS else "link"
         else:
             args.task = "node" if data_kind(args.data, args.format) == "static" else "link"
-    data = args.data if is_store(args.data) else source_from_args(args)
-    outputs = Outputs(args.metrics_out, args.checkpoint, args.resume)
+    check_flags(args)
     if args.task == "node":
         from gnndist.static.trainer import train_node as train
 
@@ -145,8 +138,11 @@ def run(args: argparse.Namespace) -> int:
         from gnndist.temporal.trainer import train_link as train
 
         cfg = link_config(args)
-    if args.seeds is None:
-        train(data, cfg, args.nproc, outputs)
-    else:
-        over_seeds(train, data, cfg, args.seeds, args.nproc, outputs)
+    data = args.data if is_store(args.data) else source_from_args(args)
+    outputs = Outputs(args.metrics_out, args.checkpoint, args.resume)
+    with allocating(f"gnndist train on {args.data}"):
+        if args.seeds is None:
+            train(data, cfg, args.nproc, outputs)
+        else:
+            over_seeds(train, data, cfg, args.seeds, args.nproc, outputs)
     return 0

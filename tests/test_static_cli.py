@@ -1,9 +1,19 @@
-"""`gnndist train --task node` end to end: metrics JSON, partitioning on demand, user errors."""
+"""`gnndist train --task node` end to end: metrics JSON, partitioning on demand, user errors; the
+flag checks of `NodeConfig` and what the trainer allocates against `gnndist.footprint`."""
+import dataclasses
 import json
+import re
 
 import pytest
 
+from gnndist import footprint
 from gnndist.cli import main
+from gnndist.errors import GnndistError
+from gnndist.footprint import node_footprint
+from gnndist.partition.stats import fmt_bytes
+from gnndist.static import trainer as trainer_module
+from gnndist.static.trainer import NodeConfig, NodeTrainer, WholeGraph
+from test_static_models import small_graph  # tests/ is on sys.path under pytest
 
 DATA = ["synthetic-static", "--num-nodes", "400", "--num-edges", "2000"]
 KEYS = {"epoch", "loss", "time_s", "nodes_per_s", "val_acc", "cache_hit_rate", "remote_bytes"}
@@ -62,3 +72,77 @@ def test_user_errors_are_one_line(capsys, argv, message):
     assert main(["train", *argv, "--quiet"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0]
+
+
+# ---------------------------------------------------------------- flags and configs (gnndist.validate)
+
+@pytest.mark.parametrize("flags, fields", [
+    (["--seed", "-1"], dict(seed=-1)),
+    (["--lr", "inf"], dict(lr=float("inf"))),
+    (["--weight-decay", "nan"], dict(weight_decay=float("nan"))),
+    (["--weight-decay=-1e-4"], dict(weight_decay=-1e-4)),
+    (["--dropout", "1"], dict(dropout=1.0)),
+    (["--dropout", "-0.1"], dict(dropout=-0.1)),
+    (["--cache-size", "inf"], dict(cache_size=float("inf"))),
+    (["--fanouts", "0"], dict(fanouts=[0])),
+    (["--fanouts", str(2**63)], dict(fanouts=[2**63])),
+    (["--fanouts", "5,5", "--eval-fanouts", "-1"], dict(fanouts=[5, 5], eval_fanouts=[-1])),
+    (["--eval-fanouts=-2,3"], dict(eval_fanouts=[-2, 3])),
+    (["--hidden", "0"], dict(hidden=0)),
+    (["--epochs", "0"], dict(epochs=0)),
+])
+def test_a_node_config_built_in_python_fails_with_the_line_of_the_cli(flags, fields, capsys):
+    with pytest.raises(GnndistError) as built:
+        NodeConfig.for_model("sage", **fields)
+    with pytest.raises(GnndistError) as replaced:
+        dataclasses.replace(NodeConfig(), **fields)
+    assert str(built.value) == str(replaced.value)
+    capsys.readouterr()
+    assert main(["train", *DATA, "--task", "node", "--quiet", *flags]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [f"gnndist train: error: {built.value}"]
+
+
+def test_the_edges_of_each_node_range_are_accepted():
+    cfg = NodeConfig.for_model("gcn", dropout=0.0, weight_decay=0.0, fanouts=[-1, 2**63 - 1], eval_fanouts=[1, -1],
+                               seed=2**63 - 1, cache_size=0.0)
+    assert dataclasses.replace(cfg, dropout=0.999).dropout == 0.999
+    for bad in (dict(fanouts=[]), dict(fanouts=[2.0]), dict(prefetch=None), dict(row_norm="yes"), dict(hidden=8.0)):
+        with pytest.raises(GnndistError):
+            dataclasses.replace(cfg, **bad)
+
+
+# ---------------------------------------------------------------- what a trainer allocates (gnndist.footprint)
+
+@pytest.mark.parametrize("model", ["sage", "gcn", "gat"])
+def test_the_footprint_is_what_a_node_trainer_allocates(model):
+    g = small_graph()
+    cfg = NodeConfig.for_model(model, hidden=16, epochs=1, quiet=True)
+    fp = node_footprint(WholeGraph(g), cfg)
+    tr = NodeTrainer(WholeGraph(g), cfg)
+    tr.train_epoch(1)
+    params = list(tr.model.parameters())
+    held = params + [p.grad for p in params] + [t for s in tr.opt.state.values() for t in s.values() if t.dim() > 0]
+    assert [(p.label, p.nbytes) for p in fp.parts] == [("model with gradients and Adam state",
+                                                        sum(t.nbytes for t in held)), ("feature cache", 0)]
+
+
+def test_a_node_setting_that_cannot_fit_is_refused_with_its_estimate(monkeypatch):
+    g, cfg = small_graph(), NodeConfig.for_model("sage", hidden=16, quiet=True)
+    need = sum(p.nbytes for p in node_footprint(WholeGraph(g), cfg).parts)
+    monkeypatch.setattr(footprint, "available_memory_bytes", lambda: need)
+    NodeTrainer(WholeGraph(g), cfg)
+    monkeypatch.setattr(footprint, "available_memory_bytes", lambda: need - 1)
+    with pytest.raises(GnndistError, match=re.escape(
+            f"the sage trainer needs an estimated {fmt_bytes(need)} of memory per rank (model with gradients and Adam "
+            f"state {fmt_bytes(need)}) but {fmt_bytes(need - 1)} is available; lower --hidden")):
+        NodeTrainer(WholeGraph(g), cfg)
+
+
+def test_a_failed_model_allocation_is_one_line(monkeypatch):
+    def fail(*args, **kwargs):
+        raise MemoryError("Unable to allocate 1.00 TiB")
+    monkeypatch.setattr(trainer_module, "StaticGNN", fail)
+    g, cfg = small_graph(), NodeConfig.for_model("sage", hidden=16, quiet=True)
+    with pytest.raises(GnndistError, match=re.escape("not enough memory for the sage trainer (estimated model with "
+                                                     "gradients and Adam state ") + ".*\\): Unable to allocate 1.00 TiB$"):
+        NodeTrainer(WholeGraph(g), cfg)

@@ -1,11 +1,25 @@
-"""`gnndist train --task link` end to end: metrics JSON, checkpoints and resume, user errors."""
+"""`gnndist train --task link` end to end: metrics JSON, checkpoints and resume, user errors; the
+flag checks of `LinkConfig` and what the trainer allocates against `gnndist.footprint`."""
+import dataclasses
 import json
+import re
 
+import numpy as np
 import pytest
 import torch
 
-from gnndist import checkpoint
+from gnndist import checkpoint, footprint
 from gnndist.cli import main
+from gnndist.errors import GnndistError
+from gnndist.footprint import link_footprint
+from gnndist.graph import TemporalGraph
+from gnndist.partition.stats import fmt_bytes
+from gnndist.temporal import trainer as trainer_module
+from gnndist.temporal.config import LinkConfig
+from gnndist.temporal.events import RankEvents
+from gnndist.temporal.models import MODELS
+from gnndist.temporal.modules import TemporalAttention
+from gnndist.temporal.trainer import LinkTrainer, Neighbours
 
 DATA = ["synthetic-temporal", "--num-nodes", "80", "--num-events", "1200", "--memory-dim", "16", "--epochs", "3",
         "--batch-size", "100", "--lr", "0.003", "--quiet"]
@@ -66,3 +80,159 @@ def test_demo_trains_and_prints_the_table(capsys):
     assert main(["demo", "--num-nodes", "60", "--num-events", "1000", "--epochs", "1", "--quiet"]) == 0
     out = capsys.readouterr().out
     assert "test" in out and "AP" in out
+
+
+# ---------------------------------------------------------------- flags and configs (gnndist.validate)
+
+@pytest.mark.parametrize("flags, fields", [
+    (["--seed", "-1"], dict(seed=-1)),
+    (["--seed", str(2**63)], dict(seed=2**63)),
+    (["--lr", "nan"], dict(lr=float("nan"))),
+    (["--lr", "0"], dict(lr=0.0)),
+    (["--clip-grad", "inf"], dict(clip_grad=float("inf"))),
+    (["--cache-size", "-0.5"], dict(cache_size=-0.5)),
+    (["--memory-dim", "0"], dict(memory_dim=0)),
+    (["--patience", "0"], dict(patience=0)),
+    (["--batch-size", str(2**63)], dict(batch_size=2**63)),
+    (["--memory", "spread"], dict(memory="spread")),
+    (["--lr-schedule", "step"], dict(lr_schedule="step")),
+])
+def test_a_config_built_in_python_fails_with_the_line_of_the_cli(flags, fields, capsys):
+    with pytest.raises(GnndistError) as built:
+        LinkConfig(**fields)
+    with pytest.raises(GnndistError) as replaced:
+        dataclasses.replace(LinkConfig(), **fields)
+    assert str(built.value) == str(replaced.value)
+    capsys.readouterr()
+    try:
+        rc = main(["train", *DATA, "--task", "link", *flags])
+    except SystemExit as e:  # argparse's own choices
+        rc = e.code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1
+    if flags[0] in ("--memory", "--lr-schedule"):  # argparse refuses these choices first
+        assert flags[0] in err[0] and "invalid choice" in err[0]
+    else:
+        assert err[0] == f"gnndist train: error: {built.value}"
+
+
+def test_the_edges_of_each_range_are_accepted():
+    cfg = LinkConfig(seed=2**63 - 1, cache_size=0.0, clip_grad=1e-30, lr=1e300, patience=1, batch_size=1)
+    assert dataclasses.replace(cfg, seed=0).seed == 0
+    for bad in (dict(seed=True), dict(epochs=2.0), dict(quiet=1), dict(lr="0.1"), dict(model="TGN")):
+        with pytest.raises(GnndistError):
+            LinkConfig(**bad)
+
+
+# ---------------------------------------------------------------- what a trainer allocates (gnndist.footprint)
+
+def small_events(edge_dim=3):
+    rng = np.random.default_rng(0)
+    e, n = 600, 30
+    tg = TemporalGraph(rng.integers(0, n, e), rng.integers(0, n, e), np.sort(rng.random(e) * e),
+                       rng.normal(size=(e, edge_dim)).astype(np.float32), num_nodes=n)
+    return RankEvents.from_graph(tg)
+
+
+def small_config(model, **kw):
+    return LinkConfig(**{**dict(model=model, memory_dim=16, time_dim=8, num_neighbors=4, batch_size=40, quiet=True),
+                         **kw})
+
+
+def optimizer_bytes(params, optimizer) -> int:
+    """Parameters, their gradients and the optimizer's per-parameter tensors, as allocated."""
+    held = [p for p in params] + [p.grad for p in params if p.grad is not None]
+    held += [t for s in optimizer.state.values() for t in s.values() if torch.is_tensor(t) and t.dim() > 0]
+    return sum(t.nbytes for t in held)
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_the_footprint_is_what_a_link_trainer_allocates(model, monkeypatch):
+    """Model and node state: the bytes the trainer holds after a training epoch. A batch's
+    neighbour tensors: a lower bound on the sampled hops plus the attention inputs of one
+    evaluation batch, exact for the one-layer attention models (TGN, DyRep)."""
+    events, cfg = small_events(), small_config(model)
+    parts = {p.label: p.nbytes for p in link_footprint(events, cfg).parts}
+    tr = LinkTrainer(events, cfg)
+    tr.train_epoch(1)
+    held = optimizer_bytes(tr.params, tr.optimizer)
+    if model == "dyrep":  # its attention gets no gradient, so no Adam state: counted all the same
+        assert held < parts["model with gradients and Adam state"]
+    else:
+        assert held == parts["model with gradients and Adam state"]
+    state = [] if tr.state is None else [tr.state.memory, tr.state.last_update, tr.state.mail, tr.state.mail_time]
+    assert parts["node state"] == sum(t.nbytes for t in state)
+
+    seen = {"hops": 0, "attention": 0}
+    call = Neighbours.__call__
+
+    def counted(self, *args):
+        hops = call(self, *args)
+        seen["hops"] += sum(t.nbytes for h in hops for t in (h.nbr, h.eid, h.ts, h.dt, h.mask, h.feat))
+        return hops
+
+    def attention_inputs(module, inputs, output):  # the keys' node rows as gathered, and the context
+        query, table, index, context, mask = inputs
+        seen["attention"] += index.numel() * table.shape[1] * table.element_size() + context.nbytes
+
+    monkeypatch.setattr(Neighbours, "__call__", counted)
+    for m in tr.model.modules():
+        if isinstance(m, TemporalAttention):
+            m.register_forward_hook(attention_inputs)
+    tr.evaluate(tr.val_end, tr.val_end + cfg.batch_size, "one batch")
+    bound, measured = parts["a batch's neighbour tensors (at least)"], sum(seen.values())
+    assert bound <= measured
+    if model in ("tgn", "dyrep"):
+        assert bound == measured > 0
+    assert (bound > 0) == (model != "jodie")  # JODIE samples no neighbours
+
+
+def test_a_link_setting_that_cannot_fit_is_refused_with_its_estimate(monkeypatch):
+    events, cfg = small_events(), small_config("tgn")
+    fp = link_footprint(events, cfg)
+    need = sum(p.nbytes for p in fp.parts)
+    monkeypatch.setattr(footprint, "available_memory_bytes", lambda: need)
+    LinkTrainer(events, cfg)  # fits exactly
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")  # two ranks on this host: twice the need
+    with pytest.raises(GnndistError, match=re.escape(
+            f"the tgn trainer needs an estimated {fmt_bytes(need)} of memory per rank, {fmt_bytes(2 * need)} "
+            f"for the 2 ranks on this host ({fp.summary()}) but {fmt_bytes(need)} is available; lower --batch-size")):
+        LinkTrainer(events, cfg)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    monkeypatch.setattr(footprint, "available_memory_bytes", lambda: need - 1)
+    with pytest.raises(GnndistError, match="needs an estimated .* but .* is available; lower --batch-size"):
+        LinkTrainer(events, cfg)
+    big = small_config("tgn", memory_dim=4096)  # the model outgrows the batch
+    with pytest.raises(GnndistError, match="lower --memory-dim$"):
+        LinkTrainer(events, big)
+    monkeypatch.setattr(footprint, "available_memory_bytes", lambda: None)  # unknown: nothing refused
+    LinkTrainer(events, cfg)
+
+
+def test_an_allocation_that_fails_anyway_is_one_line_naming_what_was_built(monkeypatch):
+    events, cfg = small_events(), small_config("tgn")
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: "
+                           "you tried to allocate 480259200000 bytes. Error code 12 (Cannot allocate memory)")
+    monkeypatch.setattr(trainer_module, "build_model", fail)
+    with pytest.raises(GnndistError) as e:
+        LinkTrainer(events, cfg)
+    assert str(e.value) == (f"not enough memory for the tgn trainer (estimated {link_footprint(events, cfg).summary()}): "
+                            "DefaultCPUAllocator: can't allocate memory: you tried to allocate 480259200000 bytes. "
+                            "Error code 12 (Cannot allocate memory)")
+    monkeypatch.setattr(trainer_module, "build_model", lambda *a, **k: 1 / 0)  # not an allocation: unchanged
+    with pytest.raises(ZeroDivisionError):
+        LinkTrainer(events, cfg)
+
+
+def test_the_cli_names_memory_the_data_generator_could_not_get(monkeypatch, capsys):
+    import gnndist.datasets
+
+    def huge(*args, **kwargs):
+        np.empty(1 << 62, np.uint8)  # numpy's MemoryError: "Unable to allocate 4.00 EiB ..."
+    monkeypatch.setattr(gnndist.datasets, "load", huge)
+    assert main(["demo", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("gnndist demo: error: not enough memory for gnndist demo: Unable to "
+                                               "allocate 4.00 EiB for an array with shape (4611686018427387904,)")

@@ -31,6 +31,7 @@ from tqdm import tqdm
 
 from gnndist import dist
 from gnndist.errors import GnndistError
+from gnndist.footprint import memory_checked, node_footprint
 from gnndist.graph import Graph, TemporalGraph
 from gnndist.io import show_progress
 from gnndist.outputs import write_metrics
@@ -38,6 +39,7 @@ from gnndist.partition import load_partition
 from gnndist.samplers import (Blocks, DistNeighborSampler, DistFeatures, PrefetchLoader, degree_scores,
                               sample_neighbors, visit_scores)
 from gnndist.static.models import MODELS, MiniBatch, StaticGNN
+from gnndist.validate import COMMON, FLAG, Fanouts, Int, OneOf, Real, check, check_fields
 from gnndist.launch import Data, Outputs, Split, run_job
 
 
@@ -48,6 +50,10 @@ MODEL_DEFAULTS = {
     "gat": dict(hidden=64, dropout=0.6, lr=0.005),
 }
 COMMON_DEFAULTS = dict(epochs=50, batch_size=32, fanouts=[15, 10], weight_decay=5e-4)
+NODE_RULES = {"model": OneOf(MODELS, f"--task node supports --model {'|'.join(MODELS)}, got {{got}}"), **COMMON,
+              "fanouts": Fanouts(), "eval_fanouts": Fanouts(optional=True), "eval_batch_size": Int(),
+              "weight_decay": Real(), "hidden": Int(), "dropout": Real(0, 1, high_open=True),
+              "row_norm": OneOf(("auto", "on", "off")), "prefetch": FLAG}
 
 
 @dataclass
@@ -73,21 +79,18 @@ class NodeConfig:
     seed: int = 0
     quiet: bool = False
 
+    def __post_init__(self) -> None:
+        check_fields(self, NODE_RULES)
+        if self.eval_fanouts is not None and len(self.eval_fanouts) != len(self.fanouts):
+            raise GnndistError(f"--eval-fanouts needs {len(self.fanouts)} values (one per layer, like --fanouts), "
+                               f"got {len(self.eval_fanouts)}")
+
     @classmethod
     def for_model(cls, model: str = "sage", **overrides) -> "NodeConfig":
         """The defaults of `model`, with `overrides` (None values ignored)."""
-        if model not in MODELS:
-            raise GnndistError(f"--task node supports --model {'|'.join(MODELS)}, got {model!r}")
-        values = {**COMMON_DEFAULTS, **MODEL_DEFAULTS[model],
-                  **{k: v for k, v in overrides.items() if v is not None}}
-        cfg = cls(model=model, **values)
-        if cfg.row_norm not in ("auto", "on", "off"):
-            raise GnndistError(f"row_norm must be auto, on or off, got {cfg.row_norm!r}")
-        if not 0 <= cfg.dropout < 1 or cfg.weight_decay < 0:
-            raise GnndistError(f"need 0 <= --dropout < 1 and --weight-decay >= 0, got {cfg.dropout}, {cfg.weight_decay}")
-        if cfg.eval_fanouts is not None and len(cfg.eval_fanouts) != len(cfg.fanouts):
-            raise GnndistError(f"--eval-fanouts needs {len(cfg.fanouts)} values (one per layer, like --fanouts)")
-        return cfg
+        check("model", model, NODE_RULES["model"])
+        return cls(model=model, **{**COMMON_DEFAULTS, **MODEL_DEFAULTS[model],
+                                   **{k: v for k, v in overrides.items() if v is not None}})
 
 
 def step_seed(*keys: int) -> int:
@@ -246,6 +249,7 @@ class NodeTrainer:
     (`PrefetchLoader`; the samplers exchange on their own process group).
     """
 
+    @memory_checked(node_footprint)
     def __init__(self, graph: RankGraph, cfg: NodeConfig,
                  device: torch.device = torch.device("cpu")) -> None:
         self.graph, self.cfg, self.device = graph, cfg, device

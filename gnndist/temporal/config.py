@@ -1,16 +1,19 @@
 """`LinkConfig`: the settings of a link-prediction run (the CLI builds one from its flags)."""
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 from typing import Optional
 
-from gnndist.errors import GnndistError
+from gnndist.validate import COMMON, Int, OneOf, Real, check_fields
 
 MODELS = ("tgn", "jodie", "apan", "dyrep", "tgat")
 NEG_STRATEGIES = ("random", "historical", "inductive")
 MEMORY_MODES = ("replicated", "partitioned")
 SHARES = ("owner",)
+RULES = {"model": OneOf(MODELS), **COMMON, "lr_schedule": OneOf(("constant", "cosine")),
+         "clip_grad": Real(low_open=True, optional=True), "memory_dim": Int(), "time_dim": Int(),
+         "num_neighbors": Int(), "mailbox": Int(), "neg": OneOf(NEG_STRATEGIES), "eval_negatives": Int(),
+         "memory": OneOf(MEMORY_MODES), "share": OneOf(SHARES)}
 
 
 @dataclass(frozen=True)
@@ -39,27 +42,7 @@ class LinkConfig:
     quiet: bool = False
 
     def __post_init__(self) -> None:
-        choices = {"model": MODELS, "neg": NEG_STRATEGIES, "memory": MEMORY_MODES, "share": SHARES,
-                   "cache": ("none", "degree", "presample", "adaptive"), "device": ("cpu", "cuda"),
-                   "lr_schedule": ("constant", "cosine")}
-        for name, allowed in choices.items():
-            if getattr(self, name) not in allowed:
-                raise GnndistError(f"--{name} must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
-        for name in ("epochs", "batch_size", "memory_dim", "time_dim", "num_neighbors", "mailbox", "eval_negatives"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise GnndistError(f"--{name.replace('_', '-')} must be a positive integer, got {v!r}")
-        if self.patience is not None and (not isinstance(self.patience, int) or self.patience < 1):
-            raise GnndistError(f"--patience must be a positive integer, got {self.patience!r}")
-        if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
-            raise GnndistError(f"--lr must be a finite number > 0, got {self.lr!r}")
-        if self.clip_grad is not None and not (isinstance(self.clip_grad, (int, float)) and
-                                               math.isfinite(self.clip_grad) and self.clip_grad > 0):
-            raise GnndistError(f"--clip-grad must be a finite number > 0, got {self.clip_grad!r}")
-        if not (isinstance(self.cache_size, (int, float)) and math.isfinite(self.cache_size) and self.cache_size >= 0):
-            raise GnndistError(f"--cache-size must be a finite number >= 0, got {self.cache_size!r}")
-        if not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
-            raise GnndistError(f"--seed must be an integer from 0 to 2**63-1, got {self.seed!r}")
+        check_fields(self, RULES)
 
     def to_dict(self) -> dict:
         return asdict(self)

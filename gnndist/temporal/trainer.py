@@ -42,6 +42,7 @@ from tqdm import tqdm
 from gnndist import checkpoint, dist
 from gnndist.datasets import chronological_split
 from gnndist.errors import GnndistError
+from gnndist.footprint import link_footprint, memory_checked
 from gnndist.graph import TemporalGraph, owners
 from gnndist.io import show_progress
 from gnndist.outputs import write_metrics
@@ -174,6 +175,7 @@ class LinkTrainer:
     """Model, optimizer, node state, sampler and edge features of one rank, and the synchronous
     training and evaluation loops (all ranks call every method together)."""
 
+    @memory_checked(link_footprint)
     def __init__(self, events: RankEvents, cfg: LinkConfig, device: torch.device = torch.device("cpu")) -> None:
         if events.num_parts != dist.world_size():
             raise GnndistError(f"the events are of a {events.num_parts}-part store but {dist.world_size()} ranks run")
