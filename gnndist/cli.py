@@ -3,8 +3,15 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import os
 import sys
+import time
+
+# torch's C++ warnings (a store socket that timed out, with C++ frames) would bury the one line a
+# distributed failure ends with; it reads this once, when it loads. --debug shows them.
+if "--debug" not in sys.argv[1:]:
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 from typing import Optional, Sequence
 
 from gnndist.errors import GnndistError, first_line
@@ -76,12 +83,26 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (GnndistError, OSError) as e:
         if args.debug:
             raise
-        msg = first_line(e)
-        print(f"gnndist {args.command}: error: {msg}", file=sys.stderr)
+        line = f"gnndist {args.command}: error: {first_line(e)}"
+        print(line, file=sys.stderr, flush=True)
+        _tell_torchrun(line)
         return 2
     except KeyboardInterrupt:
         print("gnndist: interrupted", file=sys.stderr)
         return 130
+
+
+def _tell_torchrun(line: str) -> None:
+    """Under torchrun, leave the error line in the file its failure summary shows (it would show a
+    link to its docs instead)."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if path:
+        try:
+            with open(path, "w") as f:
+                json.dump({"message": {"message": line, "extraInfo": {"py_callstack": line,
+                                                                      "timestamp": str(int(time.time()))}}}, f)
+        except OSError:
+            pass
 
 
 if __name__ == "__main__":

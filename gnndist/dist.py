@@ -1,29 +1,289 @@
-"""The distributed runtime on torch.distributed: start-up, launch, batched exchanges.
+"""The distributed runtime on torch.distributed: start-up, batched exchanges, and failures named
+by their victim.
 
 Every collective runs under the process-group timeout (`GNNDIST_TIMEOUT`, seconds, default
-300): a rank that dies or stalls makes the others fail with an error, never hang.
+300). Each rank also keeps a heartbeat in the job's store (the TCPStore at MASTER_ADDR:MASTER_PORT
+that torchrun or `--nproc` runs) with its host and the number of collectives it has entered, so
+that when a collective fails the survivors can say which rank is gone, failed or stalled, instead
+of which one noticed.
+
+Where GLOO_SOCKET_IFNAME (and, on CUDA, NCCL_SOCKET_IFNAME) is unset, `setup` picks the network
+interface whose address routes to MASTER_ADDR: a host whose name resolves to 127.0.0.1 would
+otherwise offer its peers a loopback address.
 """
 from __future__ import annotations
 
+import atexit
+import contextlib
 import datetime
+import fcntl
+import ipaddress
+import math
 import os
+import socket
+import struct
 import sys
-from typing import Any, Callable, Optional, Sequence
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import torch
 import torch.distributed as dist
 
 from gnndist.errors import GnndistError, first_line
 
+TIMEOUT_RANGE = (1.0, 86400.0)  # allowed GNNDIST_TIMEOUT, seconds
+BEAT_S = 0.5  # heartbeat period
+GONE_S = 5.0  # a rank whose heartbeat has not moved for this long is gone
+STORE_S = 5.0  # how long a store query may take before the store's host counts as unreachable
+
 
 def timeout_s() -> float:
-    """Seconds every collective may take (GNNDIST_TIMEOUT, default 300)."""
-    return float(os.environ.get("GNNDIST_TIMEOUT", "300"))
+    """GNNDIST_TIMEOUT in seconds (default 300); GnndistError unless a number in TIMEOUT_RANGE."""
+    raw = os.environ.get("GNNDIST_TIMEOUT", "300")
+    lo, hi = TIMEOUT_RANGE
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not lo <= value <= hi:
+        raise GnndistError(f"GNNDIST_TIMEOUT must be a number of seconds from {lo:.0f} to {hi:.0f}, got {raw!r}")
+    return value
 
 
 def in_torchrun() -> bool:
     """True when started by torchrun or the elastic launcher (the env names a world)."""
     return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
+
+
+# ----------------------------------------------------------------------------------------------
+# Which network interface reaches the master
+
+
+def route_to(host: str) -> str:
+    """The local address this machine sends from to reach `host` (a name or an address)."""
+    family, _, _, _, addr = socket.getaddrinfo(host, None, type=socket.SOCK_DGRAM)[0]
+    with socket.socket(family, socket.SOCK_DGRAM) as s:
+        s.connect((addr[0], 9))  # a UDP connect only picks the route; nothing is sent
+        return s.getsockname()[0]
+
+
+def interface_of(address: str) -> Optional[str]:
+    """The name of the network interface holding `address` (IPv4 or IPv6), or None."""
+    ip = ipaddress.ip_address(address.split("%")[0])
+    if ip.version == 6:
+        with open("/proc/net/if_inet6") as f:  # hex address, index, prefix, scope, flags, name
+            for line in f:
+                cols = line.split()
+                if len(cols) == 6 and ipaddress.IPv6Address(int(cols[0], 16)) == ip:
+                    return cols[5]
+        return None
+    siocgifaddr = 0x8915
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        for _, name in socket.if_nameindex():
+            try:
+                req = fcntl.ioctl(s.fileno(), siocgifaddr, struct.pack("256s", name.encode()[:15]))
+            except OSError:  # no IPv4 address on this interface
+                continue
+            if socket.inet_ntoa(req[20:24]) == str(ip):
+                return name
+    return None
+
+
+@dataclass(frozen=True)
+class Host:
+    """Where this rank runs: its host name, the address it reaches the master from, and the
+    interface holding that address."""
+
+    name: str
+    address: str
+    interface: Optional[str]
+
+    def __str__(self) -> str:
+        return f"{self.name}, {self.address}"
+
+
+def this_host(master: str) -> Host:
+    """This machine as seen from the route to `master`."""
+    try:
+        address = route_to(master)
+    except OSError as e:
+        raise GnndistError(f"cannot reach MASTER_ADDR {master}: {first_line(e)}") from None
+    try:
+        interface = interface_of(address)
+    except (OSError, ValueError):
+        interface = None
+    return Host(socket.gethostname(), address, interface)
+
+
+def _choose_interfaces(host: Host, backend: str) -> Optional[str]:
+    """Point gloo (and NCCL) at `host`'s interface unless the user chose one; returns a line
+    saying what was chosen, or None."""
+    names = ["GLOO_SOCKET_IFNAME"] + (["NCCL_SOCKET_IFNAME"] if backend == "nccl" else [])
+    unset = [n for n in names if not os.environ.get(n)]
+    if host.interface is None or not unset:
+        return None
+    for n in unset:
+        os.environ[n] = host.interface
+    return (f"network: {', '.join(unset)}={host.interface} ({host.address}, the interface that routes to "
+            f"MASTER_ADDR {os.environ['MASTER_ADDR']}); set {unset[0]} to choose another")
+
+
+# ----------------------------------------------------------------------------------------------
+# The watch: heartbeats, hosts and failures in the job's store
+
+
+def _store(timeout: float) -> dist.TCPStore:
+    """A new client of the job's store (MASTER_ADDR:MASTER_PORT)."""
+    return dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                         timeout=datetime.timedelta(seconds=timeout), wait_for_workers=False)
+
+
+def _probe_store() -> None:
+    """OSError unless the job's store accepts a connection within STORE_S (a store op on a dead
+    link would block past the store's own timeout)."""
+    socket.create_connection((os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])), STORE_S).close()
+
+
+class Watch:
+    """This rank's entries in the job's store, `gnndist/<restart>/<kind>/<rank>`: its host, a
+    heartbeat (a thread sets `beat` to "<beats> <collectives entered>" every BEAT_S) and, when it
+    fails with its own error, that error's line (`failed`). `diagnose` reads the others' entries
+    to tell who is gone."""
+
+    def __init__(self, rank: int, world: int, host: Host) -> None:
+        self.rank, self.world, self.host = rank, world, host
+        self.prefix = f"gnndist/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
+        self.entered, self._count_lock = 0, threading.Lock()  # collectives this rank has entered
+        self._lock, self._verdict = threading.Lock(), None  # why the first failed collective failed
+        self._query = _store(timeout_s())  # the first connection waits as long as a collective would
+        self._query.set_timeout(datetime.timedelta(seconds=STORE_S))
+        self.put("host", str(host))
+        self._beat = _store(STORE_S)  # the heartbeat thread's own connection
+        self._beat.set(self._key("beat", rank), "0 0")
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beating, name="gnndist-heartbeat", daemon=True)
+        self._thread.start()
+        atexit.register(self.close)
+
+    def _key(self, kind: str, rank: int) -> str:
+        return f"{self.prefix}{kind}/{rank}"
+
+    def put(self, kind: str, value: str) -> None:
+        """Set this rank's `kind` entry."""
+        self._query.set(self._key(kind, self.rank), value)
+
+    def get(self, kind: str, rank: int) -> Optional[str]:
+        """Rank `rank`'s `kind` entry, None if it has none."""
+        key = self._key(kind, rank)
+        return self._query.get(key).decode() if self._query.check([key]) else None
+
+    def _entries(self, kind: str, ranks: Sequence[int]) -> dict[int, str]:
+        return {r: v for r in ranks if (v := self.get(kind, r)) is not None}
+
+    def host_of(self, rank: int) -> str:
+        return self.get("host", rank) or "unknown"
+
+    def _doing(self, rank: int) -> str:
+        """What `rank` said it was doing (see `busy`), as ", while ...", or "" when nothing."""
+        doing = self.get("busy", rank)
+        return f", while {doing}" if doing else ""
+
+    def _beating(self) -> None:
+        n = 0
+        while not self._stop.wait(BEAT_S):
+            n += 1
+            try:
+                self._beat.set(self._key("beat", self.rank), f"{n} {self.entered}")
+            except Exception:  # the store is unreachable: the next collective will say so
+                pass
+
+    def close(self) -> None:
+        """Stop the heartbeat (before the interpreter shuts down under it)."""
+        self._stop.set()
+        self._thread.join(STORE_S + 1)
+
+    def post_failure(self, line: str) -> None:
+        """Leave this rank's own error line where the survivors will read it."""
+        try:
+            _probe_store()
+            self.put("failed", line)
+        except Exception:  # the store is unreachable; this rank's own output still has the line
+            pass
+
+    def count_collective(self) -> None:
+        with self._count_lock:
+            self.entered += 1
+
+    def diagnose(self, op: str, error: BaseException) -> str:
+        """A one-line account of why collective `op` failed here: the rank that failed with its
+        own error, is gone (heartbeat stopped) or stalled (alive but behind), or else that the
+        store's host cannot be reached. Found once: a second failing thread gets the same line."""
+        with self._lock:
+            if self._verdict is None:
+                self._verdict = self._find_cause(op, error)
+            return self._verdict
+
+    def _find_cause(self, op: str, error: BaseException) -> str:
+        me, others = self.rank, [r for r in range(self.world) if r != self.rank]
+        try:
+            _probe_store()
+            failed, start = self._entries("failed", others), self._entries("beat", others)
+            now, alive, deadline = start, set(), time.monotonic() + GONE_S
+            while not failed and len(alive) < len(others) and time.monotonic() < deadline:
+                time.sleep(BEAT_S / 2)
+                now = self._entries("beat", others)  # "<beats> <collectives entered>"
+                alive |= {r for r in now if r in start and now[r].split()[0] != start[r].split()[0]}
+                failed = self._entries("failed", others)
+            if failed:
+                r = min(failed)
+                return f"rank {r} (host {self.host_of(r)}) failed: {failed[r]}"
+            gone = [r for r in others if r not in alive]
+            if gone:
+                more = f" (and rank(s) {', '.join(map(str, gone[1:]))})" if len(gone) > 1 else ""
+                return (f"rank {gone[0]} (host {self.host_of(gone[0])}) is gone{more}: no heartbeat for "
+                        f"{GONE_S:.0f}s{self._doing(gone[0])} (rank {me} noticed in {op})")
+            entered = {**{r: int(b.split()[1]) for r, b in now.items()}, me: self.entered}
+            behind = [r for r in entered if entered[r] < max(entered.values())]
+            if behind:
+                r = min(behind, key=lambda r: (entered[r], r))
+                return (f"rank {r} (host {self.host_of(r)}) stalled: it is alive but has not joined {op}"
+                        f"{self._doing(r)}, which rank {me} gave up on after {timeout_s():.0f}s (GNNDIST_TIMEOUT)")
+        except Exception:  # the store does not answer: its host (rank 0's) is gone or cut off
+            return (f"rank 0's host ({os.environ['MASTER_ADDR']}, which holds the job's store at port "
+                    f"{os.environ['MASTER_PORT']}) cannot be reached: it is gone or the network to it is down "
+                    f"(rank {me} noticed in {op})")
+        return f"collective {op} failed on rank {me} (host {self.host}) while every rank is alive: {first_line(error)}"
+
+
+_watch: Optional[Watch] = None
+
+
+def watch() -> Optional[Watch]:
+    """This process's `Watch` (None outside a torchrun world)."""
+    return _watch
+
+
+@contextlib.contextmanager
+def busy(doing: str) -> Iterator[None]:
+    """Tell the other ranks what this one does meanwhile, for their diagnosis should they give up
+    on it (partitioning holds the interpreter, and so the heartbeat, for longer than GONE_S)."""
+    if _watch is not None:
+        _watch.put("busy", doing)
+    yield
+    if _watch is not None:
+        _watch.put("busy", "")
+
+
+def post_failure(e: BaseException) -> None:
+    """Tell the other ranks that this rank stops on its own error `e` (not a peer's failure)."""
+    if _watch is not None and not isinstance(e, PeerFailure):
+        _watch.post_failure(first_line(e))
+
+
+# ----------------------------------------------------------------------------------------------
+# Start-up
 
 
 def setup(device: str = "cpu") -> torch.device:
@@ -32,6 +292,7 @@ def setup(device: str = "cpu") -> torch.device:
     Outside torchrun this is a no-op and the world is one process. Returns the device this
     rank computes on.
     """
+    global _watch
     if device.startswith("cuda"):
         if not torch.cuda.is_available():
             raise GnndistError("--device cuda given but CUDA is not available")
@@ -42,9 +303,54 @@ def setup(device: str = "cpu") -> torch.device:
         dev = torch.device("cpu")
     if in_torchrun() and not dist.is_initialized():
         backend = "nccl" if dev.type == "cuda" else "gloo"
-        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s()),
-                                **({"device_id": dev} if dev.type == "cuda" else {}))
+        r, w = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        host = this_host(os.environ["MASTER_ADDR"])
+        said = _choose_interfaces(host, backend)
+        if _watch is None:
+            _watch = _join_store(r, w, host)
+        if said and r == 0 and _several_nodes(w):
+            print(said, file=sys.stderr, flush=True)
+        try:
+            dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s()),
+                                    **({"device_id": dev} if dev.type == "cuda" else {}))
+        except (RuntimeError, dist.DistError) as e:
+            raise PeerFailure(_join_failure(_watch, e)) from None
     return dev
+
+
+def _several_nodes(world: int) -> bool:
+    """Whether the `world` ranks span several torchrun nodes (hosts, as a rule)."""
+    return world > int(os.environ.get("LOCAL_WORLD_SIZE", world))
+
+
+def _join_store(rank: int, world: int, host: Host) -> Watch:
+    """This rank's `Watch`; a one-line error at once when the job's store does not answer."""
+    addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    try:
+        _probe_store()  # fails at once where TCPStore would retry for the whole timeout
+        return Watch(rank, world, host)
+    except (OSError, RuntimeError, dist.DistError) as e:
+        hint = ""
+        if ipaddress.ip_address(host.address.split("%")[0]).is_loopback and _several_nodes(world):
+            hint = (f"; MASTER_ADDR {addr} is this host's loopback: if the nodes run on several hosts, torchrun "
+                    "was not told rank 0's address (with --rdzv-backend c10d give every host's torchrun "
+                    "--local-addr ITS_ADDRESS)")
+        raise GnndistError(f"rank {rank} (host {host}) cannot reach the job's store at {addr}:{port} "
+                           f"(MASTER_ADDR:MASTER_PORT): {first_line(e)}{hint}") from None
+
+
+def _join_failure(w: Watch, e: BaseException) -> str:
+    """Why joining the process group failed: the ranks that never reached the store, or else
+    what `Watch.diagnose` finds."""
+    try:
+        missing = [r for r in range(w.world) if w.get("host", r) is None]
+    except Exception:
+        missing = []
+    if missing:
+        hint = ("is torchrun running on its host, with the same --nnodes, --master-addr and --master-port?"
+                if _several_nodes(w.world) else "it is stuck or was stopped")
+        return f"rank {missing[0]} never joined the job within {timeout_s():.0f}s (GNNDIST_TIMEOUT): {hint}"
+    return w.diagnose("joining the process group", e)
 
 
 def teardown() -> None:
@@ -63,14 +369,21 @@ def world_size() -> int:
     return dist.get_world_size() if dist.is_initialized() else 1
 
 
+# ----------------------------------------------------------------------------------------------
+# Collectives
+
+
 def _check(op: str, fn: Callable[[], Any]) -> Any:
-    """Run a collective; turn a timeout or a dead peer into one clear error naming the op."""
+    """Run a collective; turn a timeout or a lost peer into one line naming the rank at fault."""
+    if _watch is not None:
+        _watch.count_collective()
     try:
         return fn()
-    except (RuntimeError, dist.DistBackendError) as e:  # gloo/nccl report peers' failures so
-        first = first_line(e)
-        raise PeerFailure(f"rank {rank()}: collective {op} failed (a peer rank died or stalled "
-                           f"past {timeout_s():.0f}s): {first}") from e
+    except (RuntimeError, dist.DistError) as e:  # gloo/nccl report peers' failures so
+        if _watch is None:
+            raise PeerFailure(f"rank {rank()}: collective {op} failed (a peer rank died or stalled past "
+                              f"{timeout_s():.0f}s): {first_line(e)}") from None
+        raise PeerFailure(_watch.diagnose(op, e)) from None
 
 
 def all_reduce(t: torch.Tensor, op: str = "sum", group: Any = None) -> torch.Tensor:
@@ -78,6 +391,7 @@ def all_reduce(t: torch.Tensor, op: str = "sum", group: Any = None) -> torch.Ten
     1-process world."""
     if world_size() > 1:
         red = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}[op]
+        _on_device(f"all_reduce({op})", t, group)
         _check(f"all_reduce({op})", lambda: dist.all_reduce(t, op=red, group=group))
     return t
 
@@ -87,20 +401,28 @@ def agree_max(n: int, device: torch.device | str = "cpu") -> int:
     return int(all_reduce(torch.tensor([n], dtype=torch.int64, device=device), "max").item())
 
 
-def all_gather_varsize(t: torch.Tensor) -> list[torch.Tensor]:
-    """Gather a tensor whose first dimension differs between ranks; list indexed by rank."""
+def _on_device(op: str, t: torch.Tensor, group: Any) -> None:
+    """A CPU tensor on an NCCL group is a bug (host-side exchanges go on the samplers' gloo group)."""
+    if not t.is_cuda and dist.is_initialized() and dist.get_backend(group) == "nccl":
+        raise RuntimeError(f"{op}: a CPU tensor on the NCCL group (use the gloo group for host-side exchanges)")
+
+
+def all_gather_varsize(t: torch.Tensor, group: Any = None) -> list[torch.Tensor]:
+    """Gather a tensor whose first dimension differs between ranks; list indexed by rank.
+    `group`: a process group spanning all ranks (default: the default group)."""
     w = world_size()
     if w == 1:
         return [t]
     n = torch.tensor([t.shape[0]], dtype=torch.int64, device=t.device)
     sizes = [torch.zeros_like(n) for _ in range(w)]
-    _check("all_gather(sizes)", lambda: dist.all_gather(sizes, n))
+    _on_device("all_gather", t, group)
+    _check("all_gather(sizes)", lambda: dist.all_gather(sizes, n, group=group))
     sizes = [int(s.item()) for s in sizes]
     m = max(sizes)
     pad = torch.zeros((m, *t.shape[1:]), dtype=t.dtype, device=t.device)
     pad[: t.shape[0]] = t
     out = [torch.empty_like(pad) for _ in range(w)]
-    _check("all_gather", lambda: dist.all_gather(out, pad.contiguous()))
+    _check("all_gather", lambda: dist.all_gather(out, pad.contiguous(), group=group))
     return [o[:s] for o, s in zip(out, sizes)]
 
 
@@ -114,6 +436,7 @@ def exchange(send: Sequence[torch.Tensor], group: Any = None) -> list[torch.Tens
     if w == 1:
         return [send[0]]
     ref = send[0]
+    _on_device("all_to_all", ref, group)
     in_sizes = torch.tensor([s.shape[0] for s in send], dtype=torch.int64, device=ref.device)
     out_sizes = torch.empty_like(in_sizes)
     _check("all_to_all(sizes)", lambda: dist.all_to_all_single(out_sizes, in_sizes, group=group))
@@ -125,7 +448,7 @@ def exchange(send: Sequence[torch.Tensor], group: Any = None) -> list[torch.Tens
 
 
 class PeerFailure(GnndistError):
-    """A collective failed because another rank died or stalled."""
+    """A collective failed because another rank died, failed or stalled (the message names it)."""
 
 
 def log(msg: str) -> None:
@@ -155,3 +478,9 @@ def sum_gradients(params: Sequence[torch.nn.Parameter], extra: Optional[torch.Te
         if not h:
             p.grad = None
     return flat[at + len(params):]
+
+
+def say(msg: str) -> None:
+    """Print on this rank, after its rank and host when it is one of a torchrun world."""
+    prefix = f"rank {_watch.rank} (host {_watch.host}): " if _watch is not None else ""
+    print(prefix + msg, file=sys.stderr, flush=True)

@@ -5,20 +5,29 @@ world torchrun describes).
 
 Given raw data and W > 1 ranks, the data is first split into a store in the cache folder
 ($GNNDIST_CACHE or ~/.cache/gnndist), keyed by the data's identity and the split; a later run
-on the same data finds it there. Under torchrun rank 0 partitions while the others wait.
+on the same data finds it there. Under torchrun the local rank 0 of every node partitions into
+its host's cache while the node's other ranks wait, and before training every rank checks with
+the others that they hold the same store and configuration and run the same versions.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
+import signal
+import socket
+import threading
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
 import numpy as np
+import torch
+from tqdm import tqdm
 
-from gnndist import dist
+from gnndist import __version__, dist
 from gnndist.datasets import DataSource
 from gnndist.errors import GnndistError, first_line
 from gnndist.graph import Graph, TemporalGraph
@@ -139,28 +148,92 @@ def make_store(data: Data, world: int, split: Split, quiet: bool = False) -> str
         return check_store(data, split.kind, world)
     out = store_dir(data, world, split)
     if is_store(out) and _readable(out):
-        dist.log(f"using the partition store {out} ({world} parts, made earlier)")
+        dist.say(f"using the partition store {out} ({world} parts, made earlier)")
         return str(out)
     graph = _load(data, split)
-    dist.log(f"partitioning into {world} parts ({split.method}) at {out}")
+    dist.say(f"partitioning into {world} parts ({split.method}) at {out}")
     partition_graph(graph, world, method=split.method, balance=list(split.balance) or None, out=out,
                     progress=show_progress(quiet))
     return str(out)
 
 
-def rank_source(data: Data, world: int, split: Split, device: str = "cpu", quiet: bool = False
-                ) -> Union[Graph, TemporalGraph, str]:
+def check_own_part(path: Union[str, os.PathLike], rank: int) -> None:
+    """A one-line error naming the first file this rank needs that the store on this host lacks:
+    meta.json's top-level files (the id maps) and the files of part `rank`."""
+    meta = read_store_meta(path)
+    need = [f for f in meta["files"] if "/" not in f or f.startswith(f"part{rank}/")]
+    missing = [f for f in need if not (Path(path) / f).is_file()]
+    if missing:
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        host = dist.watch().host if dist.watch() else socket.gethostname()
+        raise GnndistError(f"rank {rank} (host {host}): the partition store "
+                           f"{path} on this host lacks {missing[0]}{more}: copy meta.json, orig_to_new.npy and "
+                           f"part{rank}/ there from the host that partitioned (a host needs the id maps and the "
+                           "parts of its own ranks)")
+
+
+def _wait_for_store(path: Path) -> str:
+    """`path` once this host's local rank 0 has written the store there (if it fails, torchrun
+    stops this host's ranks)."""
+    while not is_store(path):
+        time.sleep(0.2)
+    return str(path)
+
+
+def rank_source(data: Data, world: int, split: Split, quiet: bool = False) -> Union[Graph, TemporalGraph, str]:
     """What one rank of `world` trains on: the graph (one rank, raw data) or a store folder.
-    Under torchrun with raw data and W > 1, rank 0 makes the store while the others wait."""
+    Under torchrun with raw data and W > 1, the local rank 0 of every node (host) makes the store
+    in its own cache while the node's other ranks wait: every host partitions the same data the
+    same way, and the start-up check of `run_job` compares the stores' checksums."""
     data = _normal(data)
     if world == 1 and not isinstance(data, Path):
         return _load(data, split)
     if world == 1 or isinstance(data, Path) or not dist.in_torchrun():
         return make_store(data, world, split, quiet)
-    dev = dist.setup(device)
-    source = make_store(data, world, split, quiet) if dist.rank() == 0 else str(store_dir(data, world, split))
-    dist.agree_max(0, dev)  # the others wait for rank 0's store
-    return source
+    if int(os.environ.get("LOCAL_RANK", "0")) == 0:
+        with dist.busy(f"partitioning into {world} parts"):
+            return make_store(data, world, split, quiet)
+    return _wait_for_store(store_dir(data, world, split))
+
+
+def _fingerprint(store: str, args: tuple) -> dict:
+    """What every rank of a job must share: the versions, the store's file checksums and the
+    training configuration (the dataclass arguments other than `Outputs`, less `quiet`)."""
+    files = read_store_meta(store)["files"]
+    config = {k: v for a in args if dataclasses.is_dataclass(a) and not isinstance(a, Outputs)
+              for k, v in dataclasses.asdict(a).items() if k != "quiet"}
+    return {"gnndist": __version__, "torch": torch.__version__,
+            "store": hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest(),
+            "config": json.loads(json.dumps(config, default=str))}
+
+
+def _difference(mine: dict, first: dict, r: int, hosts: Callable[[int], str]) -> str:
+    """The one-line account of how rank `r`'s fingerprint `mine` differs from rank 0's `first`."""
+    who, ref = f"rank {r} (host {hosts(r)})", f"rank 0 (host {hosts(0)})"
+    for name in ("gnndist", "torch"):
+        if mine[name] != first[name]:
+            return f"{who} runs {name} {mine[name]} but {ref} runs {first[name]}: install the same version on every host"
+    if mine["store"] != first["store"]:
+        return (f"the partition store of {who} differs from that of {ref} (meta.json's file checksums): partition "
+                "once with `gnndist partition` and copy the store to every host")
+    key = next(k for k in sorted(set(mine["config"]) | set(first["config"]))
+               if mine["config"].get(k) != first["config"].get(k))
+    return (f"{who} was started with {key}={mine['config'].get(key)!r} but {ref} with "
+            f"{key}={first['config'].get(key)!r}: give every host the same flags")
+
+
+def check_same_job(store: str, args: tuple) -> None:
+    """A start-up collective: every rank compares its `_fingerprint` with rank 0's; if one
+    differs, every rank raises the same one-line error naming the first rank that differs."""
+    w, me = dist.watch(), dist.rank()
+    mine = _fingerprint(store, args)
+    w.put("job", json.dumps(mine))
+    dist.agree_max(0)  # every rank has posted
+    first = json.loads(w.get("job", 0))
+    bad = -dist.agree_max(-(me if mine != first else dist.world_size()))
+    if bad < dist.world_size():
+        other = mine if bad == me else json.loads(w.get("job", bad))
+        raise GnndistError(_difference(other, first, bad, w.host_of))
 
 
 def over_seeds(train: Callable[..., dict], data: Data, cfg: Any, seeds: list[int], nproc: int = 1,
@@ -193,25 +266,61 @@ def over_seeds(train: Callable[..., dict], data: Data, cfg: Any, seeds: list[int
 def run_job(data: Data, nproc: int, split: Split, rank_fn: Callable[..., dict], *args: Any,
             device: str = "cpu", quiet: bool = False) -> dict:
     """`rank_fn(source, *args)` on every rank of the job, where `source` is what `rank_source`
-    gives: in this process (nproc 1), on `nproc` local ranks, or on this rank of a torchrun world.
-    Returns rank 0's result (this rank's under torchrun)."""
+    gives: in this process (nproc 1), on `nproc` local ranks, or on this rank of a torchrun world
+    (which first checks, with every other rank, that they run the same job). Returns rank 0's
+    result (this rank's under torchrun)."""
+    dist.timeout_s()  # a bad GNNDIST_TIMEOUT is told before anything starts
     outputs = next((a for a in args if isinstance(a, Outputs)), None)
     if outputs is not None:
         outputs.check(data)
     if dist.in_torchrun():
-        return rank_fn(rank_source(data, int(os.environ["WORLD_SIZE"]), split, device, quiet), *args)
+        return _torchrun_rank(data, split, rank_fn, args, device, quiet)
     if nproc == 1:
-        return rank_fn(rank_source(data, 1, split, device, quiet), *args)
+        return rank_fn(rank_source(data, 1, split, quiet), *args)
     return launch(nproc, rank_fn, make_store(data, nproc, split, quiet), *args)[0]
 
 
+def _torchrun_rank(data: Data, split: Split, rank_fn: Callable[..., dict], args: tuple, device: str,
+                   quiet: bool) -> dict:
+    """This rank of a torchrun world: join, find this rank's data, check that every rank runs the
+    same job, train; an error of its own is left in the job's store for the others to name."""
+    world = int(os.environ["WORLD_SIZE"])
+    _thread_locks_only()
+    try:
+        dist.setup(device)
+        source = rank_source(data, world, split, quiet)
+        if isinstance(source, str):
+            check_own_part(source, dist.rank())
+        if world > 1:
+            check_same_job(source, args)
+            rank0_host = dist.watch().host_of(0)
+            dist.say(f"training part {dist.rank()} of {source} ({world} ranks)")
+        result = rank_fn(source, *args)
+    except Exception as e:
+        dist.post_failure(e)
+        raise
+    if world > 1 and int(os.environ["RANK"]) != 0:
+        dist.say(f"done; rank 0 (host {rank0_host}) prints the figures and writes --metrics-out, if given there")
+    return result
+
+
+def _thread_locks_only() -> None:
+    """A rank draws its progress bars under a thread lock: tqdm's default, a multiprocessing lock,
+    would make the launcher warn of a leaked semaphore when a rank is killed."""
+    tqdm.set_lock(threading.RLock())
+
+
 def _run_rank(errdir: str, entrypoint: Callable[..., Any], *args: Any) -> Any:
-    """Child side of `launch`: a user error leaves its one-line message in `errdir`."""
+    """Child side of `launch`: a user error leaves its one-line message in `errdir` (and this
+    rank's pid, so that `launch` can end a rank that does not stop)."""
+    r = os.environ.get("RANK", "0")
+    Path(errdir, f"pid-{r}").write_text(str(os.getpid()))
+    _thread_locks_only()
     try:
         return entrypoint(*args)
     except Exception as e:
+        dist.post_failure(e)
         kind = "peer" if isinstance(e, dist.PeerFailure) else "own"
-        r = os.environ.get("RANK", "0")
         line = first_line(e)
         with open(os.path.join(errdir, f"{kind}-{r}.txt"), "w") as f:
             f.write(line if kind == "peer" else f"rank {r}: {line}")
@@ -220,11 +329,28 @@ def _run_rank(errdir: str, entrypoint: Callable[..., Any], *args: Any) -> Any:
         raise
 
 
+def _end_stragglers(errdir: str, done: threading.Event, grace: float = 2.0) -> None:
+    """Once a rank has left an error line, give the others `grace` seconds to leave theirs, then
+    kill the ranks still running: torch's launcher would wait 30 s for a stuck or stopped one."""
+    while not done.wait(0.1):
+        if any(f.endswith(".txt") for f in os.listdir(errdir)):
+            if done.wait(grace):
+                return
+            for f in os.listdir(errdir):
+                if f.startswith("pid-"):
+                    try:
+                        os.kill(int(Path(errdir, f).read_text()), signal.SIGKILL)
+                    except (ProcessLookupError, ValueError):
+                        pass
+            return
+
+
 def launch(nproc: int, entrypoint: Callable[..., Any], *args: Any) -> list[Any]:
     """Run `entrypoint(*args)` on `nproc` local ranks with torch's elastic launcher.
 
     Returns the per-rank return values in rank order. If a rank fails, raises `GnndistError`
-    with the one-line reason of the rank that failed first (not of its peers' follow-up errors).
+    with the one-line reason of the rank that failed first (not of its peers' follow-up errors),
+    within a few seconds of the ranks' own exits.
     """
     import logging
     import tempfile
@@ -243,16 +369,33 @@ def launch(nproc: int, entrypoint: Callable[..., Any], *args: Any) -> list[Any]:
     if omp is None:
         os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // nproc))
     with tempfile.TemporaryDirectory(prefix="gnndist-err-") as errdir:
+        done = threading.Event()
+        reaper = threading.Thread(target=_end_stragglers, args=(errdir, done), daemon=True)
+        reaper.start()
         try:
             out = elastic_launch(config, _run_rank)(errdir, entrypoint, *args)
         except ChildFailedError as e:
-            files = sorted(os.listdir(errdir), key=lambda f: (not f.startswith("own"), f))
+            files = sorted((f for f in os.listdir(errdir) if f.endswith(".txt")),
+                           key=lambda f: (not f.startswith("own"), f))
             if files:
                 with open(os.path.join(errdir, files[0])) as f:
                     raise GnndistError(f.read()) from None
             rank_, failure = e.get_first_failure()
-            raise GnndistError(f"rank {rank_} exited with code {failure.exitcode}") from None
+            host = dist.this_host("127.0.0.1")
+            raise GnndistError(f"rank {rank_} (host {host}) {_exit_cause(failure.exitcode)}") from None
         finally:
+            done.set()
+            reaper.join()
             if omp is None:
                 del os.environ["OMP_NUM_THREADS"]
     return [out[r] for r in sorted(out)]
+
+
+def _exit_cause(code: int) -> str:
+    """How a rank process ended, from its exit code (negative: the signal that killed it)."""
+    if code < 0:
+        try:
+            return f"is gone: killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"is gone: killed by signal {-code}"
+    return f"exited with code {code}"

@@ -1,13 +1,23 @@
-"""The distributed runtime on 2-3 local gloo ranks: exchanges, gathers, and failures that
-end in a clear error instead of a hang."""
+"""The distributed runtime on 2-3 local gloo ranks: exchanges, gathers, and failures that end
+in one line naming the rank at fault (not the one that noticed) instead of a hang."""
 import os
+import shutil
+import signal
+import socket
+import subprocess
 import time
+from dataclasses import dataclass
 
 import pytest
 import torch
 
-from gnndist.launch import launch
+import gnndist
 from gnndist import GnndistError, dist
+from gnndist import launch as glaunch
+from gnndist.cli import main
+from gnndist.datasets import load
+from gnndist.launch import check_own_part, check_same_job, launch
+from gnndist.partition import partition_graph
 
 
 @pytest.fixture(autouse=True)
@@ -60,12 +70,143 @@ def test_a_failing_rank_is_named_in_one_line():
 def stalling_worker():
     dist.setup("cpu")
     if dist.rank() == 1:
-        time.sleep(60)
+        with dist.busy("partitioning into 2 parts"):
+            time.sleep(60)
     dist.agree_max(1)
 
 
-def test_a_stalled_rank_ends_in_a_timeout_not_a_hang():
+def test_a_stalled_rank_is_named_not_the_one_that_noticed():
     t0 = time.time()
-    with pytest.raises(GnndistError, match="collective all_reduce.*died or stalled"):
+    with pytest.raises(GnndistError, match=r"^rank 1 \(host [^)]*\) stalled: it is alive but has not joined "
+                                           r"all_reduce\(max\), while partitioning into 2 parts, which rank 0 gave "
+                                           r"up on after 5s"):
         launch(2, stalling_worker)
     assert time.time() - t0 < 40
+
+
+def signalled_worker(sig: int, stamp: str):
+    """Rank 1 sends itself `sig` once both ranks are in; rank 0 then waits in a collective."""
+    dist.setup("cpu")
+    dist.agree_max(0)
+    if dist.rank() == 1:
+        with open(stamp, "w") as f:
+            f.write(repr(time.time()))
+        os.kill(os.getpid(), sig)
+    dist.agree_max(1)
+
+
+@pytest.mark.parametrize("sig,cause,within", [
+    (signal.SIGKILL, "is gone: killed by SIGKILL", 10),
+    # stopped: rank 0's collective times out (5 s), its heartbeat is seen to have stopped (5 s);
+    # torch's launcher alone would then wait 30 s more for the stopped rank
+    (signal.SIGSTOP, "is gone: no heartbeat for 5s (rank 0 noticed in all_reduce(max))", 25),
+])
+def test_a_lost_rank_is_named_and_launch_returns_soon_after(sig, cause, within, tmp_path):
+    stamp = tmp_path / "signalled"
+    with pytest.raises(GnndistError) as e:
+        launch(2, signalled_worker, sig, str(stamp))
+    took = time.time() - float(stamp.read_text())
+    assert str(e.value).startswith("rank 1 (host ") and str(e.value).endswith(cause), str(e.value)
+    assert took < within
+
+
+def posting_worker():
+    """Rank 1 leaves its own error in the store and lingers; rank 0's collective times out."""
+    dist.setup("cpu")
+    dist.agree_max(0)
+    if dist.rank() == 1:
+        dist.post_failure(GnndistError("part1/x.npy is missing"))
+        time.sleep(8)  # past rank 0's timeout (5 s)
+        return None
+    try:
+        dist.agree_max(1)
+    except dist.PeerFailure as e:
+        return str(e)
+
+
+def test_survivors_name_the_rank_that_failed_and_its_own_reason():
+    msg = launch(2, posting_worker)[0]
+    assert msg.startswith("rank 1 (host ") and msg.endswith(") failed: part1/x.npy is missing"), msg
+
+
+@pytest.mark.parametrize("value", ["abc", "nan", "inf", "", "0", "-1", "1e9"])
+def test_a_bad_timeout_is_refused_before_anything_starts(value, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("GNNDIST_TIMEOUT", value)
+    monkeypatch.setenv("GNNDIST_CACHE", str(tmp_path / "cache"))
+    assert main(["train", "synthetic-static", "--num-nodes", "100", "--num-edges", "300", "--nproc", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"gnndist train: error: GNNDIST_TIMEOUT must be a number of seconds from 1 to 86400, got {value!r}\n"
+    assert not (tmp_path / "cache").exists()  # nothing partitioned, no rank started
+
+
+def test_the_interface_holding_each_address_is_found():
+    """Against `ip -o addr`: every (primary) address maps to the interface that lists it."""
+    if shutil.which("ip") is None:
+        pytest.skip("needs the `ip` command (iproute2) as the reference")
+    seen = set()
+    for line in subprocess.run(["ip", "-o", "addr", "show"], capture_output=True, text=True).stdout.splitlines():
+        cols = line.split()
+        name, addr = cols[1].split("@")[0], cols[3].split("/")[0]
+        if addr in seen or "secondary" in cols:
+            continue
+        seen.add(addr)
+        assert dist.interface_of(addr) == name, line
+    assert dist.route_to("127.0.0.1") == "127.0.0.1"
+
+
+@dataclass
+class Cfg:
+    lr: float = 0.01
+    quiet: bool = False
+
+
+def same_job_worker(stores):
+    """Rank 1 differs in one thing per case; every rank reports what the check said."""
+    dist.setup("cpu")
+    out, version = [], glaunch.__version__
+    for case in ("same", "quiet", "version", "store", "config"):
+        store, cfg = stores[0], Cfg()
+        if dist.rank() == 1:
+            store = stores[1] if case == "store" else store
+            cfg = Cfg(lr=0.02) if case == "config" else Cfg(quiet=True) if case == "quiet" else cfg
+            glaunch.__version__ = "9.9" if case == "version" else version
+        try:
+            check_same_job(store, (cfg, glaunch.Outputs("m.json" if dist.rank() == 0 else None)))
+            out.append(None)
+        except GnndistError as e:
+            out.append(str(e))
+        dist.agree_max(0)  # both have read the others' entries before the next case posts
+    return out
+
+
+def test_every_rank_names_the_rank_whose_job_differs(tmp_path):
+    g = load("synthetic-static", num_nodes=200, num_edges=800, seed=1)
+    stores = []
+    for method in ("metis", "random"):
+        partition_graph(g, 2, method=method, out=tmp_path / method)
+        stores.append(str(tmp_path / method))
+    got = launch(2, same_job_worker, stores)
+    assert got[0] == got[1]  # the same line on every rank
+    same, quiet, version, store, config = got[0]
+    assert same is None and quiet is None  # --quiet and the outputs may differ
+    assert version.startswith("rank 1 (host ") and " runs gnndist 9.9 but rank 0 (host " in version
+    assert version.endswith(f" runs {gnndist.__version__}: install the same version on every host")
+    assert store.startswith("the partition store of rank 1 (host ") and "differs from that of rank 0" in store
+    assert config.startswith("rank 1 (host ") and " was started with lr=0.02 but rank 0 (host " in config
+    assert config.endswith(" with lr=0.01: give every host the same flags")
+
+
+def test_a_missing_part_names_itself_the_rank_and_the_fix(tmp_path):
+    g = load("synthetic-static", num_nodes=200, num_edges=800, seed=1)
+    store = tmp_path / "s"
+    partition_graph(g, 2, out=store)
+    shutil.rmtree(store / "part0")
+    check_own_part(store, 1)  # a host of rank 1 needs only part1/
+    with pytest.raises(GnndistError) as e:
+        check_own_part(store, 0)
+    msg = str(e.value)
+    assert msg.startswith(f"rank 0 (host {socket.gethostname()}): the partition store {store} on this host lacks part0/")
+    assert "copy meta.json, orig_to_new.npy and part0/ there from the host that partitioned" in msg
+    (store / "orig_to_new.npy").unlink()
+    with pytest.raises(GnndistError, match="lacks orig_to_new.npy"):
+        check_own_part(store, 1)

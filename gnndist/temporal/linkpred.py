@@ -19,6 +19,7 @@ import torch
 from gnndist import dist
 from gnndist.errors import GnndistError
 from gnndist.graph import indptr_of, unique_ints
+from gnndist.samplers import sampler_group
 
 NEG_STRATEGIES = ("random", "historical", "inductive")
 
@@ -96,12 +97,13 @@ def _by_value(scores: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.nd
     w, me = dist.world_size(), dist.rank()
     local = np.sort(scores)
     sample = local[np.linspace(0, local.size - 1, min(local.size, 256)).astype(np.int64)] if local.size else local
-    merged = np.sort(torch.cat(dist.all_gather_varsize(torch.from_numpy(sample))).numpy())
+    group = sampler_group()  # host-side: the gloo group, whatever the trainers' backend
+    merged = np.sort(torch.cat(dist.all_gather_varsize(torch.from_numpy(sample), group)).numpy())
     cuts = merged[(np.arange(1, w) * merged.size) // w] if merged.size else np.full(w - 1, np.inf)
     bucket = np.searchsorted(cuts, scores, side="right")
     order = np.argsort(bucket, kind="stable")
     pairs = torch.from_numpy(np.stack([scores, labels], 1)[order])
-    got = torch.cat(dist.exchange(pairs.split(np.bincount(bucket, minlength=w).tolist()))).numpy()
+    got = torch.cat(dist.exchange(pairs.split(np.bincount(bucket, minlength=w).tolist()), group)).numpy()
     return got[:, 0], got[:, 1], me
 
 
@@ -123,13 +125,13 @@ def ranking_metrics(pos: np.ndarray, neg: np.ndarray, across_ranks: bool = False
     group_tp, group_fp = np.diff(np.r_[0.0, tp]), np.diff(np.r_[0.0, fp])
     counts = np.array([[lab.sum(), lab.size - lab.sum()]])
     if spread:  # ranges above this rank's come first in descending order
-        counts = torch.cat(dist.all_gather_varsize(torch.from_numpy(counts))).numpy()
+        counts = torch.cat(dist.all_gather_varsize(torch.from_numpy(counts), sampler_group())).numpy()
         tp, fp = tp + counts[me + 1:, 0].sum(), fp + counts[me + 1:, 1].sum()
     p, q = counts[:, 0].sum(), counts[:, 1].sum()
     sums = np.array([np.sum(group_tp * tp / np.maximum(tp + fp, 1)),
                      np.sum(group_tp * (q - fp + 0.5 * group_fp))])
     if spread:
-        sums = dist.all_reduce(torch.from_numpy(sums)).numpy()
+        sums = dist.all_reduce(torch.from_numpy(sums), group=sampler_group()).numpy()
     ap = float(sums[0] / p) if p else float("nan")
     auc = float(sums[1] / (p * q)) if p and q else float("nan")
     return ap, auc
@@ -154,7 +156,7 @@ def mrr(pos: np.ndarray, neg: np.ndarray, across_ranks: bool = False) -> float:
     rank = 1.0 + (neg > pos).sum(1) + 0.5 * (neg == pos).sum(1)
     total = np.array([np.sum(1.0 / rank), rank.size])
     if across_ranks and dist.world_size() > 1:
-        total = dist.all_reduce(torch.from_numpy(total)).numpy()
+        total = dist.all_reduce(torch.from_numpy(total), group=sampler_group()).numpy()
     return float(total[0] / total[1]) if total[1] else float("nan")
 
 

@@ -143,9 +143,14 @@ class TemporalGNN(nn.Module):
         times = torch.cat([batch.t, batch.t, batch.t.repeat_interleave(n)])
         out = self.embed(state, nodes, times, 2 * b, neighbours)
         z = out.embed
-        logits = self.predictor(torch.cat([z[:b], z[:b].repeat_interleave(n, 0)]), z[b:])  # dst, then negatives
-        out.pos, out.neg = logits[:b], logits[b:].view(b, n)
+        out.pos, out.neg = self.score(z[:b], z[b:2 * b], z[2 * b:], n)
         return out
+
+    def score(self, z_src: Tensor, z_dst: Tensor, z_neg: Tensor, n: int) -> tuple[Tensor, Tensor]:
+        """Logits [B] of (src, dst) and [B, n] of (src, each of its n negatives) from embeddings."""
+        b = z_src.shape[0]
+        logits = self.predictor(torch.cat([z_src, z_src.repeat_interleave(n, 0)]), torch.cat([z_dst, z_neg]))
+        return logits[:b], logits[b:].view(b, n)
 
     def embed(self, state: Optional[NodeState], nodes: Tensor, times: Tensor, num_endpoints: int,
               neighbours: NeighbourFn) -> Forward:

@@ -182,7 +182,7 @@ class LinkTrainer:
         self.model = build_model(cfg.model, events.edge_dim, cfg.memory_dim, cfg.time_dim, cfg.num_neighbors,
                                  mailbox=cfg.mailbox).to(device)
         self.params = list(self.model.parameters())
-        self.optimizer = torch.optim.Adam(self.params, lr=cfg.lr)
+        self.optimizer = torch.optim.Adam(self.params, lr=cfg.lr, fused=True)
         self.timers = Timers()
         self.neighbours = Neighbours(events, self.model.sampling.strategy, cfg.seed, self.timers, device)
         start = float(events.t.min(initial=np.inf))
@@ -228,35 +228,33 @@ class LinkTrainer:
     # ------------------------------------------------------------------------------ one step
 
     def forward(self, batch: Batch) -> Forward:
-        """Scores of this rank's events of the batch (a collective)."""
+        """Scores of this rank's events of the batch (a collective). With partitioned memory the
+        negatives are embedded by their nodes' owners, where their rows and most of their
+        neighbours' rows live, in the same pass as the owners' own events: only the queries, the
+        embeddings and (in `step`) their gradients travel."""
         if not self.serve_negatives:
             return self.model(self.state, batch, self.neighbours)
         b, n = batch.neg.shape
-        fw = self.model(self.state, replace(batch, neg=batch.neg[:, :0]), self.neighbours)
-        z_neg = self._embed_at_owners(batch.neg.reshape(-1), batch.t.repeat_interleave(n))
-        fw.neg = self.model.predictor(fw.embed[:b].repeat_interleave(n, 0), z_neg).view(b, n)
-        return fw
-
-    def _embed_at_owners(self, nodes: Tensor, times: Tensor) -> Tensor:
-        """Embeddings [Q, d] of the queries (nodes, times), each computed by the node's owner (a
-        collective). While training, the served embeddings keep their graphs until the
-        requesters send the gradients back."""
+        nodes, times = batch.neg.reshape(-1), batch.t.repeat_interleave(n)
         owner = torch.as_tensor(owners(nodes.cpu().numpy(), self.events.node_offsets), device=self.device)
         order = torch.argsort(owner, stable=True)
         sizes = torch.bincount(owner, minlength=self.events.num_parts).tolist()
         asked = dist.exchange(pack([nodes[order], times[order]]).split(sizes))
         served_sizes = [a.shape[0] for a in asked]
         qn, qt = unpack(torch.cat(asked), [(torch.int64, ()), (torch.float64, ())])
-        served = self.model.embed(self.state, qn, qt, 0, self.neighbours).embed
+        fw = self.model.embed(self.state, torch.cat([batch.src, batch.dst, qn]), torch.cat([batch.t, batch.t, qt]),
+                              2 * b, self.neighbours)
+        served = fw.embed[2 * b:]
         back = dist.exchange(served.detach().split(served_sizes))
-        z = torch.empty((nodes.numel(), self.model.dim), device=self.device)
-        z[order] = torch.cat(back)
-        me, row = self.events.rank, self.model.dim * z.element_size()
+        z_neg = torch.empty((nodes.numel(), self.model.dim), device=self.device)
+        z_neg[order] = torch.cat(back)
+        me, row = self.events.rank, self.model.dim * z_neg.element_size()
         self.embed_bytes += 16 * (sum(sizes) - sizes[me]) + row * (sum(served_sizes) - served_sizes[me])
         if torch.is_grad_enabled():
-            z.requires_grad_()
-            self._served = (z, order, sizes, served, served_sizes)
-        return z
+            z_neg.requires_grad_()
+            self._served = (z_neg, order, sizes, served, served_sizes)
+        fw.pos, fw.neg = self.model.score(fw.embed[:b], fw.embed[b:2 * b], z_neg, n)
+        return fw
 
     def _backward_served(self) -> None:
         """Send the gradients of the embeddings this rank asked for back to their owners, which
@@ -275,7 +273,7 @@ class LinkTrainer:
         fw = self.forward(batch)
         loss = batch_loss(fw, global_batch)
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        loss.backward(retain_graph=self._served is not None)  # served embeddings share the graph
         with self.timers.phase("sync"):
             if self._served is not None:
                 self._backward_served()
@@ -435,14 +433,15 @@ class LinkTrainer:
 
         store = self.neighbours.features
         mine = capacity_rows(self.cfg.cache_size, store.num_remote, store.row_bytes)
-        return [int(c) for c in torch.cat(dist.all_gather_varsize(torch.tensor([mine]))).tolist()]
+        return [int(c) for c in torch.cat(dist.all_gather_varsize(torch.tensor([mine]), store.group)).tolist()]
 
     def _degree_candidates(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Each holder offers every other rank its events (whose source it owns) touching none of
         that rank's nodes, scored by their endpoints' event counts, up to that rank's capacity."""
         ev = self.events
         indptr = ev.tcsr()[0]
-        degree = torch.cat(dist.all_gather_varsize(torch.from_numpy(np.diff(indptr)))).numpy()
+        group = self.neighbours.features.group  # host-side exchanges: the gloo group
+        degree = torch.cat(dist.all_gather_varsize(torch.from_numpy(np.diff(indptr)), group)).numpy()
         own = ev.scored
         score = (degree[ev.src[own]] + degree[ev.dst[own]]).astype(np.float64)
         sends = []
@@ -454,7 +453,7 @@ class LinkTrainer:
             elif far.size > cap:
                 far = far[np.argpartition(-score[far], cap - 1)[:cap]]
             sends.append(torch.from_numpy(np.stack([ev.eid[own][far].astype(np.float64), score[far]], 1)))
-        got = dist.exchange(sends)
+        got = dist.exchange(sends, group)
         holders = np.concatenate([np.full(g.shape[0], r, np.int64) for r, g in enumerate(got)])
         rows = torch.cat(got).numpy()
         return rows[:, 0].astype(np.int64), rows[:, 1], holders
