@@ -87,6 +87,19 @@ class SavedModel:
                                    f"DATA has {value}")
 
 
+Checkpoint = Union[PathLike, SavedModel]  # a checkpoint folder, or its model already loaded
+
+
+def saved_model(checkpoint: Checkpoint, task: str) -> SavedModel:
+    """The `task` ("link" or "node") model of a checkpoint folder (or `checkpoint` itself when
+    already loaded); a one-line error when the folder holds the other task's model."""
+    saved = checkpoint if isinstance(checkpoint, SavedModel) else SavedModel.load(checkpoint)
+    if saved.task != task:
+        what = {"link": "link prediction", "node": "node classification"}[task]
+        raise GnndistError(f"{saved.path} holds a {saved.task} model; this is a {what}")
+    return saved
+
+
 def source_of(data: Data) -> Union[DataSource, Graph, TemporalGraph, str]:
     """`data` with a str that names no partition store made a DataSource (what `run_job` takes)."""
     if isinstance(data, (str, os.PathLike)) and not is_store(data):

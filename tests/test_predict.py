@@ -28,6 +28,7 @@ from gnndist.temporal.events import RankEvents
 from gnndist.temporal.models import MODELS, Batch
 from gnndist.temporal.predict import events_before, link_embeddings, link_scores
 from gnndist.temporal.trainer import LinkTrainer, fit
+from test_report import one_line_error  # tests/ is on sys.path under pytest
 
 EventAccumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator").EventAccumulator
 
@@ -36,14 +37,6 @@ LINK = ["train", *LINK_DATA, "--task", "link", "--memory-dim", "16", "--batch-si
         "--quiet"]
 NODE_DATA = ["synthetic-static", "--num-nodes", "400", "--num-edges", "2000"]
 NODE = ["train", *NODE_DATA, "--task", "node", "--epochs", "3", "--quiet"]
-
-
-def one_line_error(argv: list[str], capsys) -> str:
-    capsys.readouterr()
-    assert main(argv) == 2, argv
-    err = capsys.readouterr().err
-    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
-    return err
 
 
 @pytest.fixture(scope="module")

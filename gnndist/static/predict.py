@@ -12,28 +12,17 @@ from typing import Optional, Union
 import numpy as np
 import torch
 
-from gnndist.errors import GnndistError
 from gnndist.graph import Graph
 from gnndist.launch import Data, run_job
-from gnndist.predict import PathLike, SavedModel, gather_rows, joined, source_of, to_positions
+from gnndist.predict import Checkpoint, SavedModel, gather_rows, joined, saved_model, source_of, to_positions
 from gnndist.static.trainer import SPLIT, NodeConfig, NodeTrainer, PartGraph, rank_graph
-
-Checkpoint = Union[PathLike, SavedModel]
-
-
-def saved_node_model(checkpoint: Checkpoint) -> SavedModel:
-    """The node model of a checkpoint folder (or `checkpoint` itself when already loaded)."""
-    saved = checkpoint if isinstance(checkpoint, SavedModel) else SavedModel.load(checkpoint)
-    if saved.task != "node":
-        raise GnndistError(f"{saved.path} holds a {saved.task} model; this is a node classification")
-    return saved
 
 
 def node_probabilities(checkpoint: Checkpoint, data: Data, ids: Optional[np.ndarray] = None, nproc: int = 1,
                        device: str = "cpu", quiet: bool = False) -> np.ndarray:
     """Class probabilities [len(ids), C] (softmax of the logits) of the nodes `ids` of `data`
     (default: every node, in id order)."""
-    saved = saved_node_model(checkpoint)
+    saved = saved_model(checkpoint, "node")
     source = source_of(data)
     saved.check_kind(source)
     ids = None if ids is None else np.asarray(ids, dtype=np.int64).reshape(-1)

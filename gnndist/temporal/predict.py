@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import fields
-from typing import Any, Optional, Union
+from typing import Any, Optional
 
 import numpy as np
 import torch
@@ -35,20 +35,10 @@ from gnndist.errors import GnndistError
 from gnndist.graph import TemporalGraph, owners
 from gnndist.io import show_progress
 from gnndist.launch import Data, run_job
-from gnndist.predict import PathLike, SavedModel, gather_rows, joined, source_of, to_positions
+from gnndist.predict import Checkpoint, SavedModel, gather_rows, joined, saved_model, source_of, to_positions
 from gnndist.temporal.config import LinkConfig
 from gnndist.temporal.models import Batch
 from gnndist.temporal.trainer import SPLIT, LinkTrainer, rank_events, selected_test_figures
-
-Checkpoint = Union[PathLike, SavedModel]
-
-
-def saved_link_model(checkpoint: Checkpoint) -> SavedModel:
-    """The link model of a checkpoint folder (or `checkpoint` itself when already loaded)."""
-    saved = checkpoint if isinstance(checkpoint, SavedModel) else SavedModel.load(checkpoint)
-    if saved.task != "link":
-        raise GnndistError(f"{saved.path} holds a {saved.task} model; this is a link prediction")
-    return saved
 
 
 def link_test(checkpoint: Checkpoint, data: Data, nproc: int = 1, device: str = "cpu", quiet: bool = False
@@ -56,7 +46,7 @@ def link_test(checkpoint: Checkpoint, data: Data, nproc: int = 1, device: str = 
     """The test figures of the checkpoint's selected parameters on `data` (the training data),
     as `gnndist train` printed them (rank 0 prints the same table); the keys of the metrics
     JSON's "test"."""
-    saved = saved_link_model(checkpoint)
+    saved = saved_model(checkpoint, "link")
     return _run(saved, source_of(data), nproc, _test_rank, device, quiet)
 
 
@@ -65,7 +55,7 @@ def link_scores(checkpoint: Checkpoint, data: Data, src: np.ndarray, dst: np.nda
     """Scores (logits, as the link metrics rank them) [n] of the candidate links (src[i],
     dst[i]) at times t[i] (original node ids), each after replaying every event of `data`
     with a time before t[i]."""
-    saved = saved_link_model(checkpoint)
+    saved = saved_model(checkpoint, "link")
     src, dst, t = np.asarray(src, np.int64), np.asarray(dst, np.int64), np.asarray(t, np.float64)
     if not src.shape == dst.shape == t.shape or src.ndim != 1:
         raise GnndistError("candidates need src, dst and t of one length each")
@@ -83,7 +73,7 @@ def link_embeddings(checkpoint: Checkpoint, data: Data, at: float, nproc: int = 
     `at`; row i is node i of the data's numbering (`node_ids` gives each row's original id)."""
     if not math.isfinite(at):
         raise GnndistError(f"--embed-at must be a finite time, got {at}")
-    saved = saved_link_model(checkpoint)
+    saved = saved_model(checkpoint, "link")
     return _run(saved, source_of(data), nproc, _embed_rank, device, quiet, float(at))
 
 
