@@ -325,6 +325,25 @@ def test_node_probabilities_give_the_trained_test_accuracy(runs, cache, tmp_path
     assert header == "node," + ",".join(f"p{c}" for c in range(g.num_classes))
 
 
+def test_predict_progress_bars_only_on_a_terminal(runs, tmp_path, capsys, monkeypatch):
+    (tmp_path / "c.csv").write_text("src,dst,t\n1,2,900.5\n3,4,100.0\n")
+    base = ["predict", str(runs["link1"]["ckpt"]), *LINK_DATA]
+    link = base + ["--candidates", str(tmp_path / "c.csv")]
+    node = ["predict", str(runs["node1"]["ckpt"]), *NODE_DATA]
+    capsys.readouterr()
+    assert main(link + ["-o", str(tmp_path / "a.csv")]) == 0
+    assert capsys.readouterr().err == ""  # not a terminal: no bar
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    for argv, bars in ((link + ["-o", str(tmp_path / "b.csv")], ("replay:", "score:", "/2 ")),
+                       (node + ["-o", str(tmp_path / "b.npy")], ("evaluate",)),
+                       (base + ["--embed-at", "500", "-o", str(tmp_path / "e.npy")], ("replay:", "embed:"))):
+        assert main(argv) == 0
+        err = capsys.readouterr().err
+        assert all(b in err for b in bars), (bars, err)
+    assert main(node + ["-o", str(tmp_path / "q.npy"), "--quiet"]) == 0
+    assert capsys.readouterr().err == ""
+
+
 # ------------------------------------------------------------------------------------------ predict: errors
 
 @pytest.mark.parametrize("args, message", [

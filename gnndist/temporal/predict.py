@@ -188,9 +188,11 @@ def _scores_rank(source, saved: SavedModel, device: str, quiet: bool, src: np.nd
         cuts, starts = np.unique(before[order], return_index=True)
         mine = owners(src, ev.node_offsets) == ev.rank
         replay = Replay(trainer, int(cuts[-1]) if cuts.size else 0)
+        bar = _bar(trainer, t.size, "score", "link")
         rows_done, scores = [np.zeros(0, np.int64)], [torch.zeros(0)]
         for cut, rows in zip(cuts, np.split(order, starts[1:])):
             replay.to(int(cut))
+            bar.update(rows.size)
             rows = rows[mine[rows]]
             for k in range(dist.agree_max(math.ceil(rows.size / b), dev)):
                 r = rows[k * b:(k + 1) * b]
@@ -201,6 +203,7 @@ def _scores_rank(source, saved: SavedModel, device: str, quiet: bool, src: np.nd
                 scores.append(trainer.forward(batch).pos.cpu())
                 rows_done.append(r)
         replay.bar.close()
+        bar.close()
         return gather_rows(np.concatenate(rows_done), torch.cat(scores), t.size, dev)
 
 
@@ -216,9 +219,10 @@ def _embed_rank(source, saved: SavedModel, device: str, quiet: bool, at: float) 
         own = np.arange(ev.lo, ev.hi, dtype=np.int64)
         out = [torch.zeros((0, trainer.model.dim))]
         steps = dist.agree_max(math.ceil(own.size / b), dev)
-        for k in tqdm(range(steps), desc="embed", unit="step", leave=False,
-                      disable=dist.rank() != 0 or not show_progress(quiet)):
-            nodes = torch.from_numpy(own[k * b:(k + 1) * b]).to(dev)
-            times = torch.full((nodes.numel(),), at, dtype=torch.float64, device=dev)
-            out.append(trainer.model.embed(trainer.state, nodes, times, 0, trainer.neighbours).embed.cpu())
+        with _bar(trainer, steps, "embed", "step") as bar:
+            for k in range(steps):
+                nodes = torch.from_numpy(own[k * b:(k + 1) * b]).to(dev)
+                times = torch.full((nodes.numel(),), at, dtype=torch.float64, device=dev)
+                out.append(trainer.model.embed(trainer.state, nodes, times, 0, trainer.neighbours).embed.cpu())
+                bar.update()
         return gather_rows(ev.new_to_orig[own], torch.cat(out), ev.num_nodes, dev)
