@@ -24,8 +24,14 @@ EPILOG = """examples:
   gnndist info uci4/ --json
   gnndist info ../shared/datasets/cora --nproc 4
   gnndist train ../shared/datasets/uci_collegemsg/CollegeMsg.txt.gz --task link --model tgn --epochs 5
-  gnndist train ../shared/datasets/cora --task node --model sage --nproc 2 --metrics-out sage.json
+  gnndist train ../shared/datasets/cora --task node --model sage --nproc 2 --metrics-out sage.json --log-dir runs/sage
   gnndist plot sage.json -o sage.png
+  gnndist train ../shared/datasets/uci_collegemsg/CollegeMsg.txt.gz --task link --checkpoint uci_tgn/
+  gnndist predict uci_tgn/ ../shared/datasets/uci_collegemsg/CollegeMsg.txt.gz --split test
+  gnndist predict uci_tgn/ ../shared/datasets/uci_collegemsg/CollegeMsg.txt.gz --candidates links.csv -o scores.csv
+  gnndist predict uci_tgn/ ../shared/datasets/uci_collegemsg/CollegeMsg.txt.gz --embed-at 1.09e9 -o emb.npy
+  gnndist train ../shared/datasets/cora --task node --checkpoint cora_sage/
+  gnndist predict cora_sage/ ../shared/datasets/cora -o probs.csv
 """
 
 # subcommand -> (module that implements it, one-line help)
@@ -34,6 +40,8 @@ SUBCOMMANDS = {
     "partition": ("gnndist.partition.cli", "split a graph into partitions written as an on-disk store"),
     "info": ("gnndist.info_cli", "describe a partition store, or a dataset before partitioning or training it"),
     "train": ("gnndist.train", "train a temporal (link) or static (node) GNN, on one or many ranks"),
+    "predict": ("gnndist.predict_cli", "use a trained model: test figures, link scores, embeddings, class "
+                "probabilities"),
     "plot": ("gnndist.plot_cli", "draw a training run's metrics JSON as one PNG"),
     "demo": ("gnndist.demo", "a short TGN training on built-in synthetic data"),
 }

@@ -34,6 +34,7 @@ from gnndist.graph import Graph, TemporalGraph
 from gnndist.io import show_progress
 from gnndist.outputs import check_output, write_metrics
 from gnndist.partition import partition_graph, read_store_meta
+from gnndist.runlog import require_tensorboard
 
 TASK_OF_KIND = {"static": "node", "temporal": "link"}
 Data = Union[DataSource, Graph, TemporalGraph, str]  # a str names a partition store or a DataSource
@@ -50,11 +51,13 @@ class Split:
 
 @dataclass(frozen=True)
 class Outputs:
-    """Where a run writes: the metrics JSON (rank 0), and the checkpoint folder (each epoch)."""
+    """Where a run writes: the metrics JSON (rank 0), the checkpoint folder (each epoch), and the
+    TensorBoard folder (rank 0; `gnndist.runlog`)."""
 
     metrics_out: Optional[str] = None
     checkpoint: Optional[str] = None
     resume: bool = False
+    log_dir: Optional[str] = None
 
     def check(self, data: "Data") -> None:
         """Refuse, before any work, outputs that would overwrite the input or files gnndist did
@@ -66,6 +69,9 @@ class Outputs:
             check_output(self.metrics_out, "metrics", [name])
         if self.checkpoint:
             check_output(self.checkpoint, "checkpoint", [name])
+        if self.log_dir:
+            check_output(self.log_dir, "log_dir", [name])
+            require_tensorboard()
 
 
 def is_store(path: Union[str, os.PathLike]) -> bool:
@@ -237,8 +243,8 @@ def over_seeds(train: Callable[..., dict], data: Data, cfg: Any, seeds: list[int
     and writes it to `outputs.metrics_out`."""
     import statistics
 
-    if outputs.checkpoint:
-        raise GnndistError("--seeds runs several trainings; it takes no --checkpoint")
+    if outputs.checkpoint or outputs.log_dir:
+        raise GnndistError("--seeds runs several trainings; it takes no --checkpoint or --log-dir")
     outputs.check(data)
     runs = [train(data, replace(cfg, seed=s), nproc) for s in seeds]
     summary = {}

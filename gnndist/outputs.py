@@ -1,5 +1,5 @@
 """Where gnndist may write: one rule for every output path (partition stores, metrics JSON,
-checkpoint folders, TensorBoard folders, plots), and how gnndist marks what it wrote.
+checkpoint folders, TensorBoard folders, plots, predictions), and how gnndist marks what it wrote.
 
 `check_output(path, kind, inputs)` refuses, with one line naming the path and the reason:
 - a path that is one of the run's `inputs`, contains one, or lies inside an input folder
@@ -7,7 +7,9 @@ checkpoint folders, TensorBoard folders, plots), and how gnndist marks what it w
 - an existing file or folder that gnndist did not write: a metrics file without the
   `"gnndist"` stamp that `write_metrics` puts in, a store folder holding files its meta.json
   does not list, a checkpoint folder holding anything but checkpoint files, a TensorBoard
-  folder holding anything but event files, a PNG without gnndist's Software text chunk.
+  folder holding anything but event files, a PNG without gnndist's Software text chunk;
+- any existing predictions file (`gnndist predict -o`): a .npy or .csv carries no mark of its
+  writer, so none is replaced.
 What passes may be replaced: gnndist writes it atomically (gnndist.io).
 """
 from __future__ import annotations
@@ -28,7 +30,7 @@ PathLike = Union[str, os.PathLike]
 # kind -> (what it is, in messages; the flag that names it; True for a folder)
 KINDS = {"store": ("partition store", "--out", True), "metrics": ("metrics file", "--metrics-out", False),
          "checkpoint": ("checkpoint folder", "--checkpoint", True), "log_dir": ("log folder", "--log-dir", True),
-         "plot": ("plot", "output path", False)}
+         "plot": ("plot", "output path", False), "predictions": ("predictions", "-o", False)}
 SOFTWARE = f"gnndist {gnndist.__version__}"  # the PNG tEXt "Software" value of gnndist's plots
 CHECKPOINT_FILE = re.compile(r"epoch-(\d+)\.pt")  # one epoch's checkpoint; `checkpoint_name` writes it
 # what a checkpoint folder may hold: epoch files (per rank in rank{r}/) and the temp files of
@@ -60,7 +62,7 @@ def write_metrics(path: PathLike, obj: dict[str, Any]) -> Path:
 
 def check_output(path: PathLike, kind: str, inputs: Iterable[Optional[PathLike]] = ()) -> Path:
     """`path` as a Path, after checking that writing a `kind` output there (store, metrics,
-    checkpoint, log_dir or plot) loses nothing: see the module docstring. Raises GnndistError."""
+    checkpoint, log_dir, plot or predictions) loses nothing: see the module docstring. Raises GnndistError."""
     what, flag, folder = KINDS[kind]
     out = Path(path)
 
@@ -194,6 +196,12 @@ def _foreign_plot(out: Path) -> Optional[str]:
     return "it exists and is not a PNG that gnndist wrote (no gnndist Software text chunk)"
 
 
+def _existing_predictions(out: Path) -> str:
+    """Why an existing file is not replaced by predictions: always (see the module docstring)."""
+    return "it exists, and a predictions file is never replaced (nothing marks it as gnndist's); delete it"
+
+
 _FOREIGN = {"store": _foreign_store, "metrics": _foreign_metrics, "plot": _foreign_plot,
+            "predictions": _existing_predictions,
             "checkpoint": _foreign_entries(_CHECKPOINT_ENTRY, "a gnndist checkpoint file"),
             "log_dir": _foreign_entries(_TFEVENTS, "a TensorBoard event file")}

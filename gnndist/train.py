@@ -59,6 +59,11 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--metrics-out", default=None, metavar="FILE", help="write per-epoch and test figures as JSON "
                    "(rank 0 writes it)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--log-dir", default=None, metavar="DIR",
+                   help="write TensorBoard event files here: the loss of every step, every figure of every epoch, "
+                        "the test figures (rank 0; needs the tensorboard package)")
+    p.add_argument("--checkpoint", default=None, metavar="DIR",
+                   help="write a checkpoint each epoch here (for --resume, and for `gnndist predict`)")
     p.add_argument("--cache", choices=("none", "degree", "presample", "adaptive"), default=None,
                    help="cache of remote rows (node features; edge features of sampled events)")
     p.add_argument("--cache-size", type=float, default=None,
@@ -76,7 +81,6 @@ def configure(p: argparse.ArgumentParser) -> None:
     link.add_argument("--share", choices=("owner",), default=None,
                       help="each rank scores the events of a global batch whose source node it owns (the only "
                            "share: a rank holds only the events of its own nodes)")
-    link.add_argument("--checkpoint", default=None, metavar="DIR", help="write a checkpoint each epoch here")
     link.add_argument("--resume", action="store_true", help="continue from the checkpoint in --checkpoint")
     node = p.add_argument_group("node classification (static)")
     node.add_argument("--fanouts", type=_ints, default=None,
@@ -139,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
 
         cfg = link_config(args)
     data = args.data if is_store(args.data) else source_from_args(args)
-    outputs = Outputs(args.metrics_out, args.checkpoint, args.resume)
+    outputs = Outputs(args.metrics_out, args.checkpoint, args.resume, args.log_dir)
     with allocating(f"gnndist train on {args.data}"):
         if args.seeds is None:
             train(data, cfg, args.nproc, outputs)

@@ -29,13 +29,14 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from gnndist import dist
+from gnndist import checkpoint, dist
 from gnndist.errors import GnndistError
 from gnndist.footprint import memory_checked, node_footprint
 from gnndist.graph import Graph, TemporalGraph
 from gnndist.io import show_progress
 from gnndist.outputs import write_metrics
 from gnndist.partition import load_partition
+from gnndist.runlog import RunLog
 from gnndist.samplers import (Blocks, DistNeighborSampler, DistFeatures, PrefetchLoader, degree_scores,
                               sample_neighbors, visit_scores)
 from gnndist.static.models import MODELS, MiniBatch, StaticGNN
@@ -259,6 +260,7 @@ class NodeTrainer:
         self.opt = torch.optim.Adam(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         torch.manual_seed(cfg.seed + 1 + dist.rank())  # dropout masks differ between ranks
         self.counter_totals = dict.fromkeys(COUNTERS, 0)
+        self.on_loss: Optional[Callable[[float], None]] = None  # called with each training step's global loss
         self.row_norm = cfg.row_norm == "on" or (cfg.row_norm == "auto" and graph.min_feature() >= 0)
         graph.set_cache(cfg.cache, cfg.cache_size, self._presample)
 
@@ -339,6 +341,8 @@ class NodeTrainer:
                 raise GnndistError(f"the training loss became {float(stats[0])} at epoch {epoch}, step {step}; "
                                    "try a smaller --lr")
             totals += stats
+            if self.on_loss is not None:
+                self.on_loss(float(stats[0]) / max(float(stats[2]), 1.0))
             self.opt.step()
             if on_step is not None:
                 on_step(step, seeds)
@@ -351,22 +355,37 @@ class NodeTrainer:
                 "time_s": elapsed, "nodes_per_s": count / elapsed if elapsed > 0 else 0.0,
                 "cache_hit_rate": hit_rate(counters), "remote_bytes": counters["bytes_fetched"]}
 
-    def evaluate(self, ids: np.ndarray, phase: int = 0) -> float:
-        """Global accuracy over the union of all ranks' `ids` (nodes each rank owns)."""
+    def eval_logits(self, ids: np.ndarray, phase: int = 0) -> torch.Tensor:
+        """Logits [len(ids), C] of `ids` (nodes this rank owns) in eval mode, in steps of the global
+        eval batch, over full neighbourhoods unless --eval-fanouts (sampled with `phase`); a
+        collective."""
         self.model.eval()
-        correct = torch.zeros(2, dtype=torch.float64)
+        out = [torch.zeros((0, self.graph.num_classes), device=self.device)]
         with torch.no_grad():
             b = max(local_share(self.cfg.eval_batch_size), 1)
-            for seeds, batch in self._batches(ids, b, self.cfg.eval_fanouts, (phase, 2))[1]:
-                pred = self.model(batch).argmax(1).cpu().numpy()
-                correct += torch.tensor([(pred == self.graph.labels(seeds)).sum(), seeds.size], dtype=torch.float64)
+            steps, batches = self._batches(ids, b, self.cfg.eval_fanouts, (phase, 2))
+            for _, batch in tqdm(batches, total=steps, desc="evaluate", unit="step", leave=False,
+                                 disable=self._quiet()):
+                out.append(self.model(batch))
+        return torch.cat(out)
+
+    def evaluate(self, ids: np.ndarray, phase: int = 0) -> float:
+        """Global accuracy over the union of all ranks' `ids` (nodes each rank owns)."""
+        pred = self.eval_logits(ids, phase).argmax(1).cpu().numpy()
+        correct = torch.tensor([(pred == self.graph.labels(ids)).sum(), ids.size], dtype=torch.float64)
         correct = dist.all_reduce(correct.to(self.device)).cpu()
         return float(correct[0] / correct[1]) if correct[1] > 0 else float("nan")
 
-    def fit(self, log: Callable[[str], None] = dist.log) -> dict:
+    def fit(self, log: Callable[[str], None] = dist.log, outputs: Outputs = Outputs()) -> dict:
         """Train `cfg.epochs` epochs, validating after each; test the best-validation parameters.
-        Returns the metrics dict (the same on every rank)."""
-        cfg = self.cfg
+        Rank 0 logs to `outputs.log_dir` and writes a checkpoint to `outputs.checkpoint` each epoch
+        (one file: parameters and optimizer state are the same on every rank). Returns the metrics
+        dict (the same on every rank)."""
+        cfg, lead = self.cfg, dist.rank() == 0
+        config = {**asdict(cfg), "task": "node", "num_features": self.graph.num_features,
+                  "num_classes": self.graph.num_classes, "world_size": dist.world_size()}
+        runlog = RunLog(outputs.log_dir if lead else None)
+        self.on_loss = runlog.step
         epochs, best, best_state, best_epoch, stop_reason = [], -1.0, None, 0, "epochs"
         for epoch in range(1, cfg.epochs + 1):
             if cfg.patience is not None and epochs and epoch - 1 - best_epoch >= cfg.patience:
@@ -379,16 +398,23 @@ class NodeTrainer:
                 best, best_epoch, best_state = rec["val_acc"], epoch, copy.deepcopy(self.model.state_dict())
             log(f"epoch {epoch:3d}  loss {rec['loss']:.4f}  val_acc {rec['val_acc']:.4f}  "
                 f"{rec['nodes_per_s']:,.0f} nodes/s" + cache_note(rec))
+            runlog.epoch(rec)
+            if outputs.checkpoint and lead:
+                checkpoint.save(outputs.checkpoint, {
+                    "config": config, "epoch": epoch, "model": self.model.state_dict(),
+                    "optimizer": self.opt.state_dict(), "history": epochs,
+                    "best": {"epoch": best_epoch, "val_acc": best, "model": best_state}})
         if best_state is not None:
             self.model.load_state_dict(best_state)
         test_acc = self.evaluate(self.graph.test_ids, phase=cfg.epochs + 1)
         if cfg.patience is not None and epochs[-1]["epoch"] - best_epoch >= cfg.patience:
             stop_reason = "patience"
         c = self.counter_totals
+        test = {"acc": test_acc, "best_epoch": best_epoch, "best_val_acc": best}
+        runlog.test(test, best_epoch)
         return {"task": "node", "model": cfg.model, "world_size": dist.world_size(),
                 "config": asdict(cfg), "epochs": epochs, "selected_epoch": best_epoch, "stop_reason": stop_reason,
-                "test": {"acc": test_acc, "best_epoch": best_epoch, "best_val_acc": best},
-                "cache": {"policy": cfg.cache, "capacity": cfg.cache_size, **c, "hit_rate": hit_rate(c)}}
+                "test": test, "cache": {"policy": cfg.cache, "capacity": cfg.cache_size, **c, "hit_rate": hit_rate(c)}}
 
     def _global_counters(self) -> dict[str, int]:
         """This epoch's feature-store counters summed over ranks."""
@@ -420,16 +446,19 @@ def cache_note(rec: dict) -> str:
 SPLIT = Split("static", "metis", ("nodes", "train"))
 
 
+def rank_graph(source: Union[Graph, str], cfg: NodeConfig, device: torch.device) -> RankGraph:
+    """What this rank sees: the whole graph (one rank) or its part of a static store."""
+    if isinstance(source, Graph):
+        return WholeGraph(source)
+    return PartGraph(load_partition(source, dist.rank(), dist.world_size()), cfg, device)
+
+
 def node_rank(source: Union[Graph, str], cfg: NodeConfig, outputs: Outputs = Outputs()) -> dict:
     """Train on this rank: `source` is the whole graph (one rank) or a partition store folder
     (one part per rank). Rank 0 prints the figures and writes `outputs.metrics_out`."""
     device = dist.setup(cfg.device)
     try:
-        if isinstance(source, Graph):
-            view = WholeGraph(source)
-        else:
-            view = PartGraph(load_partition(source, dist.rank(), dist.world_size()), cfg, device)
-        metrics = NodeTrainer(view, cfg, device).fit()
+        metrics = NodeTrainer(rank_graph(source, cfg, device), cfg, device).fit(outputs=outputs)
         if dist.rank() == 0:
             if outputs.metrics_out:
                 write_metrics(outputs.metrics_out, metrics)
@@ -445,6 +474,6 @@ def train_node(data: Data, cfg: NodeConfig = NodeConfig(), nproc: int = 1, outpu
     """Node classification on `data` (a `Graph`, a dataset name or path, a `DataSource`, or a
     static partition store) with `nproc` local ranks, or as this rank of a torchrun world.
     Returns the metrics (of rank 0, or of this rank under torchrun)."""
-    if outputs.checkpoint:
-        raise GnndistError("--checkpoint and --resume are for --task link; node classification writes no checkpoint")
+    if outputs.resume:
+        raise GnndistError("--resume is for --task link; a node checkpoint (--checkpoint) is for `gnndist predict`")
     return run_job(data, nproc, SPLIT, node_rank, cfg, outputs, device=cfg.device, quiet=cfg.quiet)

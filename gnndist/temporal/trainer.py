@@ -31,7 +31,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Iterator, Optional, Union
+from typing import Any, Callable, Iterator, Optional, Union
 
 import numpy as np
 import torch
@@ -48,6 +48,7 @@ from gnndist.io import show_progress
 from gnndist.outputs import write_metrics
 from gnndist.launch import Data, Outputs, Split, run_job
 from gnndist.partition import load_id_maps, load_partition
+from gnndist.runlog import RunLog
 from gnndist.samplers import DistTemporalSampler, DistFeatures
 from gnndist.samplers.temporal import multihop
 from gnndist.temporal.config import LinkConfig
@@ -199,6 +200,7 @@ class LinkTrainer:
         self.embed_bytes = 0
         self.cache_counters: dict[str, int] = {}
         self.progress = dist.rank() == 0 and show_progress(cfg.quiet)
+        self.on_loss: Optional[Callable[[float], None]] = None  # called with each training step's global loss
         self._set_cache()
 
     # ------------------------------------------------------------------------------ batches
@@ -314,8 +316,11 @@ class LinkTrainer:
                 n = self.events.num_nodes
                 batch = self.batch(s, e, lambda rows, src, dst: train_negatives(self.cfg.seed, epoch, index, e - s,
                                                                                  rows, dst, n))
-                total += self.step(batch, e - s)[0] * (e - s)
+                loss = self.step(batch, e - s)[0]
+                total += loss * (e - s)
                 steps += 1
+                if self.on_loss is not None:
+                    self.on_loss(loss)
                 bar.update(e - s)
         seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
         return {"epoch": epoch, "loss": total / self.train_end, "lr": lr, "time_s": seconds, "cpu_s": cpu,
@@ -330,7 +335,8 @@ class LinkTrainer:
         self.model.eval()
         ev, cfg = self.events, self.cfg
         negatives = EvalNegatives(ev.new_to_orig[ev.src[ev.scored]], ev.new_to_orig[ev.dst[ev.scored]],
-                                  ev.eid[ev.scored], ev.num_nodes, start, stop, cfg.neg, cfg.eval_negatives, cfg.seed)
+                                  ev.eid[ev.scored], ev.num_nodes, start, stop, cfg.neg, cfg.eval_negatives,
+                                  cfg.seed) if score else None
         pos, neg, eid = [], [], []
         with self._bar(stop - start, desc) as bar:
             for index, s, e in self.batches(start, stop):
@@ -553,6 +559,10 @@ def fit(trainer: LinkTrainer, outputs: Outputs = Outputs()) -> dict[str, Any]:
         trainer.load_state_dict(saved)
         checkpoint.set_rng_state(saved["rng"])
         history, best, first = list(saved["history"]), saved["best"], int(saved["epoch"]) + 1
+    runlog = RunLog(outputs.log_dir if lead else None, first_step=(first - 1) * len(range(0, trainer.train_end,
+                                                                                         cfg.batch_size)))
+    trainer.on_loss = runlog.step
+
     def stopped() -> bool:
         return cfg.patience is not None and bool(history) and history[-1]["epoch"] - best["epoch"] >= cfg.patience
 
@@ -563,6 +573,7 @@ def fit(trainer: LinkTrainer, outputs: Outputs = Outputs()) -> dict[str, Any]:
         val = link_metrics(*trainer.evaluate(trainer.train_end, trainer.val_end, "val")[:2], across_ranks=True)
         rec.update(val_ap=val["ap"], val_auc=val["auc"], val_mrr=val["mrr"])
         history.append(rec)
+        runlog.epoch(rec)
         if best is None or val["ap"] > best["val_ap"]:
             best = {"epoch": epoch, "val_ap": val["ap"], "model": copy.deepcopy(trainer.model.state_dict())}
         if lead and not cfg.quiet:
@@ -574,7 +585,24 @@ def fit(trainer: LinkTrainer, outputs: Outputs = Outputs()) -> dict[str, Any]:
     if first > cfg.epochs:
         raise GnndistError(f"the checkpoint already holds {first - 1} epochs; ask for more with --epochs")
     stop_reason = "patience" if stopped() else "epochs"
-    # the selected parameters, with the node state they build over the training and validation events
+    test = selected_test_figures(trainer, best, history)
+    runlog.test(test, best["epoch"])
+    metrics = {"task": "link", "model": cfg.model, "world_size": ev.num_parts, "memory": cfg.memory,
+               "share": cfg.share, "neg": cfg.neg, "config": config, "epochs": history,
+               "selected_epoch": best["epoch"], "stop_reason": stop_reason, "ranks": trainer.rank_figures(),
+               "test": test}
+    if lead and outputs.metrics_out:
+        write_metrics(outputs.metrics_out, metrics)
+    return metrics
+
+
+def selected_test_figures(trainer: LinkTrainer, best: dict[str, Any], history: list[dict[str, Any]]
+                          ) -> dict[str, Any]:
+    """Test the selected parameters `best["model"]` over the node state they build on the
+    training and validation events (replayed from event 0); rank 0 prints the table (validation
+    at the selected epoch `best["epoch"]` of `history`, test, test on new nodes). Returns the test
+    figures of the metrics JSON (a collective)."""
+    ev = trainer.events
     trainer.model.load_state_dict(best["model"])
     trainer.reset_state()
     trainer.evaluate(0, trainer.val_end, "replay", score=False)
@@ -585,19 +613,13 @@ def fit(trainer: LinkTrainer, outputs: Outputs = Outputs()) -> dict[str, Any]:
     test = link_metrics(pos, neg, across_ranks=True)
     test_new = link_metrics(pos[inductive], neg[inductive], across_ranks=True)
     n_inductive = int(dist.all_reduce(torch.tensor([int(inductive.sum())], device=trainer.device)).item())
-    metrics = {"task": "link", "model": cfg.model, "world_size": ev.num_parts, "memory": cfg.memory,
-               "share": cfg.share, "neg": cfg.neg, "config": config, "epochs": history,
-               "selected_epoch": best["epoch"], "stop_reason": stop_reason, "ranks": trainer.rank_figures(),
-               "test": {**_json_safe(test), **{f"inductive_{k}": v for k, v in _json_safe(test_new).items()},
-                        "inductive_events": n_inductive}}
-    if lead:
+    if dist.rank() == 0:
         sel = next(h for h in history if h["epoch"] == best["epoch"])
         print(_table([(f"val (epoch {best['epoch']})", {"ap": sel["val_ap"], "auc": sel["val_auc"],
                                                         "mrr": sel["val_mrr"]}),
-                      ("test", test), (f"test new nodes ({n_inductive})", test_new)]))
-        if outputs.metrics_out:
-            write_metrics(outputs.metrics_out, metrics)
-    return metrics
+                      ("test", test), (f"test new nodes ({n_inductive})", test_new)]), flush=True)
+    return {**_json_safe(test), **{f"inductive_{k}": v for k, v in _json_safe(test_new).items()},
+            "inductive_events": n_inductive}
 
 
 def rank_events(source: Union[TemporalGraph, str]) -> RankEvents:

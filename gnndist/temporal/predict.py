@@ -1,0 +1,228 @@
+"""Using a trained link-prediction model: the selected (best-validation) parameters of a
+checkpoint on the temporal graph they were trained on (or one with the same nodes and more
+events).
+
+- `link_test`: the test figures exactly as `gnndist train` printed them (the trainer's own
+  `selected_test_figures`: the training and validation events replayed through the memory
+  from event 0, then the test events scored against their fixed negatives);
+- `link_scores`: the score of candidate links (src, dst, t), each after replaying every event
+  with a time before t;
+- `link_embeddings`: every node's embedding at a time T, after replaying the events before T.
+
+Replays run in the trained global batches: batch i is the events [iB, (i+1)B), except that a
+batch is cut where the events before the next candidate time end, so that candidates see all
+earlier events and none at or after their own time. Candidates with the same count of earlier
+events are scored together (each at its own time), by the rank that owns their source node.
+
+Candidate and embedding rows name nodes by the data's original ids (the ids in the file);
+a partition store knows its graph's numbering only (0 .. N-1, ascending original id), and
+a generated graph has no other. Everything runs on one process or on W ranks, each holding its
+part of the events as in training, with the same figures.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import fields
+from typing import Any, Optional
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from gnndist import dist
+from gnndist.datasets import DataSource
+from gnndist.errors import GnndistError
+from gnndist.graph import TemporalGraph, owners
+from gnndist.io import show_progress
+from gnndist.launch import Data, run_job
+from gnndist.predict import Checkpoint, SavedModel, gather_rows, joined, saved_model, source_of, to_positions
+from gnndist.temporal.config import LinkConfig
+from gnndist.temporal.models import Batch
+from gnndist.temporal.trainer import SPLIT, LinkTrainer, rank_events, selected_test_figures
+
+
+def link_test(checkpoint: Checkpoint, data: Data, nproc: int = 1, device: str = "cpu", quiet: bool = False
+              ) -> dict[str, Any]:
+    """The test figures of the checkpoint's selected parameters on `data` (the training data),
+    as `gnndist train` printed them (rank 0 prints the same table); the keys of the metrics
+    JSON's "test"."""
+    saved = saved_model(checkpoint, "link")
+    return _run(saved, source_of(data), nproc, _test_rank, device, quiet)
+
+
+def link_scores(checkpoint: Checkpoint, data: Data, src: np.ndarray, dst: np.ndarray, t: np.ndarray,
+                nproc: int = 1, device: str = "cpu", quiet: bool = False) -> np.ndarray:
+    """Scores (logits, as the link metrics rank them) [n] of the candidate links (src[i],
+    dst[i]) at times t[i] (original node ids), each after replaying every event of `data`
+    with a time before t[i]."""
+    saved = saved_model(checkpoint, "link")
+    src, dst, t = np.asarray(src, np.int64), np.asarray(dst, np.int64), np.asarray(t, np.float64)
+    if not src.shape == dst.shape == t.shape or src.ndim != 1:
+        raise GnndistError("candidates need src, dst and t of one length each")
+    if not np.isfinite(t).all():
+        raise GnndistError("candidate times must be finite")
+    source, known = _with_ids(source_of(data), nproc)
+    n = int(saved.config["num_nodes"])
+    pos = to_positions(src, known, n), to_positions(dst, known, n)
+    return _run(saved, source, nproc, _scores_rank, device, quiet, *pos, t)
+
+
+def link_embeddings(checkpoint: Checkpoint, data: Data, at: float, nproc: int = 1, device: str = "cpu",
+                    quiet: bool = False) -> np.ndarray:
+    """Every node's embedding [N, d] at time `at`, after replaying the events of `data` before
+    `at`; row i is node i of the data's numbering (`node_ids` gives each row's original id)."""
+    if not math.isfinite(at):
+        raise GnndistError(f"--embed-at must be a finite time, got {at}")
+    saved = saved_model(checkpoint, "link")
+    return _run(saved, source_of(data), nproc, _embed_rank, device, quiet, float(at))
+
+
+def node_ids(data: Data) -> np.ndarray:
+    """The original id of each node of `data` in its numbering (the rows of `link_embeddings`)."""
+    source, known = _with_ids(source_of(data), 1)
+    if known is not None:
+        return known
+    num = source.num_nodes if isinstance(source, TemporalGraph) else int(_store_nodes(source))
+    return np.arange(num, dtype=np.int64)
+
+
+# ------------------------------------------------------------------------------------------ setup
+
+def _store_nodes(store: str) -> int:
+    from gnndist.partition import read_store_meta
+
+    return int(read_store_meta(store)["num_nodes"])
+
+
+def _with_ids(source, nproc: int) -> tuple[Any, Optional[np.ndarray]]:
+    """What the ranks read (raw data loaded here when one process reads it anyway) and the
+    data's sorted original ids (None: a store or a graph without them, whose ids are 0..N-1)."""
+    if isinstance(source, str):
+        return source, None
+    graph = source.load() if isinstance(source, DataSource) else source
+    if not isinstance(graph, TemporalGraph):
+        raise GnndistError("DATA is a static graph; a link model needs a temporal one")
+    known = getattr(graph, "orig_ids", None)
+    if known is not None and known.size > 1 and not np.all(np.diff(known) > 0):
+        raise GnndistError("DATA numbers two kinds of nodes apart (users and items), so its original ids do not name "
+                           "one node each; give DATA as a partition store of it (ids 0..N-1, users first)")
+    return (graph if nproc == 1 else source), known
+
+
+def _run(saved: SavedModel, source, nproc: int, rank_fn, device: str, quiet: bool, *args: Any):
+    saved.check_kind(source)
+    return run_job(source, nproc, SPLIT, rank_fn, saved, device, quiet, *args, device=device, quiet=quiet)
+
+
+def _trainer(source, saved: SavedModel, device: torch.device, quiet: bool, same_events: bool = False
+             ) -> LinkTrainer:
+    """This rank's trainer with the saved settings and the selected parameters."""
+    events = rank_events(source)
+    sizes = {"num_nodes": events.num_nodes, "edge_dim": events.edge_dim}
+    saved.check_sizes({**sizes, "num_events": events.num_events} if same_events else sizes)
+    names = {f.name for f in fields(LinkConfig)}
+    cfg = LinkConfig(**{**{k: v for k, v in saved.config.items() if k in names}, "device": device.type,
+                        "quiet": quiet})
+    trainer = LinkTrainer(events, cfg, device)
+    trainer.model.load_state_dict(saved.params)
+    trainer.model.eval()
+    return trainer
+
+
+# ------------------------------------------------------------------------------------------ on a rank
+
+def _bar(trainer: LinkTrainer, total: int, desc: str, unit: str) -> tqdm:
+    """A progress bar on rank 0 (on a terminal, without --quiet)."""
+    return tqdm(total=total, desc=desc, unit=unit, leave=False,
+                disable=dist.rank() != 0 or not show_progress(trainer.cfg.quiet))
+
+
+class Replay:
+    """The events replayed through a trainer's node state from a reset, in the global batches
+    [iB, (i+1)B), each cut where `to` stops (a collective: all ranks replay together)."""
+
+    def __init__(self, trainer: LinkTrainer, stop: int) -> None:
+        self.trainer, self.done = trainer, 0
+        trainer.progress = False  # one bar here, not one per replayed stretch
+        self.bar = _bar(trainer, stop, "replay", "ev")
+        trainer.reset_state()
+
+    def to(self, stop: int) -> None:
+        """Replay the events [done, stop)."""
+        tr, b = self.trainer, self.trainer.cfg.batch_size
+        if stop <= self.done:
+            return
+        if tr.state is not None:  # a model without memory has nothing to replay
+            grid = min(-(-self.done // b) * b, stop)  # the next batch start of the global grid
+            for s, e in ((self.done, grid), (grid, stop)):
+                if e > s:
+                    tr.evaluate(s, e, "replay", score=False)
+        self.bar.update(stop - self.done)
+        self.done = stop
+
+
+def events_before(trainer: LinkTrainer, times: np.ndarray) -> np.ndarray:
+    """For each time, how many events of the whole graph come before it (a collective: each
+    rank counts the events it scores, which are every event once)."""
+    ev = trainer.events
+    mine = np.searchsorted(ev.t[ev.scored], times, side="left").astype(np.int64)
+    return dist.all_reduce(torch.from_numpy(mine).to(trainer.device)).cpu().numpy()
+
+
+def _test_rank(source, saved: SavedModel, device: str, quiet: bool) -> dict[str, Any]:
+    with joined(device) as dev:
+        trainer = _trainer(source, saved, dev, quiet, same_events=True)
+        return selected_test_figures(trainer, {"epoch": saved.selected_epoch, "model": saved.params},
+                                     saved.history)
+
+
+@torch.no_grad()
+def _scores_rank(source, saved: SavedModel, device: str, quiet: bool, src: np.ndarray, dst: np.ndarray,
+                 t: np.ndarray) -> np.ndarray:
+    with joined(device) as dev:
+        trainer = _trainer(source, saved, dev, quiet)
+        ev, b = trainer.events, trainer.cfg.batch_size
+        src, dst = ev.orig_to_new[src], ev.orig_to_new[dst]
+        before = events_before(trainer, t)
+        order = np.argsort(before, kind="stable")
+        cuts, starts = np.unique(before[order], return_index=True)
+        mine = owners(src, ev.node_offsets) == ev.rank
+        replay = Replay(trainer, int(cuts[-1]) if cuts.size else 0)
+        bar = _bar(trainer, t.size, "score", "link")
+        rows_done, scores = [np.zeros(0, np.int64)], [torch.zeros(0)]
+        for cut, rows in zip(cuts, np.split(order, starts[1:])):
+            replay.to(int(cut))
+            bar.update(rows.size)
+            rows = rows[mine[rows]]
+            for k in range(dist.agree_max(math.ceil(rows.size / b), dev)):
+                r = rows[k * b:(k + 1) * b]
+                batch = Batch(*(torch.as_tensor(a, device=dev) for a in (src[r], dst[r], t[r])),
+                              torch.full((r.size,), -1, dtype=torch.int64, device=dev),
+                              torch.zeros((r.size, ev.edge_dim), device=dev),
+                              torch.zeros((r.size, 0), dtype=torch.int64, device=dev))
+                scores.append(trainer.forward(batch).pos.cpu())
+                rows_done.append(r)
+        replay.bar.close()
+        bar.close()
+        return gather_rows(np.concatenate(rows_done), torch.cat(scores), t.size, dev)
+
+
+@torch.no_grad()
+def _embed_rank(source, saved: SavedModel, device: str, quiet: bool, at: float) -> np.ndarray:
+    with joined(device) as dev:
+        trainer = _trainer(source, saved, dev, quiet)
+        ev, b = trainer.events, trainer.cfg.batch_size
+        cut = int(events_before(trainer, np.array([at]))[0])
+        replay = Replay(trainer, cut)
+        replay.to(cut)
+        replay.bar.close()
+        own = np.arange(ev.lo, ev.hi, dtype=np.int64)
+        out = [torch.zeros((0, trainer.model.dim))]
+        steps = dist.agree_max(math.ceil(own.size / b), dev)
+        with _bar(trainer, steps, "embed", "step") as bar:
+            for k in range(steps):
+                nodes = torch.from_numpy(own[k * b:(k + 1) * b]).to(dev)
+                times = torch.full((nodes.numel(),), at, dtype=torch.float64, device=dev)
+                out.append(trainer.model.embed(trainer.state, nodes, times, 0, trainer.neighbours).embed.cpu())
+                bar.update()
+        return gather_rows(ev.new_to_orig[own], torch.cat(out), ev.num_nodes, dev)
