@@ -205,6 +205,11 @@ class LinkTrainer:
 
     # ------------------------------------------------------------------------------ batches
 
+    @property
+    def steps_per_epoch(self) -> int:
+        """Training steps (global batches) in one epoch."""
+        return len(range(0, self.train_end, self.cfg.batch_size))
+
     def batches(self, start: int, stop: int) -> Iterator[tuple[int, int, int]]:
         """(index, first, last + 1) of the global batches over the events [start, stop)."""
         b = self.cfg.batch_size
@@ -310,7 +315,7 @@ class LinkTrainer:
         lr = cfg.lr if cfg.lr_schedule == "constant" else cfg.lr * 0.5 * (1 + math.cos(math.pi * (epoch - 1) / cfg.epochs))
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        total, t0, c0, k0, steps = 0.0, time.perf_counter(), time.process_time(), dist.collectives_entered(), 0
+        total, t0, c0, k0 = 0.0, time.perf_counter(), time.process_time(), dist.collectives_entered()
         with self._bar(self.train_end, f"epoch {epoch}") as bar:
             for index, s, e in self.batches(0, self.train_end):
                 n = self.events.num_nodes
@@ -318,14 +323,14 @@ class LinkTrainer:
                                                                                  rows, dst, n))
                 loss = self.step(batch, e - s)[0]
                 total += loss * (e - s)
-                steps += 1
                 if self.on_loss is not None:
                     self.on_loss(loss)
                 bar.update(e - s)
         seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
         return {"epoch": epoch, "loss": total / self.train_end, "lr": lr, "time_s": seconds, "cpu_s": cpu,
                 "events_per_s": self.train_end / seconds,
-                "collectives_per_step": (dist.collectives_entered() - k0) / steps, **self._traffic(seconds)}
+                "collectives_per_step": (dist.collectives_entered() - k0) / self.steps_per_epoch,
+                **self._traffic(seconds)}
 
     @torch.no_grad()
     def evaluate(self, start: int, stop: int, desc: str, score: bool = True) -> tuple[np.ndarray, ...]:
@@ -378,12 +383,12 @@ class LinkTrainer:
                  c["bytes_fetched"], c["bytes_saved"], *(spent[p] for p in PHASES)]
         total = dist.all_reduce(torch.tensor(local, dtype=torch.float64, device=self.device)).cpu().tolist()
         w = self.events.num_parts
-        steps = len(range(0, self.train_end, self.cfg.batch_size))
         out = {"remote_rows": int(total[0]), "state_bytes": int(total[1]), "embed_bytes": int(total[2]),
                "sample_bytes": int(total[3]), "edge_feature_bytes": int(total[6]),
                "edge_cache_hit_rate": total[5] / total[4] if total[4] else None,
                "edge_cache_bytes_saved": int(total[7]),
-               "grad_bytes": (w * steps * sum(p.numel() * p.element_size() for p in self.params)) if w > 1 else 0}
+               "grad_bytes": (w * self.steps_per_epoch * sum(p.numel() * p.element_size() for p in self.params))
+               if w > 1 else 0}
         out["bytes"] = out["state_bytes"] + out["embed_bytes"] + out["sample_bytes"] + out["edge_feature_bytes"]
         out.update({f"{p}_s": total[8 + i] / w for i, p in enumerate(PHASES)})
         return out
@@ -559,8 +564,7 @@ def fit(trainer: LinkTrainer, outputs: Outputs = Outputs()) -> dict[str, Any]:
         trainer.load_state_dict(saved)
         checkpoint.set_rng_state(saved["rng"])
         history, best, first = list(saved["history"]), saved["best"], int(saved["epoch"]) + 1
-    runlog = RunLog(outputs.log_dir if lead else None, first_step=(first - 1) * len(range(0, trainer.train_end,
-                                                                                         cfg.batch_size)))
+    runlog = RunLog(outputs.log_dir if lead else None, first_step=(first - 1) * trainer.steps_per_epoch)
     trainer.on_loss = runlog.step
 
     def stopped() -> bool:
