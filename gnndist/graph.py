@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional
 
 import numpy as np
+from tqdm import tqdm
 
 from gnndist.errors import GnndistError
 
@@ -71,18 +72,24 @@ def csr_from_edges(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> tuple[np
     return indptr_of(src, num_nodes), dst[perm], perm
 
 
-def tcsr_rows(src: np.ndarray, dst: np.ndarray, t: np.ndarray, eid: np.ndarray, lo: int, hi: int
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def tcsr_rows(src: np.ndarray, dst: np.ndarray, t: np.ndarray, eid: np.ndarray, lo: int, hi: int,
+              progress: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """T-CSR `(indptr, nbr, eid, ts)` of the nodes lo .. hi-1 from events in time order (global
     event ids `eid`, increasing): row v - lo lists every event with endpoint v (an event appears in
-    the rows of both endpoints), sorted by time, ties by event id."""
-    own_src, own_dst = (src >= lo) & (src < hi), (dst >= lo) & (dst < hi)
-    node = np.concatenate([src[own_src], dst[own_dst]]) - lo
-    nbr = np.concatenate([dst[own_src], src[own_dst]])
-    ids = np.concatenate([eid[own_src], eid[own_dst]])
-    ts = np.concatenate([t[own_src], t[own_dst]])
-    order = np.lexsort((ids, node))  # event ids number events in time order
-    return indptr_of(node, hi - lo), nbr[order], ids[order], ts[order]
+    the rows of both endpoints), sorted by time, ties by event id. `progress`: a bar over its
+    three phases (select, sort, index)."""
+    with tqdm(total=3, desc="T-CSR", unit="phase", leave=False, disable=not progress) as bar:
+        own_src, own_dst = (src >= lo) & (src < hi), (dst >= lo) & (dst < hi)
+        node = np.concatenate([src[own_src], dst[own_dst]]) - lo
+        nbr = np.concatenate([dst[own_src], src[own_dst]])
+        ids = np.concatenate([eid[own_src], eid[own_dst]])
+        ts = np.concatenate([t[own_src], t[own_dst]])
+        bar.update()
+        order = np.lexsort((ids, node))  # event ids number events in time order
+        bar.update()
+        indptr = indptr_of(node, hi - lo)
+        bar.update()
+    return indptr, nbr[order], ids[order], ts[order]
 
 
 @dataclass(eq=False)

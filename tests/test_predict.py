@@ -334,7 +334,7 @@ def test_predict_progress_bars_only_on_a_terminal(runs, tmp_path, capsys, monkey
     assert main(link + ["-o", str(tmp_path / "a.csv")]) == 0
     assert capsys.readouterr().err == ""  # not a terminal: no bar
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
-    for argv, bars in ((link + ["-o", str(tmp_path / "b.csv")], ("replay:", "score:", "/2 ")),
+    for argv, bars in ((link + ["-o", str(tmp_path / "b.csv")], ("T-CSR:", "replay:", "score:", "/2 ")),
                        (node + ["-o", str(tmp_path / "b.npy")], ("evaluate",)),
                        (base + ["--embed-at", "500", "-o", str(tmp_path / "e.npy")], ("replay:", "embed:"))):
         assert main(argv) == 0

@@ -76,10 +76,11 @@ class RankEvents:
     def owns(self, nodes: np.ndarray) -> np.ndarray:
         return (nodes >= self.lo) & (nodes < self.hi)
 
-    def tcsr(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """T-CSR `(indptr, nbr, eid, ts)` of the owned nodes (rows lo .. hi-1), built once."""
+    def tcsr(self, progress: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """T-CSR `(indptr, nbr, eid, ts)` of the owned nodes (rows lo .. hi-1), built once
+        (`progress`: a bar while it is built)."""
         if self._tcsr is None:
-            self._tcsr = tcsr_rows(self.src, self.dst, self.t, self.eid, self.lo, self.hi)
+            self._tcsr = tcsr_rows(self.src, self.dst, self.t, self.eid, self.lo, self.hi, progress)
         return self._tcsr
 
     def share(self, start: int, stop: int) -> np.ndarray:

@@ -119,9 +119,10 @@ class Neighbours:
     of the sampled events (`DistFeatures`; a collective: one exchange per hop for
     the samples, one for the features)."""
 
-    def __init__(self, events: RankEvents, strategy: str, seed: int, timers: Timers, device: torch.device) -> None:
+    def __init__(self, events: RankEvents, strategy: str, seed: int, timers: Timers, device: torch.device,
+                 progress: bool = False) -> None:
         self.events, self.strategy, self.seed, self.timers, self.device = events, strategy, seed, timers, device
-        self.sampler = DistTemporalSampler(*events.tcsr(), events.node_offsets, keys=events.orig_ids)
+        self.sampler = DistTemporalSampler(*events.tcsr(progress), events.node_offsets, keys=events.orig_ids)
         rows = events.edge_feat if events.edge_feat is not None else np.zeros((events.num_held, 0), np.float32)
         self.features = DistFeatures.for_events(rows, events.eid, events.num_events)
         self.remote_queries = 0
@@ -190,7 +191,9 @@ class LinkTrainer:
         self.params = list(self.model.parameters())
         self.optimizer = torch.optim.Adam(self.params, lr=cfg.lr, fused=True)
         self.timers = Timers(device)
-        self.neighbours = Neighbours(events, self.model.sampling.strategy, cfg.seed, self.timers, device)
+        self.progress = dist.rank() == 0 and show_progress(cfg.quiet)
+        self.neighbours = Neighbours(events, self.model.sampling.strategy, cfg.seed, self.timers, device,
+                                     self.progress)
         start = float(events.t.min(initial=np.inf))
         start = -float(dist.all_reduce(torch.tensor([-start], dtype=torch.float64, device=device), "max"))
         state = new_state(self.model, events, cfg.memory, start, device)
@@ -199,7 +202,6 @@ class LinkTrainer:
         self._served: Optional[tuple] = None
         self.embed_bytes = 0
         self.cache_counters: dict[str, int] = {}
-        self.progress = dist.rank() == 0 and show_progress(cfg.quiet)
         self.on_loss: Optional[Callable[[float], None]] = None  # called with each training step's global loss
         self._set_cache()
 
