@@ -15,7 +15,7 @@ from gnndist.graph import Graph, TemporalGraph  # noqa: E402
 
 __version__ = "0.1.0"
 _LAZY = {"train_link": "gnndist.temporal.trainer", "LinkConfig": "gnndist.temporal.config",
-         "train_node": "gnndist.static.trainer", "NodeConfig": "gnndist.static.trainer",
+         "train_node": "gnndist.static.trainer", "NodeConfig": "gnndist.static.config",
          "Outputs": "gnndist.launch", "DataSource": "gnndist.datasets"}
 __all__ = ["Graph", "TemporalGraph", "GnndistError", "__version__", *_LAZY]
 

@@ -54,8 +54,9 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The `gnndist` parser with every subcommand."""
+def build_parser(command: Optional[str] = None) -> argparse.ArgumentParser:
+    """The `gnndist` parser; only `command`'s module is imported and its flags added (the others
+    are listed with their help line), so that help and usage errors come at once."""
     parser = _Parser(prog="gnndist", description="Train graph neural networks on graphs too large "
                      "for one GPU or one machine.", epilog=EPILOG,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -63,6 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     for name, (module, help_) in SUBCOMMANDS.items():
+        if name != command:
+            sub.add_parser(name, help=help_)
+            continue
         mod = importlib.import_module(module)
         p = sub.add_parser(name, help=help_, description=(mod.__doc__ or help_).strip(),
                            formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -73,9 +77,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _command(argv: Sequence[str]) -> Optional[str]:
+    """The subcommand argv names: its first word that is not an option (the top level has only
+    --debug and --help)."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of the `gnndist` console script; returns the exit status."""
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(_command(argv)).parse_args(argv)
     if args.debug:
         os.environ["GNNDIST_DEBUG"] = "1"  # ranks started by --nproc show their tracebacks too
     try:

@@ -23,14 +23,16 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the subcommand; the exit status."""
-    from gnndist.datasets import load
-    from gnndist.footprint import allocating
-    from gnndist.launch import Outputs
     from gnndist.temporal.config import LinkConfig
-    from gnndist.temporal.trainer import train_link
 
     t0 = time.perf_counter()
     cfg = LinkConfig(model="tgn", epochs=args.epochs, seed=args.seed, quiet=args.quiet)  # checks the flags
+
+    from gnndist.datasets import load
+    from gnndist.footprint import allocating
+    from gnndist.launch import Outputs
+    from gnndist.temporal.trainer import train_link
+
     outputs = Outputs(metrics_out=args.metrics_out)
     outputs.check("synthetic-temporal")
     with allocating("gnndist demo"):

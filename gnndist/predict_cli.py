@@ -28,9 +28,7 @@ import numpy as np
 
 from gnndist.datasets.cli import add_data_args, source_from_args
 from gnndist.errors import GnndistError
-from gnndist.launch import is_store
 from gnndist.outputs import check_output, write_metrics
-from gnndist.predict import SavedModel, check_predictions_out, read_candidates, read_ids, write_predictions
 from gnndist.validate import Int, check
 
 LINK_MODES = ("--split", "--candidates", "--embed-at")
@@ -58,6 +56,9 @@ def configure(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the subcommand; the exit status."""
     check("nproc", args.nproc, Int())
+    from gnndist.launch import is_store
+    from gnndist.predict import SavedModel, check_predictions_out, read_candidates, read_ids, write_predictions
+
     saved = SavedModel.load(args.checkpoint)
     data = args.data if is_store(args.data) else source_from_args(args)
     inputs = [args.checkpoint, args.data, args.candidates, args.ids]

@@ -10,19 +10,13 @@ launcher); under torchrun it joins the run torchrun describes.
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
 
 from gnndist.datasets.cli import add_data_args, source_from_args
 from gnndist.datasets.registry import data_kind
 from gnndist.errors import GnndistError
+from gnndist.static.config import MODELS as STATIC_MODELS, NodeConfig
+from gnndist.temporal.config import MODELS as TEMPORAL_MODELS, LinkConfig
 from gnndist.validate import Int, check, check_seeds, flag
-
-if TYPE_CHECKING:  # pragma: no cover
-    from gnndist.static.trainer import NodeConfig
-    from gnndist.temporal.config import LinkConfig
-
-TEMPORAL_MODELS = ("tgn", "jodie", "apan", "dyrep", "tgat")
-STATIC_MODELS = ("sage", "gcn", "gat")
 # the config fields set by flags: of both tasks, of link prediction only, of node classification only
 COMMON_FLAGS = ("epochs", "patience", "batch_size", "lr", "cache", "cache_size", "device", "seed", "quiet")
 LINK_FLAGS = ("lr_schedule", "clip_grad", "memory_dim", "neg", "memory", "share")
@@ -95,18 +89,14 @@ def configure(p: argparse.ArgumentParser) -> None:
                            "(default auto: when no feature is negative, e.g. bag-of-words)")
 
 
-def link_config(args: argparse.Namespace) -> "LinkConfig":
+def link_config(args: argparse.Namespace) -> LinkConfig:
     """The `LinkConfig` the flags describe (unset flags keep its defaults)."""
-    from gnndist.temporal.config import LinkConfig
-
     names = ("model",) + COMMON_FLAGS + LINK_FLAGS
     return LinkConfig(**{n: getattr(args, n) for n in names if getattr(args, n, None) is not None})
 
 
-def node_config(args: argparse.Namespace) -> "NodeConfig":
+def node_config(args: argparse.Namespace) -> NodeConfig:
     """The `NodeConfig` the flags describe (unset flags keep the model's defaults)."""
-    from gnndist.static.trainer import NodeConfig
-
     return NodeConfig.for_model(args.model or "sage", **{n: getattr(args, n, None) for n in COMMON_FLAGS + NODE_FLAGS})
 
 
@@ -124,24 +114,22 @@ def check_flags(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the subcommand; the exit status."""
-    from gnndist.footprint import allocating
-    from gnndist.launch import Outputs, is_store, over_seeds
-
+    """Run the subcommand; the exit status. The flags are checked before torch loads."""
     if args.task is None:
         if args.model is not None:
             args.task = "node" if args.model in STATIC_MODELS else "link"
         else:
             args.task = "node" if data_kind(args.data, args.format) == "static" else "link"
     check_flags(args)
+    cfg = node_config(args) if args.task == "node" else link_config(args)
+
+    from gnndist.footprint import allocating
+    from gnndist.launch import Outputs, is_store, over_seeds
+
     if args.task == "node":
         from gnndist.static.trainer import train_node as train
-
-        cfg = node_config(args)
     else:
         from gnndist.temporal.trainer import train_link as train
-
-        cfg = link_config(args)
     data = args.data if is_store(args.data) else source_from_args(args)
     outputs = Outputs(args.metrics_out, args.checkpoint, args.resume, args.log_dir)
     with allocating(f"gnndist train on {args.data}"):

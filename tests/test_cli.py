@@ -31,6 +31,24 @@ def test_usage_errors_are_one_line_with_status_2(argv):
     assert len(p.stderr.strip().splitlines()) == 1 and "error:" in p.stderr and "Traceback" not in p.stderr
 
 
+@pytest.mark.parametrize("argv", [
+    ["--help"], ["train", "--help"], ["predict", "--help"], ["no-such-command"],
+    ["train", "synthetic-temporal", "--epochs", "0"],
+    ["train", "synthetic-static", "--task", "node", "--hidden", "0"],
+    ["train", "synthetic-static", "--task", "node", "--memory-dim", "8"],
+    ["demo", "--seed", "-1"],
+])
+def test_help_and_bad_flags_answer_before_torch_loads(argv):
+    """Only the named subcommand's module is imported to parse, and flags are checked before the
+    trainers (and torch) load: help and flag errors come at once."""
+    code = ("import sys; from gnndist.cli import main\n"
+            "try:\n    rc = main(sys.argv[1:])\nexcept SystemExit as e:\n    rc = e.code\n"
+            "print(rc, 'torch' in sys.modules, file=sys.stderr)")
+    p = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120)
+    rc, torch_loaded = p.stderr.strip().splitlines()[-1].split()
+    assert rc in ("0", "2") and torch_loaded == "False", p.stderr
+
+
 def test_resume_without_checkpoint_is_a_user_error(capsys):
     assert main(["train", "synthetic-temporal", "--resume"]) == 2
     err = capsys.readouterr().err.strip()

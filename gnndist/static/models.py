@@ -17,8 +17,7 @@ from torch import Tensor, nn
 from torch_geometric.nn import GATConv, GCNConv, SAGEConv
 
 from gnndist.errors import GnndistError
-
-MODELS = ("sage", "gcn", "gat")
+from gnndist.static.config import MODELS
 
 
 @dataclass

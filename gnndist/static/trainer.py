@@ -21,7 +21,7 @@ import abc
 import copy
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import Callable, Optional, Union
 
 import numpy as np
@@ -39,59 +39,9 @@ from gnndist.partition import load_partition
 from gnndist.runlog import RunLog
 from gnndist.samplers import (Blocks, DistNeighborSampler, DistFeatures, PrefetchLoader, degree_scores,
                               sample_neighbors, visit_scores)
-from gnndist.static.models import MODELS, MiniBatch, StaticGNN
-from gnndist.validate import COMMON, FLAG, Fanouts, Int, OneOf, Real, check, check_fields
+from gnndist.static.config import NodeConfig
+from gnndist.static.models import MiniBatch, StaticGNN
 from gnndist.launch import Data, Outputs, Split, run_job
-
-
-# Per-model defaults, picked among a few settings on Cora and CiteSeer (public splits, 5 seeds).
-MODEL_DEFAULTS = {
-    "sage": dict(hidden=128, dropout=0.5, lr=0.01),
-    "gcn": dict(hidden=64, dropout=0.5, lr=0.01),
-    "gat": dict(hidden=64, dropout=0.6, lr=0.005),
-}
-COMMON_DEFAULTS = dict(epochs=50, batch_size=32, fanouts=[15, 10], weight_decay=5e-4)
-NODE_RULES = {"model": OneOf(MODELS, f"--task node supports --model {'|'.join(MODELS)}, got {{got}}"), **COMMON,
-              "fanouts": Fanouts(), "eval_fanouts": Fanouts(optional=True), "eval_batch_size": Int(),
-              "weight_decay": Real(), "hidden": Int(), "dropout": Real(0, 1, high_open=True),
-              "row_norm": OneOf(("auto", "on", "off")), "prefetch": FLAG}
-
-
-@dataclass
-class NodeConfig:
-    """Everything a rank needs to train; picklable so it can cross `dist.launch`."""
-
-    model: str = "sage"
-    epochs: int = COMMON_DEFAULTS["epochs"]
-    patience: Optional[int] = None  # stop after this many epochs without a better validation accuracy
-    batch_size: int = COMMON_DEFAULTS["batch_size"]
-    fanouts: list[int] = field(default_factory=lambda: list(COMMON_DEFAULTS["fanouts"]))
-    eval_fanouts: Optional[list[int]] = None  # None: all neighbours at every hop
-    eval_batch_size: int = 1024  # global, like batch_size
-    lr: float = MODEL_DEFAULTS["sage"]["lr"]
-    weight_decay: float = COMMON_DEFAULTS["weight_decay"]
-    hidden: int = MODEL_DEFAULTS["sage"]["hidden"]
-    dropout: float = MODEL_DEFAULTS["sage"]["dropout"]
-    row_norm: str = "auto"  # on | off | auto: on when no feature is negative
-    cache: str = "none"
-    cache_size: float = 0.1
-    device: str = "cpu"
-    prefetch: bool = True  # sample and fetch step i+1 in a background thread during step i
-    seed: int = 0
-    quiet: bool = False
-
-    def __post_init__(self) -> None:
-        check_fields(self, NODE_RULES)
-        if self.eval_fanouts is not None and len(self.eval_fanouts) != len(self.fanouts):
-            raise GnndistError(f"--eval-fanouts needs {len(self.fanouts)} values (one per layer, like --fanouts), "
-                               f"got {len(self.eval_fanouts)}")
-
-    @classmethod
-    def for_model(cls, model: str = "sage", **overrides) -> "NodeConfig":
-        """The defaults of `model`, with `overrides` (None values ignored)."""
-        check("model", model, NODE_RULES["model"])
-        return cls(model=model, **{**COMMON_DEFAULTS, **MODEL_DEFAULTS[model],
-                                   **{k: v for k, v in overrides.items() if v is not None}})
 
 
 def step_seed(*keys: int) -> int:

@@ -33,6 +33,7 @@ from typing import Callable, Optional
 import torch
 from torch import Tensor, nn
 
+from gnndist.temporal.config import MODELS
 from gnndist.temporal.modules import (CellUpdater, GraphAttention, LinkPredictor, MailboxUpdater, TimeProjection,
                                       last_per_node, time_encoder, update_memory)
 from gnndist.temporal.state import NodeState
@@ -275,6 +276,3 @@ def build_model(name: str, edge_dim: int = 0, memory_dim: int = 100, time_dim: i
                                   mailbox=mailbox, to_neighbors=True), None)
     return TemporalGNN(name, d, edge_dim, num_neighbors, Sampling("uniform", 2), None,
                        GraphAttention(d, edge_dim, enc, 2, heads, dropout))
-
-
-MODELS = ("tgn", "jodie", "dyrep", "apan", "tgat")

@@ -29,7 +29,6 @@ import resource
 import sys
 import time
 from contextlib import contextmanager
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Union
 

@@ -1,0 +1,59 @@
+"""`NodeConfig`: the settings of a node-classification run (the CLI builds one from its flags)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from gnndist.errors import GnndistError
+from gnndist.validate import COMMON, FLAG, Fanouts, Int, OneOf, Real, check, check_fields
+
+MODELS = ("sage", "gcn", "gat")
+# Per-model defaults, picked among a few settings on Cora and CiteSeer (public splits, 5 seeds).
+MODEL_DEFAULTS = {
+    "sage": dict(hidden=128, dropout=0.5, lr=0.01),
+    "gcn": dict(hidden=64, dropout=0.5, lr=0.01),
+    "gat": dict(hidden=64, dropout=0.6, lr=0.005),
+}
+COMMON_DEFAULTS = dict(epochs=50, batch_size=32, fanouts=[15, 10], weight_decay=5e-4)
+NODE_RULES = {"model": OneOf(MODELS, f"--task node supports --model {'|'.join(MODELS)}, got {{got}}"), **COMMON,
+              "fanouts": Fanouts(), "eval_fanouts": Fanouts(optional=True), "eval_batch_size": Int(),
+              "weight_decay": Real(), "hidden": Int(), "dropout": Real(0, 1, high_open=True),
+              "row_norm": OneOf(("auto", "on", "off")), "prefetch": FLAG}
+
+
+@dataclass
+class NodeConfig:
+    """Training and evaluation settings of a node-classification run (checked on creation;
+    picklable so it can cross `dist.launch`)."""
+
+    model: str = "sage"
+    epochs: int = COMMON_DEFAULTS["epochs"]
+    patience: Optional[int] = None  # stop after this many epochs without a better validation accuracy
+    batch_size: int = COMMON_DEFAULTS["batch_size"]
+    fanouts: list[int] = field(default_factory=lambda: list(COMMON_DEFAULTS["fanouts"]))
+    eval_fanouts: Optional[list[int]] = None  # None: all neighbours at every hop
+    eval_batch_size: int = 1024  # global, like batch_size
+    lr: float = MODEL_DEFAULTS["sage"]["lr"]
+    weight_decay: float = COMMON_DEFAULTS["weight_decay"]
+    hidden: int = MODEL_DEFAULTS["sage"]["hidden"]
+    dropout: float = MODEL_DEFAULTS["sage"]["dropout"]
+    row_norm: str = "auto"  # on | off | auto: on when no feature is negative
+    cache: str = "none"
+    cache_size: float = 0.1
+    device: str = "cpu"
+    prefetch: bool = True  # sample and fetch step i+1 in a background thread during step i
+    seed: int = 0
+    quiet: bool = False
+
+    def __post_init__(self) -> None:
+        check_fields(self, NODE_RULES)
+        if self.eval_fanouts is not None and len(self.eval_fanouts) != len(self.fanouts):
+            raise GnndistError(f"--eval-fanouts needs {len(self.fanouts)} values (one per layer, like --fanouts), "
+                               f"got {len(self.eval_fanouts)}")
+
+    @classmethod
+    def for_model(cls, model: str = "sage", **overrides) -> "NodeConfig":
+        """The defaults of `model`, with `overrides` (None values ignored)."""
+        check("model", model, NODE_RULES["model"])
+        return cls(model=model, **{**COMMON_DEFAULTS, **MODEL_DEFAULTS[model],
+                                   **{k: v for k, v in overrides.items() if v is not None}})
