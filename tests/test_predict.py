@@ -28,34 +28,15 @@ from gnndist.temporal.events import RankEvents
 from gnndist.temporal.models import MODELS, Batch
 from gnndist.temporal.predict import events_before, link_embeddings, link_scores
 from gnndist.temporal.trainer import LinkTrainer, fit
-from test_report import one_line_error  # tests/ is on sys.path under pytest
+from conftest import LINK, LINK_DATA, NODE, NODE_DATA  # tests/ is on sys.path under pytest
+from test_report import one_line_error
 
 EventAccumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator").EventAccumulator
 
-LINK_DATA = ["synthetic-temporal", "--num-nodes", "80", "--num-events", "1200"]
-LINK = ["train", *LINK_DATA, "--task", "link", "--memory-dim", "16", "--batch-size", "100", "--epochs", "2",
-        "--quiet"]
-NODE_DATA = ["synthetic-static", "--num-nodes", "400", "--num-edges", "2000"]
-NODE = ["train", *NODE_DATA, "--task", "node", "--epochs", "3", "--quiet"]
-
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict[str, dict[str, Path]]:
-    """Trainings with a checkpoint, metrics and TensorBoard logs: link and node, 1 and 2 ranks."""
-    d = tmp_path_factory.mktemp("runs")
-    cases = {"link1": LINK, "link2": LINK + ["--nproc", "2", "--memory", "partitioned"],
-             "node1": NODE, "node2": NODE + ["--nproc", "2", "--cache", "degree"]}
-    out = {}
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("GNNDIST_CACHE", str(d / "cache"))
-        mp.setenv("GNNDIST_TIMEOUT", "120")
-        for name, argv in cases.items():
-            paths = {k: d / f"{name}-{k}" for k in ("ckpt", "logs")}
-            paths["metrics"] = d / f"{name}.json"
-            assert main(argv + ["--checkpoint", str(paths["ckpt"]), "--log-dir", str(paths["logs"]),
-                                "--metrics-out", str(paths["metrics"])]) == 0, name
-            out[name] = paths
-    return out
+def runs(trained_runs):
+    return trained_runs
 
 
 @pytest.fixture
