@@ -27,7 +27,7 @@ from gnndist.datasets.registry import FORMATS, GENERATORS, detect_format
 from gnndist.errors import GnndistError
 from gnndist.io import show_progress
 from gnndist.partition.info import format_summary, summary
-from gnndist.partition.store import read_store_meta, verify_store
+from gnndist.partition.store import files_missing, read_store_meta, verify_store
 
 __doc__ = (__doc__ or "") + "\n" + MEMORY_FORMULA  # the `gnndist info --help` text
 
@@ -74,7 +74,14 @@ def _store(args: argparse.Namespace) -> None:
         save_png(partition_figure(meta), args.plot, inputs=[os.path.join(args.data, "meta.json")])
     checked = verify_store(args.data) if args.verify else 0
     s = summary(meta)
+    s["parts_here"] = [p for p in range(meta["num_parts"]) if not files_missing(args.data, meta, p)]
     print(json.dumps(s) if args.json else format_summary(s))
+    absent = sorted(set(range(meta["num_parts"])) - set(s["parts_here"]))
+    if absent and not args.json:
+        print(f"this folder holds part{'s' if len(s['parts_here']) != 1 else ''} "
+              f"{', '.join(map(str, s['parts_here'])) or 'none'} of {meta['num_parts']} (absent: "
+              f"{', '.join(map(str, absent))}): enough for the ranks of those parts on this host, which need "
+              "only meta.json, the id maps and their own parts")
     if args.verify and not args.json:
         print(f"verified: {checked} files match their sha256")
     if args.plot and not args.json:

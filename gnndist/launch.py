@@ -33,7 +33,7 @@ from gnndist.errors import GnndistError, first_line
 from gnndist.graph import Graph, TemporalGraph
 from gnndist.io import show_progress
 from gnndist.outputs import check_output, write_metrics
-from gnndist.partition import partition_graph, read_store_meta
+from gnndist.partition import files_missing, partition_graph, read_store_meta
 from gnndist.runlog import require_tensorboard
 
 TASK_OF_KIND = {"static": "node", "temporal": "link"}
@@ -161,8 +161,7 @@ def check_own_part(path: Union[str, os.PathLike], rank: int) -> None:
     """A one-line error naming the first file this rank needs that the store on this host lacks:
     meta.json's top-level files (the id maps) and the files of part `rank`."""
     meta = read_store_meta(path)
-    need = [f for f in meta["files"] if "/" not in f or f.startswith(f"part{rank}/")]
-    missing = [f for f in need if not (Path(path) / f).is_file()]
+    missing = files_missing(path, meta) + files_missing(path, meta, rank)
     if missing:
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
         host = dist.watch().host if dist.watch() else socket.gethostname()

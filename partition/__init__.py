@@ -8,6 +8,7 @@ from gnndist.partition.store import (
     FORMAT_VERSION,
     Partition,
     PartitionStore,
+    files_missing,
     load_id_maps,
     load_partition,
     partition_graph,
@@ -16,5 +17,5 @@ from gnndist.partition.store import (
     verify_store,
 )
 
-__all__ = ["FORMAT_VERSION", "METHODS", "Partition", "PartitionStore", "load_id_maps", "load_partition",
-           "partition_graph", "read_store_meta", "relabel", "verify_store"]
+__all__ = ["FORMAT_VERSION", "METHODS", "Partition", "PartitionStore", "files_missing", "load_id_maps",
+           "load_partition", "partition_graph", "read_store_meta", "relabel", "verify_store"]

@@ -680,6 +680,14 @@ def load_id_maps(path: Union[str, Path]) -> tuple[np.ndarray, np.ndarray]:
     return invert_permutation(orig_to_new), orig_to_new
 
 
+def files_missing(path: Union[str, Path], meta: dict, part: Optional[int] = None) -> list[str]:
+    """The files of meta.json's list that the store folder `path` lacks: its top-level files (the
+    id maps) when `part` is None, else the files of part `part`."""
+    prefix = None if part is None else f"part{part}/"
+    return [f for f in meta["files"] if ("/" not in f if prefix is None else f.startswith(prefix))
+            and not (Path(path) / f).is_file()]
+
+
 def verify_store(path: Union[str, Path]) -> int:
     """Check every file of the store against its sha256, every part as `load_partition` does,
     and the id maps against each part's nodes; returns the number of files checked."""

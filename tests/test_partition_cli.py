@@ -56,7 +56,25 @@ def test_partition_static_balance_train(tmp_path, capsys):
     assert REQUIRED | {"edges_per_part"} <= set(s) and "cross_partition_event_fraction" not in s
     assert all(s["imbalance"][k] <= 1.05 + 1e-9 for k in ("nodes", "edges", "train"))
     assert s["params"]["balance"] == ["nodes", "edges", "train"]
-    assert info_json(out, capsys) == s
+    info = info_json(out, capsys)
+    assert info.pop("parts_here") == [0, 1, 2, 3] and info == s
+
+
+def test_info_says_which_parts_a_host_folder_holds(tmp_path, capsys):
+    """A host's copy with only its own part (what a multi-host run needs) is described, not
+    refused; the parts it lacks are named."""
+    out = tmp_path / "s"
+    assert main(["partition", "synthetic-static", "--num-nodes", "300", "--num-edges", "1500", "--parts", "3",
+                 "--out", str(out), "--quiet"]) == 0
+    for absent in ("part0", "part2"):
+        for f in (out / absent).iterdir():
+            f.unlink()
+        (out / absent).rmdir()
+    assert info_json(out, capsys)["parts_here"] == [1]
+    assert main(["info", str(out)]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("this folder holds part 1 of 3 (absent: 0, 2)")
+    assert main(["info", str(out), "--verify"]) == 2  # --verify checks every file, so it refuses
 
 
 def run(*argv):
