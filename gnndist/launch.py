@@ -151,9 +151,15 @@ def make_store(data: Data, world: int, split: Split, quiet: bool = False) -> str
         dist.say(f"using the partition store {out} ({world} parts, made earlier)")
         return str(out)
     graph = _load(data, split)
+    if world > graph.num_nodes:
+        raise GnndistError(f"--nproc {world} is more ranks than the data has nodes ({graph.num_nodes:,}): "
+                           "each rank owns at least one node")
     dist.say(f"partitioning into {world} parts ({split.method}) at {out}")
-    partition_graph(graph, world, method=split.method, balance=list(split.balance) or None, out=out,
-                    progress=show_progress(quiet))
+    try:
+        partition_graph(graph, world, method=split.method, balance=list(split.balance) or None, out=out,
+                        progress=show_progress(quiet))
+    except GnndistError as e:
+        raise GnndistError(f"--nproc {world}: the data cannot be split into {world} parts: {first_line(e)}") from None
     return str(out)
 
 

@@ -378,6 +378,8 @@ CASES = [
     flags_case("train-seeds-with-checkpoint", "link", ["--seeds", "1,2", "--checkpoint", "ck"],
                ["--seeds runs several trainings; it takes no --checkpoint"]),
     flags_case("train-nproc-zero", "link", ["--nproc", "0"], ["--nproc must be an integer from 1", "got 0"]),
+    Case("train-nproc-above-nodes", train("node", "--nproc", "100000"),
+         ["--nproc 100000 is more ranks than the data has nodes", "each rank owns at least one node"]),
     flags_case("train-link-flag-on-node", "node", ["--memory-dim", "8"],
                ["--memory-dim applies to --task link only (this run is --task node)"]),
     flags_case("train-node-flag-on-link", "link", ["--fanouts", "5"],
