@@ -68,7 +68,6 @@ def child_gnndist(d: Path, parts: int) -> dict:
 
 def child_temporal(num_nodes: int, num_events: int, parts: int) -> dict:
     from gnndist.datasets import load
-    from gnndist.errors import GnndistError
     from gnndist.partition import partition_graph
 
     g = load("synthetic-temporal", num_nodes=num_nodes, num_events=num_events, seed=0)

@@ -15,8 +15,9 @@ from gnndist.datasets.cli import add_data_args, source_from_args
 from gnndist.datasets.registry import data_kind
 from gnndist.errors import GnndistError
 from gnndist.static.config import MODELS as STATIC_MODELS, NodeConfig
-from gnndist.temporal.config import MODELS as TEMPORAL_MODELS, LinkConfig
-from gnndist.validate import Int, check, check_seeds, flag
+from gnndist.temporal.config import MEMORY_MODES, NEG_STRATEGIES, SHARES, MODELS as TEMPORAL_MODELS, LinkConfig
+from gnndist.validate import CACHE_POLICIES, Int, check, check_seeds, flag
+
 # the config fields set by flags: of both tasks, of link prediction only, of node classification only
 COMMON_FLAGS = ("epochs", "patience", "batch_size", "lr", "cache", "cache_size", "device", "seed", "quiet")
 LINK_FLAGS = ("lr_schedule", "clip_grad", "memory_dim", "neg", "memory", "share")
@@ -58,7 +59,7 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "the test figures (rank 0; needs the tensorboard package)")
     p.add_argument("--checkpoint", default=None, metavar="DIR",
                    help="write a checkpoint each epoch here (for --resume, and for `gnndist predict`)")
-    p.add_argument("--cache", choices=("none", "degree", "presample", "adaptive"), default=None,
+    p.add_argument("--cache", choices=CACHE_POLICIES, default=None,
                    help="cache of remote rows (node features; edge features of sampled events)")
     p.add_argument("--cache-size", type=float, default=None,
                    help="cache capacity: a fraction (<= 1) of the remote rows, or bytes (> 1) (default 0.1)")
@@ -68,11 +69,11 @@ def configure(p: argparse.ArgumentParser) -> None:
                       help="learning rate per epoch: constant, or cosine decay over --epochs (default constant)")
     link.add_argument("--clip-grad", type=float, default=None, metavar="NORM",
                       help="clip the summed gradient to this global norm (default: no clipping)")
-    link.add_argument("--neg", choices=("random", "historical", "inductive"), default=None,
+    link.add_argument("--neg", choices=NEG_STRATEGIES, default=None,
                       help="negative sampling for evaluation")
-    link.add_argument("--memory", choices=("replicated", "partitioned"), default=None,
+    link.add_argument("--memory", choices=MEMORY_MODES, default=None,
                       help="how node memory is held across ranks")
-    link.add_argument("--share", choices=("owner",), default=None,
+    link.add_argument("--share", choices=SHARES, default=None,
                       help="each rank scores the events of a global batch whose source node it owns (the only "
                            "share: a rank holds only the events of its own nodes)")
     link.add_argument("--resume", action="store_true", help="continue from the checkpoint in --checkpoint")

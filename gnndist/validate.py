@@ -104,8 +104,9 @@ Rule = Union[Int, Real, OneOf, Fanouts]
 SEED = Int(0)
 FLAG = OneOf((False, True))
 # the fields both trainers' configs have
+CACHE_POLICIES = ("none", "degree", "presample", "adaptive")
 COMMON = {"epochs": Int(), "patience": Int(optional=True), "batch_size": Int(), "lr": Real(low_open=True),
-          "cache": OneOf(("none", "degree", "presample", "adaptive")),
+          "cache": OneOf(CACHE_POLICIES),
           "cache_size": Real(), "device": OneOf(("cpu", "cuda")), "seed": SEED, "quiet": FLAG}
 
 

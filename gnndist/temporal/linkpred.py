@@ -20,8 +20,7 @@ from gnndist import dist
 from gnndist.errors import GnndistError
 from gnndist.graph import indptr_of, unique_ints
 from gnndist.samplers import sampler_group
-
-NEG_STRATEGIES = ("random", "historical", "inductive")
+from gnndist.temporal.config import NEG_STRATEGIES
 
 
 def train_negatives(seed: int, epoch: int, batch_index: int, batch_size: int, rows: np.ndarray, dst: np.ndarray,
