@@ -29,7 +29,7 @@ import numpy as np
 from gnndist.datasets.cli import add_data_args, source_from_args
 from gnndist.errors import GnndistError
 from gnndist.outputs import check_output, write_metrics
-from gnndist.validate import Int, check
+from gnndist.validate import DEVICES, Int, check
 
 LINK_MODES = ("--split", "--candidates", "--embed-at")
 
@@ -49,7 +49,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--out", default=None, metavar="FILE",
                    help="where the predictions go (.npy or .csv; --split test: a metrics JSON)")
     p.add_argument("--nproc", type=int, default=1, help="local ranks (a store of W parts needs W)")
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cpu (gloo) or cuda (NCCL)")
+    p.add_argument("--device", choices=DEVICES, default="cpu", help="cpu (gloo) or cuda (NCCL)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
 

@@ -16,7 +16,7 @@ from gnndist.datasets.registry import data_kind
 from gnndist.errors import GnndistError
 from gnndist.static.config import MODELS as STATIC_MODELS, NodeConfig
 from gnndist.temporal.config import MEMORY_MODES, NEG_STRATEGIES, SHARES, MODELS as TEMPORAL_MODELS, LinkConfig
-from gnndist.validate import CACHE_POLICIES, Int, check, check_seeds, flag
+from gnndist.validate import CACHE_POLICIES, DEVICES, Int, check, check_seeds, flag
 
 # the config fields set by flags: of both tasks, of link prediction only, of node classification only
 COMMON_FLAGS = ("epochs", "patience", "batch_size", "lr", "cache", "cache_size", "device", "seed", "quiet")
@@ -49,7 +49,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="random seed")
     p.add_argument("--seeds", type=_ints, default=None, metavar="S,S,...",
                    help="train once per seed and report the mean and standard deviation (replaces --seed)")
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cpu (gloo) or cuda (NCCL)")
+    p.add_argument("--device", choices=DEVICES, default="cpu", help="cpu (gloo) or cuda (NCCL)")
     p.add_argument("--nproc", type=int, default=1, help="local ranks to start")
     p.add_argument("--metrics-out", default=None, metavar="FILE", help="write per-epoch and test figures as JSON "
                    "(rank 0 writes it)")

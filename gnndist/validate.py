@@ -105,9 +105,10 @@ SEED = Int(0)
 FLAG = OneOf((False, True))
 # the fields both trainers' configs have
 CACHE_POLICIES = ("none", "degree", "presample", "adaptive")
+DEVICES = ("cpu", "cuda")
 COMMON = {"epochs": Int(), "patience": Int(optional=True), "batch_size": Int(), "lr": Real(low_open=True),
           "cache": OneOf(CACHE_POLICIES),
-          "cache_size": Real(), "device": OneOf(("cpu", "cuda")), "seed": SEED, "quiet": FLAG}
+          "cache_size": Real(), "device": OneOf(DEVICES), "seed": SEED, "quiet": FLAG}
 
 
 def check(name: str, value: Any, rule: Rule) -> None:
