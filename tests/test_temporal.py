@@ -1,5 +1,5 @@
-"""Memory-based temporal GNNs: no leakage, write-once state updates, monotone times, mailbox
-and dedup helpers against brute force, and every model learning."""
+"""Memory-based temporal GNNs: no leakage, write-once state updates, monotone times, mailbox,
+dedup and attention helpers against brute force, and every model learning."""
 import numpy as np
 import pytest
 import torch
@@ -10,7 +10,7 @@ from gnndist.temporal.config import LinkConfig
 from gnndist.temporal.events import RankEvents
 from gnndist.temporal.linkpred import EvalNegatives, train_negatives
 from gnndist.temporal.models import MODELS
-from gnndist.temporal.modules import last_per_node
+from gnndist.temporal.modules import TemporalAttention, last_per_node, time_encoder
 from gnndist.temporal.state import NodeState, merge_mailbox
 from gnndist.temporal.trainer import LinkTrainer, TimedState, batch_loss
 
@@ -192,6 +192,45 @@ def test_last_per_node_matches_brute_force():
     rows, last = last_per_node(nodes, 7)
     assert rows.tolist() == [0, 1, 3, 5]
     assert last.tolist() == [3, 4, 5, 6]
+
+
+def attention_brute_force(att, query, nodes, context, mask):
+    """Every key projected one by one, a softmax per row and head over its valid keys (PyG's
+    TransformerConv without key bias), a zero value for a row without keys, plus the skip."""
+    r, k, _ = nodes.shape
+    h, dh = att.heads, att.q.out_features // att.heads
+    q = att.q(query).view(r, 1, h, dh)
+    key = (att.k(nodes) + att.k_context(context)).view(r, k, h, dh)
+    val = (att.v(nodes) + att.v_context(context)).view(r, k, h, dh)
+    score = (q * key).sum(-1) / dh ** 0.5
+    attn = torch.softmax(score.masked_fill(~mask.unsqueeze(-1), float("-inf")), dim=1).nan_to_num(0.0)
+    return (attn.unsqueeze(-1) * val).sum(1).reshape(r, h * dh) + att.skip(query)
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_temporal_attention_matches_projecting_every_key(shared):
+    torch.manual_seed(0)
+    r, k, dq, dc = 7, 5, 6, 4
+    att = TemporalAttention(dq, dq, dc, 8, heads=2)
+    table = torch.randn(1 if shared else 11, dq)
+    index = torch.randint(0, table.shape[0], (r, k))
+    query = torch.randn(1 if shared else r, dq)  # shared: one query input (TGAT's zero inputs) for all rows
+    context = torch.randn(r, k, dc)
+    mask = torch.rand(r, k) < 0.6
+    mask[0] = False  # a row without keys
+    got = att(query, table, index, context, mask)
+    grads = torch.autograd.grad(got.square().sum(), list(att.parameters()), allow_unused=True)
+    want = attention_brute_force(att, query.expand(r, dq), table[index], context, mask)
+    wants = torch.autograd.grad(want.square().sum(), list(att.parameters()), allow_unused=True)
+    assert torch.allclose(got, want, atol=1e-5)
+    for (name, _), g, w in zip(att.named_parameters(), grads, wants):
+        assert torch.allclose(torch.zeros(()) if g is None else g, w, atol=1e-5), name
+
+
+def test_time_encoder_is_pygs():
+    enc = time_encoder(16)
+    t = torch.rand(50).double().float() * 1e6
+    assert torch.allclose(enc(t), enc.lin(t.view(-1, 1)).cos(), atol=1e-6)
 
 
 def test_node_state_read_write_reset_roundtrip():

@@ -11,11 +11,19 @@ from torch import Tensor, nn
 from torch_geometric.nn.models.tgn import TimeEncoder
 
 
-def time_encoder(dim: int) -> TimeEncoder:
-    """PyG's `cos(w * dt + b)` encoder with fixed frequencies 1 .. 1e-9 (one per dimension), so
+class FixedTimeEncoder(TimeEncoder):
+    """PyG's `cos(w * dt + b)` encoder (same parameters) computed as one fused multiply-add
+    instead of a [N, 1] x [1, d] matrix product."""
+
+    def forward(self, t: Tensor) -> Tensor:
+        return torch.addcmul(self.lin.bias, t.unsqueeze(-1), self.lin.weight.view(-1)).cos()
+
+
+def time_encoder(dim: int) -> FixedTimeEncoder:
+    """The `cos(w * dt + b)` encoder with fixed frequencies 1 .. 1e-9 (one per dimension), so
     that deltas from seconds to decades are told apart (TGAT's initialisation, kept fixed as in
     GraphMixer: it needs no gradient through the per-neighbour encodings)."""
-    enc = TimeEncoder(dim)
+    enc = FixedTimeEncoder(dim)
     with torch.no_grad():
         enc.lin.weight.copy_(torch.logspace(0, -9, dim).view(dim, 1))
         enc.lin.bias.zero_()
@@ -79,25 +87,39 @@ class TemporalAttention(nn.Module):
         self.drop = nn.Dropout(dropout)
 
     def forward(self, query: Tensor, table: Tensor, index: Tensor, context: Tensor, mask: Tensor) -> Tensor:
-        """query [R, Dq]; keys' node part table[index] with table [T, Dk], index [R, k]; context
-        [R, k, Dc]; mask [R, k] (True = valid) -> [R, out]."""
+        """query [R, Dq], or [1, Dq] for one query input shared by all rows; keys' node part
+        table[index] with table [T, Dk], index [R, k]; context [R, k, Dc]; mask [R, k] (True =
+        valid) -> [R, out]. A one-row table (every key's node part the same, as TGAT's zero
+        inputs) adds the same score to all keys of a row, which softmax ignores, so only the
+        context is attended."""
         r, k = index.shape
         h = self.heads
-        nodes = table.index_select(0, index.reshape(-1)).view(r, k, table.shape[1])
         dh = self.q.out_features // h
-        q = self.q(query).view(r, h, dh)
+        q = self.q(query).view(-1, h, dh)
 
-        def through(w: Tensor) -> Tensor:  # W^T q per head: [R, H, D]
+        def through(w: Tensor) -> Tensor:  # W^T q per head: [R or 1, H, D]
             return torch.einsum("rhd,hdc->rhc", q, w.view(h, dh, -1))
 
         def back(agg: Tensor, w: Tensor) -> Tensor:  # W agg per head: [R, H, dh]
             return torch.einsum("rhc,hdc->rhd", agg, w.view(h, dh, -1))
 
-        score = _KeyDot.apply(nodes, through(self.k.weight)) + _KeyDot.apply(context, through(self.k_context.weight))
+        shared_key = table.shape[0] == 1
+        u = through(self.k_context.weight)
+        if q.shape[0] == 1:  # one query for all rows: a plain product instead of a batched one
+            score = (context.reshape(r * k, context.shape[2]) @ u[0].t()).view(r, k, h)
+        else:
+            score = _KeyDot.apply(context, u)
+        if not shared_key:
+            nodes = table.index_select(0, index.reshape(-1)).view(r, k, table.shape[1])
+            score = score + _KeyDot.apply(nodes, through(self.k.weight).expand(r, -1, -1))
         m = mask.unsqueeze(-1)
         attn = self.drop(torch.softmax(score.masked_fill(~m, -1e30) / math.sqrt(dh), dim=1) * m)  # [R, k, H]
-        out = (back(_KeySum.apply(attn, nodes), self.v.weight) + back(_KeySum.apply(attn, context), self.v_context.weight)
-               + attn.sum(1).unsqueeze(-1) * self.v.bias.view(h, dh))
+        weight = attn.sum(1).unsqueeze(-1)  # [R, H, 1]
+        out = back(_KeySum.apply(attn, context), self.v_context.weight)
+        if shared_key:
+            out = out + weight * self.v(table).view(h, dh)
+        else:
+            out = out + back(_KeySum.apply(attn, nodes), self.v.weight) + weight * self.v.bias.view(h, dh)
         return out.reshape(r, h * dh) + self.skip(query)
 
 
@@ -161,17 +183,18 @@ class GraphAttention(nn.Module):
         """`levels[l] = (table, index)`: the inputs of the hop-l rows are `table[index]` (level 0:
         the queries); `hops[l]` is the `Hop` of level l's rows (hop l has `hops[l].mask.size` rows)."""
         dev = levels[0][0].device
+        contexts = []
+        for hop in hops[:len(levels) - 1]:
+            r, k = hop.mask.shape
+            context = self.time_enc(hop.dt.reshape(-1)).view(r, k, self.time_enc.out_channels)
+            contexts.append(torch.cat([hop.feat, context], dim=2) if self.edge_dim else context)
         for layer in self.layers:
             out = []
-            for lvl in range(len(levels) - 1):
-                hop = hops[lvl]
-                r, k = hop.mask.shape
-                context = self.time_enc(hop.dt.reshape(-1)).view(r, k, self.time_enc.out_channels)
-                if self.edge_dim:
-                    context = torch.cat([hop.feat, context], dim=2)
+            for lvl, context in enumerate(contexts[:len(levels) - 1]):
                 table, index = levels[lvl]
                 keys, key_index = levels[lvl + 1]
-                out.append(layer(table.index_select(0, index), keys, key_index.view(r, k), context, hop.mask))
+                query = table if table.shape[0] == 1 else table.index_select(0, index)
+                out.append(layer(query, keys, key_index.view(context.shape[:2]), context, hops[lvl].mask))
             levels = [(o, torch.arange(o.shape[0], device=dev)) for o in out]
         return levels[0][0]
 
