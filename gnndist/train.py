@@ -15,12 +15,13 @@ from gnndist.datasets.cli import add_data_args, source_from_args
 from gnndist.datasets.registry import data_kind
 from gnndist.errors import GnndistError
 from gnndist.static.config import MODELS as STATIC_MODELS, NodeConfig
-from gnndist.temporal.config import MEMORY_MODES, NEG_STRATEGIES, SHARES, MODELS as TEMPORAL_MODELS, LinkConfig
+from gnndist.temporal.config import (MEMORY_MODES, NEG_STRATEGIES, SAMPLINGS, SHARES, MODELS as TEMPORAL_MODELS,
+                                     LinkConfig)
 from gnndist.validate import CACHE_POLICIES, DEVICES, Int, check, check_seeds, flag
 
 # the config fields set by flags: of both tasks, of link prediction only, of node classification only
 COMMON_FLAGS = ("epochs", "patience", "batch_size", "lr", "cache", "cache_size", "device", "seed", "quiet")
-LINK_FLAGS = ("lr_schedule", "clip_grad", "memory_dim", "neg", "memory", "share")
+LINK_FLAGS = ("lr_schedule", "clip_grad", "memory_dim", "sampling", "neg", "memory", "share")
 NODE_FLAGS = ("fanouts", "eval_fanouts", "hidden", "dropout", "weight_decay", "row_norm")
 
 
@@ -65,6 +66,9 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="cache capacity: a fraction (<= 1) of the remote rows, or bytes (> 1) (default 0.1)")
     link = p.add_argument_group("link prediction (temporal)")
     link.add_argument("--memory-dim", type=int, default=None, help="node memory size")
+    link.add_argument("--sampling", choices=SAMPLINGS, default=None,
+                      help="temporal neighbours: the most recent before each event, or uniform draws among them "
+                           "(default recent; JODIE samples none)")
     link.add_argument("--lr-schedule", choices=("constant", "cosine"), default=None,
                       help="learning rate per epoch: constant, or cosine decay over --epochs (default constant)")
     link.add_argument("--clip-grad", type=float, default=None, metavar="NORM",

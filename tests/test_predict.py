@@ -235,6 +235,19 @@ def test_candidates_score_what_train_scored_and_follow_the_replay_definition(mod
     assert events_before(trainer, np.array([at, -5.0, 1e9])).tolist() == [1020, 0, 1200]
 
 
+def test_a_tgat_checkpoint_from_before_the_sampling_setting_samples_uniformly(tmp_path):
+    g = tied_graph()
+    cfg = LinkConfig(model="tgat", sampling="uniform", epochs=1, batch_size=70, memory_dim=12, time_dim=8, quiet=True)
+    fit(LinkTrainer(RankEvents.from_graph(g), cfg), Outputs(checkpoint=str(tmp_path / "ck")))
+    src, dst, t = g.src[1020:1040], g.dst[1020:1040], g.t[1020:1040]
+    want = link_scores(tmp_path / "ck", g, src, dst, t, quiet=True)
+    (path,) = (tmp_path / "ck").glob("epoch-*.pt")
+    payload = torch.load(path, weights_only=True)
+    del payload["config"]["sampling"]  # as written before the setting existed
+    torch.save(payload, path)
+    np.testing.assert_array_equal(link_scores(tmp_path / "ck", g, src, dst, t, quiet=True), want)
+
+
 def two_rank_scores(ckpt: str, store: str, src, dst, t):
     """On a rank of a 2-rank launch: candidate scores on the 2-part store."""
     return link_scores(ckpt, store, src, dst, t, quiet=True)

@@ -66,13 +66,15 @@ def rows_of(fw, events):
     return np.concatenate([events, b + events, neg])
 
 
-@pytest.mark.parametrize("name", MODELS)
-def test_no_leakage_from_events_at_or_after_t(name):
+@pytest.mark.parametrize("name, sampling", [(m, "recent") for m in MODELS] + [("tgat", "uniform"), ("tgn", "uniform")])
+def test_no_leakage_from_events_at_or_after_t(name, sampling):
     tg = random_graph(e=240)
     cut_time = tg.t[tg.num_events // 2 + 7]
     first = int(np.searchsorted(tg.t, cut_time))  # first event at or after cut_time
     assert first % 40 != 0  # a batch holds events on both sides of the cut
-    a, b = run(name, tg), run(name, perturbed(tg, first))
+    tr = trainer(name, tg, sampling=sampling)
+    assert tr.neighbours.strategy == sampling
+    a, b = run(name, tg, tr=tr), run(name, perturbed(tg, first), sampling=sampling)
     differ = False
     for (s, e, fa), (_, _, fb) in zip(a, b):
         before = np.flatnonzero(tg.t[s:e] < cut_time)

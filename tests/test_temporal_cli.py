@@ -96,6 +96,7 @@ def test_demo_trains_and_prints_the_table(capsys):
     (["--batch-size", str(2**63)], dict(batch_size=2**63)),
     (["--memory", "spread"], dict(memory="spread")),
     (["--lr-schedule", "step"], dict(lr_schedule="step")),
+    (["--sampling", "latest"], dict(sampling="latest")),
 ])
 def test_a_config_built_in_python_fails_with_the_line_of_the_cli(flags, fields, capsys):
     with pytest.raises(GnndistError) as built:
@@ -110,7 +111,7 @@ def test_a_config_built_in_python_fails_with_the_line_of_the_cli(flags, fields, 
         rc = e.code
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1
-    if flags[0] in ("--memory", "--lr-schedule"):  # argparse refuses these choices first
+    if flags[0] in ("--memory", "--lr-schedule", "--sampling"):  # argparse refuses these choices first
         assert flags[0] in err[0] and "invalid choice" in err[0]
     else:
         assert err[0] == f"gnndist train: error: {built.value}"

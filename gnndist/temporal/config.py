@@ -10,9 +10,10 @@ MODELS = ("tgn", "jodie", "apan", "dyrep", "tgat")
 NEG_STRATEGIES = ("random", "historical", "inductive")
 MEMORY_MODES = ("replicated", "partitioned")
 SHARES = ("owner",)
+SAMPLINGS = ("recent", "uniform")
 RULES = {"model": OneOf(MODELS), **COMMON, "lr_schedule": OneOf(("constant", "cosine")),
          "clip_grad": Real(low_open=True, optional=True), "memory_dim": Int(), "time_dim": Int(),
-         "num_neighbors": Int(), "mailbox": Int(), "neg": OneOf(NEG_STRATEGIES), "eval_negatives": Int(),
+         "num_neighbors": Int(), "sampling": OneOf(SAMPLINGS), "mailbox": Int(), "neg": OneOf(NEG_STRATEGIES), "eval_negatives": Int(),
          "memory": OneOf(MEMORY_MODES), "share": OneOf(SHARES)}
 
 
@@ -30,6 +31,7 @@ class LinkConfig:
     memory_dim: int = 100
     time_dim: int = 100
     num_neighbors: int = 10
+    sampling: str = "recent"  # temporal neighbours: the most recent, or uniform draws (JODIE samples none)
     mailbox: int = 10  # APAN's mails kept per node
     neg: str = "random"  # negatives of validation and test: random | historical | inductive
     eval_negatives: int = 10  # per positive, for MRR (AP and AUC use the first)

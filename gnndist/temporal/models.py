@@ -253,26 +253,27 @@ class TemporalGNN(nn.Module):
 
 
 def build_model(name: str, edge_dim: int = 0, memory_dim: int = 100, time_dim: int = 100, num_neighbors: int = 10,
-                heads: int = 2, dropout: float = 0.0, mailbox: int = 10) -> TemporalGNN:
-    """One of `MODELS` for events with `edge_dim` features (`mailbox`: APAN's mails per node)."""
+                heads: int = 2, dropout: float = 0.0, mailbox: int = 10, sampling: str = "recent") -> TemporalGNN:
+    """One of `MODELS` for events with `edge_dim` features (`mailbox`: APAN's mails per node;
+    `sampling`: "recent" or "uniform" temporal neighbours)."""
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
     d, enc = memory_dim, time_encoder(time_dim)
     mail = d + edge_dim  # mails of "memory" and "embedding" messages
     if name == "tgn":
-        return TemporalGNN(name, d, edge_dim, num_neighbors, Sampling("recent", 1),
+        return TemporalGNN(name, d, edge_dim, num_neighbors, Sampling(sampling, 1),
                            Memory(CellUpdater(nn.GRUCell, mail, enc, d), "memory", d, edge_dim),
                            GraphAttention(d, edge_dim, enc, 1, heads, dropout))
     if name == "jodie":
-        return TemporalGNN(name, d, edge_dim, num_neighbors, Sampling("recent", 0),
+        return TemporalGNN(name, d, edge_dim, num_neighbors, Sampling(sampling, 0),
                            Memory(CellUpdater(nn.RNNCell, mail, enc, d), "memory", d, edge_dim), TimeProjection(d))
     if name == "dyrep":
-        return TemporalGNN(name, d, edge_dim, num_neighbors, Sampling("recent", 1, rows="endpoints"),
+        return TemporalGNN(name, d, edge_dim, num_neighbors, Sampling(sampling, 1, rows="endpoints"),
                            Memory(CellUpdater(nn.RNNCell, mail, enc, d), "embedding", d, edge_dim), None,
                            message_attention=GraphAttention(d, edge_dim, enc, 1, heads, dropout))
     if name == "apan":
-        return TemporalGNN(name, d, edge_dim, num_neighbors, Sampling("recent", 1, rows="endpoints"),
+        return TemporalGNN(name, d, edge_dim, num_neighbors, Sampling(sampling, 1, rows="endpoints"),
                            Memory(MailboxUpdater(d, 2 * d + edge_dim, enc, heads, dropout), "both", d, edge_dim,
                                   mailbox=mailbox, to_neighbors=True), None)
-    return TemporalGNN(name, d, edge_dim, num_neighbors, Sampling("uniform", 2), None,
+    return TemporalGNN(name, d, edge_dim, num_neighbors, Sampling(sampling, 2), None,
                        GraphAttention(d, edge_dim, enc, 2, heads, dropout))

@@ -121,8 +121,9 @@ def _trainer(source, saved: SavedModel, device: torch.device, quiet: bool, same_
     sizes = {"num_nodes": events.num_nodes, "edge_dim": events.edge_dim}
     saved.check_sizes({**sizes, "num_events": events.num_events} if same_events else sizes)
     names = {f.name for f in fields(LinkConfig)}
-    cfg = LinkConfig(**{**{k: v for k, v in saved.config.items() if k in names}, "device": device.type,
-                        "quiet": quiet})
+    # checkpoints from before the sampling setting: TGAT sampled uniformly, the others the most recent
+    written = {"sampling": "uniform" if saved.config.get("model") == "tgat" else "recent", **saved.config}
+    cfg = LinkConfig(**{**{k: v for k, v in written.items() if k in names}, "device": device.type, "quiet": quiet})
     trainer = LinkTrainer(events, cfg, device)
     trainer.model.load_state_dict(saved.params)
     trainer.model.eval()

@@ -186,7 +186,7 @@ class LinkTrainer:
             raise GnndistError(f"{events.num_events} events are too few for a 70/15/15 split")
         torch.manual_seed(cfg.seed)  # identical initial parameters on every rank
         self.model = build_model(cfg.model, events.edge_dim, cfg.memory_dim, cfg.time_dim, cfg.num_neighbors,
-                                 mailbox=cfg.mailbox).to(device)
+                                 mailbox=cfg.mailbox, sampling=cfg.sampling).to(device)
         self.params = list(self.model.parameters())
         self.optimizer = torch.optim.Adam(self.params, lr=cfg.lr, fused=True)
         self.timers = Timers(device)
@@ -546,7 +546,7 @@ def fit(trainer: LinkTrainer, outputs: Outputs = Outputs()) -> dict[str, Any]:
     config = {**cfg.to_dict(), "num_nodes": ev.num_nodes, "num_events": ev.num_events, "edge_dim": ev.edge_dim,
               "world_size": ev.num_parts}
     resume_keys = ("model", "batch_size", "lr", "lr_schedule", "clip_grad", "memory_dim", "time_dim", "num_neighbors",
-                   "neg", "seed", "memory", "num_nodes", "num_events", "edge_dim", "world_size")
+                   "sampling", "neg", "seed", "memory", "num_nodes", "num_events", "edge_dim", "world_size")
     ckpt_dir = None
     if outputs.checkpoint:
         ckpt_dir = Path(outputs.checkpoint) / f"rank{ev.rank}" if ev.num_parts > 1 else Path(outputs.checkpoint)
