@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.nn import GATConv, GCNConv, SAGEConv
 
+from gnndist.device import to_device
 from gnndist.errors import GnndistError
 from gnndist.static.config import MODELS
 
@@ -40,8 +41,8 @@ class MiniBatch:
         return self.hop_nodes[0]
 
     def to(self, device: torch.device) -> "MiniBatch":
-        return MiniBatch(self.x.to(device), self.hop_nodes, [e.to(device) for e in self.edge_index],
-                         None if self.deg is None else self.deg.to(device))
+        return MiniBatch(to_device(self.x, device), self.hop_nodes, [to_device(e, device) for e in self.edge_index],
+                         None if self.deg is None else to_device(self.deg, device))
 
 
 def gcn_edge_weights(edge_index: Tensor, deg: Tensor, num_targets: int) -> tuple[Tensor, Tensor]:

@@ -30,9 +30,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
+from gnndist.device import to_device
 from gnndist.temporal.config import MODELS
 from gnndist.temporal.modules import (CellUpdater, GraphAttention, LinkPredictor, MailboxUpdater, TimeProjection,
                                       last_per_node, time_encoder, update_memory)
@@ -43,7 +45,8 @@ from gnndist.temporal.state import NodeState
 class Hop:
     """Sampled neighbours of R queries as tensors: `nbr`, `eid` [R, k] int64, `ts` [R, k] float64
     (event times), `dt` [R, k] float32 (query time - ts), `mask` [R, k] (valid entries first,
-    most recent first), `feat` [R, k, D] (the sampled events' features; zero where masked)."""
+    most recent first), `feat` [R, k, D] (the sampled events' features; zero where masked);
+    `host_nbr`, `host_mask`: the same ids and mask as host arrays."""
 
     nbr: Tensor
     eid: Tensor
@@ -51,10 +54,13 @@ class Hop:
     dt: Tensor
     mask: Tensor
     feat: Tensor
+    host_nbr: np.ndarray
+    host_mask: np.ndarray
 
 
-# (query nodes, query times, neighbours per hop) -> one Hop per hop; a collective across ranks
-NeighbourFn = Callable[[Tensor, Tensor, list[int]], list[Hop]]
+# (query nodes, query times as host arrays, neighbours per hop) -> one Hop per hop; a collective
+# across ranks
+NeighbourFn = Callable[[np.ndarray, np.ndarray, list[int]], list[Hop]]
 
 
 @dataclass
@@ -68,6 +74,17 @@ class Batch:
     eid: Tensor
     feat: Tensor
     neg: Tensor
+    host: Optional[tuple[np.ndarray, ...]] = None  # (src, dst, t, neg) as host arrays, if built from them
+
+    def queries(self) -> tuple[Tensor, Tensor, np.ndarray, np.ndarray]:
+        """The rows to embed: src, dst, then each event's negatives, with their times, on the
+        device and (without reading the device back when `host` is given) on the host."""
+        n = self.neg.shape[1]
+        src, dst, t, neg = self.host if self.host is not None else (
+            x.cpu().numpy() for x in (self.src, self.dst, self.t, self.neg))
+        return (torch.cat([self.src, self.dst, self.neg.reshape(-1)]),
+                torch.cat([self.t, self.t, self.t.repeat_interleave(n)]),
+                np.concatenate([src, dst, neg.reshape(-1)]), np.concatenate([t, t, np.repeat(t, n)]))
 
 
 @dataclass
@@ -79,6 +96,8 @@ class Forward:
     embed: Tensor  # [Q, d] embeddings of the query rows (src, dst, then negatives)
     ids: Optional[Tensor] = None  # distinct node ids read
     inv: Optional[Tensor] = None  # row -> position in ids (queries, then hop-0 neighbours)
+    host_ids: Optional[np.ndarray] = None  # ids and inv as host arrays
+    host_inv: Optional[np.ndarray] = None
     memory: Optional[Tensor] = None  # read memory of ids
     last_update: Optional[Tensor] = None
     mail: Optional[Tensor] = None
@@ -140,9 +159,8 @@ class TemporalGNN(nn.Module):
     def forward(self, state: Optional[NodeState], batch: Batch, neighbours: NeighbourFn) -> Forward:
         """Scores of the batch's positives and negatives (see the module docstring)."""
         b, n = batch.neg.shape
-        nodes = torch.cat([batch.src, batch.dst, batch.neg.reshape(-1)])
-        times = torch.cat([batch.t, batch.t, batch.t.repeat_interleave(n)])
-        out = self.embed(state, nodes, times, 2 * b, neighbours)
+        nodes, times, host_nodes, host_times = batch.queries()
+        out = self.embed(state, nodes, times, 2 * b, neighbours, (host_nodes, host_times))
         z = out.embed
         out.pos, out.neg = self.score(z[:b], z[b:2 * b], z[2 * b:], n)
         return out
@@ -154,41 +172,45 @@ class TemporalGNN(nn.Module):
         return logits[:b], logits[b:].view(b, n)
 
     def embed(self, state: Optional[NodeState], nodes: Tensor, times: Tensor, num_endpoints: int,
-              neighbours: NeighbourFn) -> Forward:
+              neighbours: NeighbourFn, host: Optional[tuple[np.ndarray, np.ndarray]] = None) -> Forward:
         """Embeddings [Q, d] of the queries (nodes, times) in `Forward.embed`; the first
-        `num_endpoints` rows are the batch's endpoints (src, then dst), whose updates `write` stores."""
+        `num_endpoints` rows are the batch's endpoints (src, then dst), whose updates `write` stores.
+        `host`: the nodes and times as host arrays (read back from the device if not given): the
+        sampling and the bookkeeping of rows run on the host, so the device is never waited for."""
         q, dev = nodes.numel(), nodes.device
+        host_nodes, host_times = host if host is not None else (nodes.cpu().numpy(), times.cpu().numpy())
         n_att = q if self.sampling.rows == "queries" else num_endpoints  # rows that need neighbours
-        hops = neighbours(nodes[:n_att], times[:n_att], [self.k] * self.sampling.hops) if self.sampling.hops else []
+        hops = (neighbours(host_nodes[:n_att], host_times[:n_att], [self.k] * self.sampling.hops)
+                if self.sampling.hops else [])
         out = Forward(pos=torch.empty(0), neg=torch.empty(0), embed=torch.empty(0), hop0=hops[0] if hops else None)
         if self.memory is None:  # no memory, no node features: zero inputs
             zero = torch.zeros(1, self.dim, device=dev)
             levels = [(zero, torch.zeros(r, dtype=torch.long, device=dev)) for r in [q] + [h.mask.numel() for h in hops]]
             out.embed = self.embedding(levels, hops)
             return out
-        rows, row_t = nodes, times
+        rows, row_t = host_nodes, times
         if hops:
-            rows = torch.cat([nodes, hops[0].nbr.reshape(-1)])
+            rows = np.concatenate([host_nodes, hops[0].host_nbr.reshape(-1)])
             row_t = torch.cat([times, times[:n_att].repeat_interleave(self.k)])
-        out.ids, out.inv = torch.unique(rows, return_inverse=True)
+        out.host_ids, out.host_inv = np.unique(rows, return_inverse=True)
+        out.ids, out.inv = (to_device(a, dev) for a in (out.host_ids, out.host_inv))
         out.memory, out.last_update, out.mail, out.mail_time = state.read(out.ids)
         if self.memory.attends_mailbox:
             out.embed = self._mailbox_memory(out, times, num_endpoints)
             return out
         out.updated, out.updated_time, newest = update_memory(self.memory.updater, out.memory, out.last_update,
                                                               out.mail, out.mail_time)
-        # row inputs are rows of `table`: the updated memories, then the stored memory of the few
-        # nodes with a row whose time is not after the node's mail
+        # row inputs are rows of `table`: the updated memories, then the stored ones, taken by the
+        # rows whose time is not after their node's mail
         stale = newest[out.inv] >= row_t
-        keep = torch.unique(out.inv[stale])
-        pick = torch.where(stale, out.ids.numel() + torch.searchsorted(keep, out.inv), out.inv)
-        table = torch.cat([out.updated, out.memory.index_select(0, keep)])
+        pick = torch.where(stale, out.ids.numel() + out.inv, out.inv)
+        table = torch.cat([out.updated, out.memory])
         h0 = table.index_select(0, pick[:q])
         levels = [(table, pick[:n_att]), (table, pick[q:])]
         if isinstance(self.embedding, GraphAttention):
             out.embed = self.embedding(levels, hops)
         elif isinstance(self.embedding, TimeProjection):
-            h_time = torch.cat([out.updated_time, out.last_update.index_select(0, keep)]).index_select(0, pick[:q])
+            h_time = torch.cat([out.updated_time, out.last_update]).index_select(0, pick[:q])
             out.embed = self.embedding(h0, times - h_time)
         else:
             out.embed = h0
@@ -204,7 +226,7 @@ class TemporalGNN(nn.Module):
         mt = out.mail_time[rows]
         h = update_memory(updater, out.memory[rows], out.last_update[rows], out.mail[rows],
                           torch.where(mt < times.unsqueeze(1), mt, float("-inf")))[0]
-        ends = torch.unique(out.inv[:num_endpoints])
+        ends = to_device(np.unique(out.host_inv[:num_endpoints]), out.inv.device)
         with torch.no_grad():
             upd, upd_time, _ = update_memory(updater, out.memory[ends], out.last_update[ends], out.mail[ends],
                                              out.mail_time[ends])
@@ -226,28 +248,29 @@ class TemporalGNN(nn.Module):
             other_src, other_dst = upd[pos_dst], upd[pos_src]
         if message == "both":  # mails that reach other nodes name the sender too
             other_src, other_dst = torch.cat([upd[pos_src], other_src], 1), torch.cat([upd[pos_dst], other_dst], 1)
-        # interleaved per event: (src side, dst side), so list position = 2 * event + side
-        ends = torch.stack([pos_src, pos_dst], 1).reshape(-1)
+        # interleaved per event: (src side, dst side), so list position = 2 * event + side; which
+        # rows take which mail is worked out on the host (from `host_inv`), the rows moved on the device
+        inv, dev = fw.host_inv, upd.device
+        ends = np.stack([inv[:b], inv[b:2 * b]], 1).reshape(-1)
         mails = torch.stack([torch.cat([other_src, batch.feat], 1), torch.cat([other_dst, batch.feat], 1)],
                             1).reshape(2 * b, self.memory.mail_dim)
         times = batch.t.repeat_interleave(2)
         if not self.memory.to_neighbors:
-            rows, last = last_per_node(ends, fw.ids.numel())
+            rows, last = (to_device(a, dev) for a in last_per_node(ends, fw.host_ids.size))
             state.write(fw.ids[rows], upd[rows], fw.updated_time[rows], mails[last].unsqueeze(1),
                         times[last].unsqueeze(1))
             return
         # APAN: endpoints and their sampled neighbours receive the mail (each (node, mail) once)
-        k, dev = self.k, ends.device
-        q = fw.inv.numel() - 2 * b * k
-        mask = fw.hop0.mask.reshape(-1)
-        nbr_rows = fw.inv[q:][mask]
+        k = self.k
+        q = inv.size - 2 * b * k
+        mask = fw.hop0.host_mask.reshape(-1)
         # hop-0 rows are the src queries then the dst queries: row -> 2 * event + side
-        nbr_seq = torch.cat([2 * torch.arange(b, device=dev), 2 * torch.arange(b, device=dev) + 1])
-        seq = torch.cat([torch.arange(2 * b, device=dev), nbr_seq.repeat_interleave(k)[mask]])
-        recv = torch.cat([ends, nbr_rows])
-        key = torch.unique(recv * (2 * b) + seq)
-        recv, seq = key // max(2 * b, 1), key % max(2 * b, 1)
-        rows = torch.unique(ends)  # only the endpoints' memories change
+        nbr_seq = np.concatenate([2 * np.arange(b), 2 * np.arange(b) + 1])
+        seq = np.concatenate([np.arange(2 * b), np.repeat(nbr_seq, k)[mask]])
+        recv = np.concatenate([ends, inv[q:][mask]])
+        key = np.unique(recv * (2 * b) + seq)
+        recv, seq, rows = (to_device(a, dev) for a in (key // max(2 * b, 1), key % max(2 * b, 1),
+                                                                    np.unique(ends)))  # only endpoints' memories change
         state.deliver(fw.ids[rows], upd[rows], fw.updated_time[rows], fw.ids[recv], mails[seq], times[seq],
                       2 * batch.eid[seq // 2] + seq % 2)  # mails in global event order
 

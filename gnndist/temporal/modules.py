@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 from torch_geometric.nn.models.tgn import TimeEncoder
@@ -223,11 +224,10 @@ class LinkPredictor(nn.Module):
         return self.mlp(torch.cat([z_src, z_dst], dim=1)).squeeze(-1)
 
 
-def last_per_node(nodes: Tensor, num: int) -> tuple[Tensor, Tensor]:
-    """For entries `nodes` (row ids in [0, num), listed in event order), the distinct rows and
-    the position of each one's last entry."""
-    order = torch.arange(nodes.numel(), device=nodes.device)
-    best = torch.full((num,), -1, dtype=torch.long, device=nodes.device)
-    best.scatter_reduce_(0, nodes, order, reduce="amax")
-    rows = torch.nonzero(best >= 0).squeeze(1)
+def last_per_node(nodes: np.ndarray, num: int) -> tuple[np.ndarray, np.ndarray]:
+    """For entries `nodes` (row ids in [0, num), listed in event order; host arrays), the
+    distinct rows and the position of each one's last entry."""
+    best = np.full(num, -1, np.int64)
+    best[nodes] = np.arange(len(nodes))  # numpy keeps the last of repeated indices
+    rows = np.flatnonzero(best >= 0)
     return rows, best[rows]

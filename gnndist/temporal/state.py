@@ -90,13 +90,12 @@ def merge_mailbox(mail: Tensor, mail_time: Tensor, rows: Tensor, new_mail: Tenso
     o = o[torch.argsort(times[o], stable=True)]
     o = o[torch.argsort(all_rows[o], stable=True)]
     sorted_rows = all_rows[o]
-    end = torch.cumsum(torch.bincount(all_rows, minlength=r), 0)
+    end = torch.cumsum(torch.zeros(r, dtype=torch.int64, device=dev).index_add_(0, all_rows, torch.ones_like(all_rows)), 0)
     from_end = end[sorted_rows] - torch.arange(o.numel(), device=dev) - 1
-    keep = from_end < m_slots
-    slot = m_slots - 1 - from_end[keep]
-    out_mail = torch.empty_like(mail)
-    out_time = torch.empty_like(mail_time)
-    kept, kept_rows = o[keep], sorted_rows[keep]
-    out_mail[kept_rows, slot] = torch.cat([mail.reshape(-1, dim), new_mail])[kept]
-    out_time[kept_rows, slot] = times[kept]
-    return out_mail, out_time
+    # the M latest of each row go to slots 0..M-1 (oldest first), the others to a spare slot M
+    slot = torch.where(from_end < m_slots, m_slots - 1 - from_end, m_slots)
+    out_mail = mail.new_empty((r, m_slots + 1, dim))
+    out_time = mail_time.new_empty((r, m_slots + 1))
+    out_mail[sorted_rows, slot] = torch.cat([mail.reshape(-1, dim), new_mail])[o]
+    out_time[sorted_rows, slot] = times[o]
+    return out_mail[:, :m_slots], out_time[:, :m_slots]

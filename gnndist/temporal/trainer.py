@@ -40,6 +40,7 @@ from tqdm import tqdm
 
 from gnndist import checkpoint, dist
 from gnndist.datasets import chronological_split
+from gnndist.device import to_device
 from gnndist.errors import GnndistError
 from gnndist.footprint import link_footprint, memory_checked
 from gnndist.graph import TemporalGraph, owners
@@ -71,24 +72,48 @@ def batch_loss(fw: Forward, global_batch: int) -> Tensor:
 class Timers:
     """Seconds per phase: sample (neighbour sampling), fetch (state rows and edge features),
     sync (gradient all-reduce, state writes, served embeddings); compute is the rest. On a GPU
-    each phase waits for the device's queued work at both ends, so the seconds are its own."""
+    a phase is timed by CUDA events at its ends, on the device's stream: the time it adds after
+    the work queued before it, read when `seconds` is asked for (one wait for the device, at the
+    end of an epoch, instead of two per phase)."""
 
     def __init__(self, device: torch.device = torch.device("cpu")) -> None:
-        self.wait = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+        self.device = device
         self.reset()
 
     def reset(self) -> None:
-        self.seconds = dict.fromkeys(PHASES, 0.0)
+        self._seconds = dict.fromkeys(PHASES, 0.0)
+        self._events: list[tuple[str, Any, Any]] = []  # (phase, start, end) CUDA events not yet read
+
+    def wait(self) -> None:
+        """Wait for the device's queued work (nothing on the CPU)."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    @property
+    def seconds(self) -> dict[str, float]:
+        if self._events:
+            self._events[-1][2].synchronize()
+            for name, start, end in self._events:
+                self._seconds[name] += start.elapsed_time(end) / 1000
+            self._events.clear()
+        return self._seconds
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
-        self.wait()
+        if self.device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            try:
+                yield
+            finally:
+                end.record()
+                self._events.append((name, start, end))
+            return
         t0 = time.perf_counter()
         try:
             yield
         finally:
-            self.wait()
-            self.seconds[name] += time.perf_counter() - t0
+            self._seconds[name] += time.perf_counter() - t0
 
 
 class TimedState:
@@ -136,8 +161,8 @@ class Neighbours:
         self.remote_queries += sum(int((h != self.events.rank).sum()) for h in holders)
         return hops, holders
 
-    def __call__(self, nodes: Tensor, times: Tensor, ks: list[int]) -> list[Hop]:
-        hops, holders = self.sample(nodes.cpu().numpy(), times.cpu().numpy(), ks)
+    def __call__(self, nodes: np.ndarray, times: np.ndarray, ks: list[int]) -> list[Hop]:
+        hops, holders = self.sample(nodes, times, ks)
         d = self.events.edge_dim
         feats = [torch.zeros((*h.mask.shape, d)) for h in hops]
         if d:
@@ -149,9 +174,8 @@ class Neighbours:
                     n = int(h.mask.sum())
                     f[torch.from_numpy(h.mask)] = rows[at:at + n]
                     at += n
-        dev = self.device
-        return [Hop(*(torch.from_numpy(a).to(dev) for a in (h.nbr, h.eid, h.ts, h.dt, h.mask)), f.to(dev))
-                for h, f in zip(hops, feats)]
+        return [Hop(*(to_device(a, self.device) for a in (h.nbr, h.eid, h.ts, h.dt, h.mask)),
+                    to_device(f.numpy(), self.device), h.nbr, h.mask) for h, f in zip(hops, feats)]
 
 
 def new_state(model: torch.nn.Module, events: RankEvents, memory: str, start_time: float, device: torch.device):
@@ -229,10 +253,8 @@ class LinkTrainer:
             neg = ev.orig_to_new[negatives(ev.eid[pos] - start, ev.new_to_orig[ev.src[pos]], ev.new_to_orig[ev.dst[pos]])]
         feat = ev.edge_feat[pos] if ev.edge_feat is not None else np.zeros((pos.size, 0), np.float32)
 
-        def tensor(a: np.ndarray) -> Tensor:
-            return torch.as_tensor(np.ascontiguousarray(a), device=self.device)
-        batch = Batch(tensor(ev.src[pos]), tensor(ev.dst[pos]), tensor(ev.t[pos]), tensor(ev.eid[pos]), tensor(feat),
-                      tensor(neg))
+        host = (ev.src[pos], ev.dst[pos], ev.t[pos], neg)
+        batch = Batch(*(to_device(a, self.device) for a in (*host[:3], ev.eid[pos], feat, neg)), host=host)
         if self.state is not None:
             self.state.begin_batch(batch.src, batch.dst, batch.eid)
         return batch
@@ -247,10 +269,11 @@ class LinkTrainer:
         if not self.serve_negatives:
             return self.model(self.state, batch, self.neighbours)
         b, n = batch.neg.shape
-        nodes, times = batch.neg.reshape(-1), batch.t.repeat_interleave(n)
-        owner = torch.as_tensor(owners(nodes.cpu().numpy(), self.events.node_offsets), device=self.device)
-        order = torch.argsort(owner, stable=True)
-        sizes = torch.bincount(owner, minlength=self.events.num_parts).tolist()
+        queries, query_t, host_queries, _ = batch.queries()
+        nodes, times = queries[2 * b:], query_t[2 * b:]
+        owner = owners(host_queries[2 * b:], self.events.node_offsets)  # on the host: nothing waits for the device
+        order = to_device(np.argsort(owner, kind="stable"), self.device)
+        sizes = np.bincount(owner, minlength=self.events.num_parts).tolist()
         asked = dist.exchange(pack([nodes[order], times[order]]).split(sizes))
         served_sizes = [a.shape[0] for a in asked]
         qn, qt = unpack(torch.cat(asked), [(torch.int64, ()), (torch.float64, ())])
@@ -327,6 +350,7 @@ class LinkTrainer:
                 if self.on_loss is not None:
                     self.on_loss(loss)
                 bar.update(e - s)
+        self.timers.wait()
         seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
         return {"epoch": epoch, "loss": total / self.train_end, "lr": lr, "time_s": seconds, "cpu_s": cpu,
                 "events_per_s": self.train_end / seconds,
