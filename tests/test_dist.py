@@ -210,3 +210,15 @@ def test_a_missing_part_names_itself_the_rank_and_the_fix(tmp_path):
     (store / "orig_to_new.npy").unlink()
     with pytest.raises(GnndistError, match="lacks orig_to_new.npy"):
         check_own_part(store, 1)
+
+
+def test_a_cpu_tensor_on_an_nccl_group_is_refused(monkeypatch):
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.distributed, "get_world_size", lambda group=None: 2)
+    monkeypatch.setattr(torch.distributed, "get_backend", lambda group=None: "nccl")
+    for call in (lambda: dist.all_reduce(torch.zeros(2)), lambda: dist.exchange([torch.zeros(1)] * 2),
+                 lambda: dist.all_gather_varsize(torch.zeros(1))):
+        with pytest.raises(RuntimeError, match="a CPU tensor on the NCCL group"):
+            call()
+    monkeypatch.setattr(torch.distributed, "get_backend", lambda group=None: "gloo")
+    dist._on_device("all_reduce", torch.zeros(1), None)  # gloo takes CPU tensors

@@ -8,6 +8,7 @@ from gnndist import dist
 from gnndist.graph import Graph
 from gnndist.partition import load_partition, partition_graph
 from gnndist.static.trainer import WholeGraph, NodeConfig, NodeTrainer, PartGraph
+from sites import off_device_sites, record_sites
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -75,8 +76,9 @@ TRACE_CFG = NodeConfig.for_model("gat", hidden=16, batch_size=8, fanouts=[3, 3],
 
 def worker(store_dir: str):
     dist.setup("cpu")
+    sites = record_sites()
     part = load_partition(store_dir, dist.rank(), dist.world_size())
-    out = trace(part, TRACE_CFG), equivalence(part, MODELS)
+    out = trace(part, TRACE_CFG), equivalence(part, MODELS), sites
     dist.teardown()
     return out
 
@@ -117,3 +119,10 @@ def test_two_ranks_with_full_fanout_match_one_rank(store, ranks):
         for _, _, _, grads in (r[model] for r in ranks):
             for got, p in zip(grads, single.model.parameters()):
                 np.testing.assert_allclose(got, p.grad.numpy(), atol=1e-6, rtol=1e-4)
+
+
+def test_host_side_exchanges_go_on_the_gloo_group(ranks):
+    """Only device tensors on the default group (NCCL under --device cuda): tests/sites.py."""
+    for r in ranks:
+        assert not off_device_sites(r[2])
+        assert any(site.startswith("samplers/") and not default for site, default in r[2])

@@ -25,6 +25,7 @@ from gnndist.temporal.dist_state import pack, unpack
 from gnndist.temporal.events import RankEvents
 from gnndist.temporal.models import MODELS
 from gnndist.temporal.trainer import LinkTrainer, fit, rank_events
+from sites import off_device_sites, record_sites
 
 BATCH = 35  # the last training batch has 2 events: some ranks get none
 CASES = [(model, memory) for model in MODELS for memory in ("replicated", "partitioned")]
@@ -113,8 +114,8 @@ def arrays_held(obj, seen=None, depth=0):
 
 def worker(store, own_copies, tg, ckpt_root):
     gdist.setup("cpu")
+    out = {"sites": record_sites()}
     events = rank_events(store)
-    out = {}
     for model, memory in CASES:
         tr = RecTrainer(events, config(model, memory))
         metrics = fit(tr)
@@ -346,3 +347,11 @@ def test_cli_nproc_from_a_partition_store_equals_one_process(tmp_path, monkeypat
     capsys.readouterr()
     assert cli.main(["train", str(tmp_path / "store"), *common, "--nproc", "3"]) == 2
     assert "has 2 parts but 3 rank(s) run" in capsys.readouterr().err
+
+
+def test_host_side_exchanges_go_on_the_gloo_group(launched):
+    """What stays on the default group (NCCL under --device cuda) is only device tensors: every
+    collective there comes from a place that exchanges them (tests/sites.py)."""
+    for out in launched[2]:
+        assert not off_device_sites(out["sites"])
+        assert any(site.startswith("samplers/") and not default for site, default in out["sites"])
