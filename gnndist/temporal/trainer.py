@@ -175,7 +175,7 @@ class Neighbours:
                     f[torch.from_numpy(h.mask)] = rows[at:at + n]
                     at += n
         return [Hop(*(to_device(a, self.device) for a in (h.nbr, h.eid, h.ts, h.dt, h.mask)),
-                    to_device(f.numpy(), self.device), h.nbr, h.mask) for h, f in zip(hops, feats)]
+                    to_device(f, self.device), h.nbr, h.mask) for h, f in zip(hops, feats)]
 
 
 def new_state(model: torch.nn.Module, events: RankEvents, memory: str, start_time: float, device: torch.device):
