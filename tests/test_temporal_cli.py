@@ -97,6 +97,7 @@ def test_demo_trains_and_prints_the_table(capsys):
     (["--memory", "spread"], dict(memory="spread")),
     (["--lr-schedule", "step"], dict(lr_schedule="step")),
     (["--sampling", "latest"], dict(sampling="latest")),
+    (["--model", "jodie", "--sampling", "uniform"], dict(model="jodie", sampling="uniform")),
 ])
 def test_a_config_built_in_python_fails_with_the_line_of_the_cli(flags, fields, capsys):
     with pytest.raises(GnndistError) as built:

@@ -4,7 +4,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Optional
 
-from gnndist.validate import COMMON, Int, OneOf, Real, check_fields
+from gnndist.errors import GnndistError
+from gnndist.validate import COMMON, Int, OneOf, Real, check_fields, flag
 
 MODELS = ("tgn", "jodie", "apan", "dyrep", "tgat")
 NEG_STRATEGIES = ("random", "historical", "inductive")
@@ -45,6 +46,8 @@ class LinkConfig:
 
     def __post_init__(self) -> None:
         check_fields(self, RULES)
+        if self.model == "jodie" and self.sampling != "recent":
+            raise GnndistError(f"{flag('sampling')} {self.sampling}: jodie samples no neighbours")
 
     def to_dict(self) -> dict:
         return asdict(self)
