@@ -15,8 +15,8 @@ from gnndist.datasets.cli import add_data_args, source_from_args
 from gnndist.datasets.registry import data_kind
 from gnndist.errors import GnndistError
 from gnndist.static.config import MODELS as STATIC_MODELS, NodeConfig
-from gnndist.temporal.config import (MEMORY_MODES, NEG_STRATEGIES, SAMPLINGS, SHARES, MODELS as TEMPORAL_MODELS,
-                                     LinkConfig)
+from gnndist.temporal.config import (LR_SCHEDULES, MEMORY_MODES, NEG_STRATEGIES, SAMPLINGS, SHARES,
+                                     MODELS as TEMPORAL_MODELS, LinkConfig)
 from gnndist.validate import CACHE_POLICIES, DEVICES, Int, check, check_seeds, flag
 
 # the config fields set by flags: of both tasks, of link prediction only, of node classification only
@@ -69,7 +69,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     link.add_argument("--sampling", choices=SAMPLINGS, default=None,
                       help="temporal neighbours: the most recent before each event, or uniform draws among them "
                            "(default recent; JODIE samples none)")
-    link.add_argument("--lr-schedule", choices=("constant", "cosine"), default=None,
+    link.add_argument("--lr-schedule", choices=LR_SCHEDULES, default=None,
                       help="learning rate per epoch: constant, or cosine decay over --epochs (default constant)")
     link.add_argument("--clip-grad", type=float, default=None, metavar="NORM",
                       help="clip the summed gradient to this global norm (default: no clipping)")

@@ -12,10 +12,11 @@ NEG_STRATEGIES = ("random", "historical", "inductive")
 MEMORY_MODES = ("replicated", "partitioned")
 SHARES = ("owner",)
 SAMPLINGS = ("recent", "uniform")
-RULES = {"model": OneOf(MODELS), **COMMON, "lr_schedule": OneOf(("constant", "cosine")),
+LR_SCHEDULES = ("constant", "cosine")
+RULES = {"model": OneOf(MODELS), **COMMON, "lr_schedule": OneOf(LR_SCHEDULES),
          "clip_grad": Real(low_open=True, optional=True), "memory_dim": Int(), "time_dim": Int(),
-         "num_neighbors": Int(), "sampling": OneOf(SAMPLINGS), "mailbox": Int(), "neg": OneOf(NEG_STRATEGIES), "eval_negatives": Int(),
-         "memory": OneOf(MEMORY_MODES), "share": OneOf(SHARES)}
+         "num_neighbors": Int(), "sampling": OneOf(SAMPLINGS), "mailbox": Int(), "neg": OneOf(NEG_STRATEGIES),
+         "eval_negatives": Int(), "memory": OneOf(MEMORY_MODES), "share": OneOf(SHARES)}
 
 
 @dataclass(frozen=True)

@@ -76,12 +76,16 @@ class Batch:
     neg: Tensor
     host: Optional[tuple[np.ndarray, ...]] = None  # (src, dst, t, neg) as host arrays, if built from them
 
+    def on_host(self) -> tuple[np.ndarray, ...]:
+        """(src, dst, t, neg) as host arrays: `host`, or else read back from the device."""
+        return self.host if self.host is not None else tuple(x.cpu().numpy() for x in
+                                                             (self.src, self.dst, self.t, self.neg))
+
     def queries(self) -> tuple[Tensor, Tensor, np.ndarray, np.ndarray]:
         """The rows to embed: src, dst, then each event's negatives, with their times, on the
-        device and (without reading the device back when `host` is given) on the host."""
+        device and on the host."""
         n = self.neg.shape[1]
-        src, dst, t, neg = self.host if self.host is not None else (
-            x.cpu().numpy() for x in (self.src, self.dst, self.t, self.neg))
+        src, dst, t, neg = self.on_host()
         return (torch.cat([self.src, self.dst, self.neg.reshape(-1)]),
                 torch.cat([self.t, self.t, self.t.repeat_interleave(n)]),
                 np.concatenate([src, dst, neg.reshape(-1)]), np.concatenate([t, t, np.repeat(t, n)]))
@@ -269,8 +273,8 @@ class TemporalGNN(nn.Module):
         seq = np.concatenate([np.arange(2 * b), np.repeat(nbr_seq, k)[mask]])
         recv = np.concatenate([ends, inv[q:][mask]])
         key = np.unique(recv * (2 * b) + seq)
-        recv, seq, rows = (to_device(a, dev) for a in (key // max(2 * b, 1), key % max(2 * b, 1),
-                                                                    np.unique(ends)))  # only endpoints' memories change
+        recv, seq = (to_device(a, dev) for a in (key // max(2 * b, 1), key % max(2 * b, 1)))
+        rows = to_device(np.unique(ends), dev)  # only the endpoints' memories change
         state.deliver(fw.ids[rows], upd[rows], fw.updated_time[rows], fw.ids[recv], mails[seq], times[seq],
                       2 * batch.eid[seq // 2] + seq % 2)  # mails in global event order
 

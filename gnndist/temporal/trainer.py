@@ -269,9 +269,8 @@ class LinkTrainer:
         if not self.serve_negatives:
             return self.model(self.state, batch, self.neighbours)
         b, n = batch.neg.shape
-        queries, query_t, host_queries, _ = batch.queries()
-        nodes, times = queries[2 * b:], query_t[2 * b:]
-        owner = owners(host_queries[2 * b:], self.events.node_offsets)  # on the host: nothing waits for the device
+        nodes, times = batch.neg.reshape(-1), batch.t.repeat_interleave(n)
+        owner = owners(batch.on_host()[3].reshape(-1), self.events.node_offsets)  # on the host: nothing waits
         order = to_device(np.argsort(owner, kind="stable"), self.device)
         sizes = np.bincount(owner, minlength=self.events.num_parts).tolist()
         asked = dist.exchange(pack([nodes[order], times[order]]).split(sizes))
