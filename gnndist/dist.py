@@ -431,10 +431,13 @@ def all_gather_varsize(t: torch.Tensor, group: Any = None) -> list[torch.Tensor]
     return [o[:s] for o, s in zip(out, sizes)]
 
 
-def exchange(send: Sequence[torch.Tensor], group: Any = None) -> list[torch.Tensor]:
+def exchange(send: Sequence[torch.Tensor], group: Any = None,
+             recv_sizes: Optional[Sequence[int]] = None) -> list[torch.Tensor]:
     """Send `send[r]` to rank r and return what each rank sent here, in one batched
-    `all_to_all_single` (row counts exchanged first). Tensors share dtype and trailing shape.
-    `group`: a process group spanning all ranks (default: the default group)."""
+    `all_to_all_single`. Tensors share dtype and trailing shape. `recv_sizes`: the rows each
+    rank sends here, where this rank knows them (a reply to its own request); else the row
+    counts are exchanged first, in one more collective. `group`: a process group spanning all
+    ranks (default: the default group)."""
     w = world_size()
     if len(send) != w:
         raise ValueError(f"exchange needs one tensor per rank ({w}), got {len(send)}")
@@ -442,10 +445,13 @@ def exchange(send: Sequence[torch.Tensor], group: Any = None) -> list[torch.Tens
         return [send[0]]
     ref = send[0]
     _on_device("all_to_all", ref, group)
-    in_sizes = torch.tensor([s.shape[0] for s in send], dtype=torch.int64, device=ref.device)
-    out_sizes = torch.empty_like(in_sizes)
-    _check("all_to_all(sizes)", lambda: dist.all_to_all_single(out_sizes, in_sizes, group=group))
-    in_split, out_split = in_sizes.tolist(), out_sizes.tolist()
+    in_split = [s.shape[0] for s in send]
+    if recv_sizes is None:
+        in_sizes = torch.tensor(in_split, dtype=torch.int64, device=ref.device)
+        out_sizes = torch.empty_like(in_sizes)
+        _check("all_to_all(sizes)", lambda: dist.all_to_all_single(out_sizes, in_sizes, group=group))
+        recv_sizes = out_sizes.tolist()
+    out_split = [int(n) for n in recv_sizes]
     flat_in = torch.cat([s.reshape(s.shape[0], *ref.shape[1:]) for s in send]).contiguous()
     flat_out = torch.empty((sum(out_split), *ref.shape[1:]), dtype=ref.dtype, device=ref.device)
     _check("all_to_all", lambda: dist.all_to_all_single(flat_out, flat_in, out_split, in_split, group=group))

@@ -66,7 +66,8 @@ class Requests:
     def reply(self, rows: np.ndarray) -> np.ndarray:
         """Send one row per received key back; returns the rows for this rank's keys, in
         the order the keys were given."""
-        back = gdist.exchange(torch.from_numpy(np.ascontiguousarray(rows)).split(self.recv_sizes), self.group)
+        back = gdist.exchange(torch.from_numpy(np.ascontiguousarray(rows)).split(self.recv_sizes), self.group,
+                              recv_sizes=self.send_sizes)
         out = np.empty((self.order.size, *rows.shape[1:]), rows.dtype)
         out[self.order] = torch.cat(back).numpy()
         return out

@@ -11,7 +11,7 @@ import torch.distributed as tdist
 from gnndist import dist as gdist
 
 DEVICE_SITES = {
-    "temporal/trainer.py": {"__init__", "forward", "_backward_served", "step", "new_nodes", "_traffic",
+    "temporal/trainer.py": {"__init__", "forward", "backward", "step", "new_nodes", "_traffic",
                             "rank_figures", "selected_test_figures", "common_epoch"},
     "temporal/dist_state.py": {"_gather", "_to_owners", "read"},
     "static/trainer.py": {"__init__", "min_feature", "_batches", "compute_grads", "evaluate", "_global_counters"},

@@ -181,7 +181,7 @@ class PartitionedNodeState(_RankState):
         recv_sizes = [a.shape[0] for a in asked]
         mine = torch.cat(asked).squeeze(1) - self.lo
         rows = pack(self.local.read(mine))
-        back = gdist.exchange(rows.split(recv_sizes))
+        back = gdist.exchange(rows.split(recv_sizes), recv_sizes=sizes)
         self.bytes_sent += rows.shape[1] * (sum(recv_sizes) - recv_sizes[self.rank])
         remote = owner != self.rank
         self.fetched = torch.cat([self.fetched, ids[remote]])

@@ -50,9 +50,10 @@ from gnndist.launch import Data, Outputs, Split, run_job
 from gnndist.partition import load_id_maps, load_partition
 from gnndist.runlog import RunLog
 from gnndist.samplers import DistTemporalSampler, DistFeatures
+from gnndist.samplers.distributed import sampler_group
 from gnndist.samplers.temporal import multihop
 from gnndist.temporal.config import LinkConfig
-from gnndist.temporal.dist_state import PartitionedNodeState, ReplicatedNodeState, pack, unpack
+from gnndist.temporal.dist_state import PartitionedNodeState, ReplicatedNodeState
 from gnndist.temporal.events import RankEvents
 from gnndist.temporal.linkpred import EvalNegatives, link_metrics, train_negatives
 from gnndist.temporal.models import Batch, Forward, Hop, build_model
@@ -269,37 +270,50 @@ class LinkTrainer:
         if not self.serve_negatives:
             return self.model(self.state, batch, self.neighbours)
         b, n = batch.neg.shape
-        nodes, times = batch.neg.reshape(-1), batch.t.repeat_interleave(n)
-        owner = owners(batch.on_host()[3].reshape(-1), self.events.node_offsets)  # on the host: nothing waits
-        order = to_device(np.argsort(owner, kind="stable"), self.device)
+        src, dst, t, neg = batch.on_host()  # the queries travel as host data, on the gloo group
+        owner = owners(neg.reshape(-1), self.events.node_offsets)
+        order = np.argsort(owner, kind="stable")
         sizes = np.bincount(owner, minlength=self.events.num_parts).tolist()
-        asked = dist.exchange(pack([nodes[order], times[order]]).split(sizes))
+        with self.timers.phase("sync"):
+            query = np.stack([neg.reshape(-1), np.repeat(t, n).view(np.int64)], 1)[order]
+            asked = dist.exchange(torch.from_numpy(query).split(sizes), sampler_group())
         served_sizes = [a.shape[0] for a in asked]
-        qn, qt = unpack(torch.cat(asked), [(torch.int64, ()), (torch.float64, ())])
-        fw = self.model.embed(self.state, torch.cat([batch.src, batch.dst, qn]), torch.cat([batch.t, batch.t, qt]),
-                              2 * b, self.neighbours)
+        rows = torch.cat(asked).numpy()
+        qn, qt = rows[:, 0], np.ascontiguousarray(rows[:, 1]).view(np.float64)
+        host = (np.concatenate([src, dst, qn]), np.concatenate([t, t, qt]))
+        fw = self.model.embed(self.state, to_device(host[0], self.device), to_device(host[1], self.device), 2 * b,
+                              self.neighbours, host)
         served = fw.embed[2 * b:]
-        back = dist.exchange(served.detach().split(served_sizes))
-        z_neg = torch.empty((nodes.numel(), self.model.dim), device=self.device)
-        z_neg[order] = torch.cat(back)
+        with self.timers.phase("sync"):
+            back = dist.exchange(served.detach().split(served_sizes), recv_sizes=sizes)
+        z_neg = torch.empty((b * n, self.model.dim), device=self.device)
+        z_neg[to_device(order, self.device)] = torch.cat(back)
         me, row = self.events.rank, self.model.dim * z_neg.element_size()
         self.embed_bytes += 16 * (sum(sizes) - sizes[me]) + row * (sum(served_sizes) - served_sizes[me])
         if torch.is_grad_enabled():
             z_neg.requires_grad_()
-            self._served = (z_neg, order, sizes, served, served_sizes)
+            self._served = (z_neg, to_device(order, self.device), sizes, served, served_sizes)
         fw.pos, fw.neg = self.model.score(fw.embed[:b], fw.embed[b:2 * b], z_neg, n)
         return fw
 
-    def _backward_served(self) -> None:
-        """Send the gradients of the embeddings this rank asked for back to their owners, which
-        backpropagate them through the embeddings they served (a collective)."""
+    def backward(self, loss: Tensor) -> None:
+        """Gradients of the global loss (a collective with served negatives): this rank's loss
+        reaches the embeddings other ranks served it; their gradients go back to the servers,
+        and one backward pass carries both this rank's loss and the gradients of the
+        embeddings it served."""
+        if self._served is None:
+            loss.backward()
+            return
         z, order, sizes, served, served_sizes = self._served
         self._served = None
-        grad = torch.zeros_like(z) if z.grad is None else z.grad
-        got = torch.cat(dist.exchange(grad[order].split(sizes)))
+        (grad,) = torch.autograd.grad(loss, z, retain_graph=True)  # through the link predictor only
+        with self.timers.phase("sync"):
+            got = torch.cat(dist.exchange(grad[order].split(sizes), recv_sizes=served_sizes))
         self.embed_bytes += z.shape[1] * z.element_size() * (sum(served_sizes) - served_sizes[self.events.rank])
         if served.requires_grad and served.numel():
-            torch.autograd.backward(served, got)
+            torch.autograd.backward([loss, served], [torch.ones_like(loss), got])
+        else:
+            loss.backward()
 
     def step(self, batch: Batch, global_batch: int) -> tuple[float, Forward]:
         """Forward, backward, summed gradients, optimizer step, state write: the global loss,
@@ -307,10 +321,8 @@ class LinkTrainer:
         fw = self.forward(batch)
         loss = batch_loss(fw, global_batch)
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward(retain_graph=self._served is not None)  # served embeddings share the graph
+        self.backward(loss)
         with self.timers.phase("sync"):
-            if self._served is not None:
-                self._backward_served()
             total = float(dist.sum_gradients(self.params, loss.detach().reshape(1))[0])
         if not math.isfinite(total):
             raise GnndistError(f"the training loss became {total}; try a smaller --lr")
