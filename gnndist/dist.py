@@ -311,6 +311,8 @@ def setup(device: str = "cpu") -> torch.device:
                                     **({"device_id": dev} if dev.type == "cuda" else {}))
         except (RuntimeError, dist.DistError) as e:
             raise PeerFailure(_join_failure(_watch, e)) from None
+        if dev.type == "cuda":
+            host_group("counts")  # made here, where every rank is, not at a first exchange
     return dev
 
 
@@ -391,6 +393,30 @@ def _check(op: str, fn: Callable[[], Any]) -> Any:
         raise PeerFailure(_watch.diagnose(op, e)) from None
 
 
+_host_groups: dict[str, Any] = {}
+
+
+def host_group(name: str) -> Any:
+    """A gloo process group of all ranks for host-side exchanges, one per `name` (None in a
+    1-process world); created on first use in each world, which is a collective: all ranks
+    must get there in the same order."""
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return None
+    if _host_groups.get("world") is not dist.group.WORLD:  # a new world: the old groups are gone
+        _host_groups.clear()
+        _host_groups["world"] = dist.group.WORLD
+    if name not in _host_groups:
+        _host_groups[name] = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=timeout_s()))
+    return _host_groups[name]
+
+
+def counts_group(payload: torch.Tensor, group: Any) -> Any:
+    """Where the row counts of `payload`, sent on `group`, travel: a device payload's on the
+    gloo group "counts", as host ints (read back from the device they would make the host wait
+    for it); a host payload's on its own group."""
+    return host_group("counts") if payload.is_cuda else group
+
+
 def all_reduce(t: torch.Tensor, op: str = "sum", group: Any = None) -> torch.Tensor:
     """In-place all-reduce (`sum` or `max`) over `group` (default: the world); identity in a
     1-process world."""
@@ -418,13 +444,12 @@ def all_gather_varsize(t: torch.Tensor, group: Any = None) -> list[torch.Tensor]
     w = world_size()
     if w == 1:
         return [t]
-    n = torch.tensor([t.shape[0]], dtype=torch.int64, device=t.device)
-    sizes = [torch.zeros_like(n) for _ in range(w)]
     _on_device("all_gather", t, group)
-    _check("all_gather(sizes)", lambda: dist.all_gather(sizes, n, group=group))
-    sizes = [int(s.item()) for s in sizes]
-    m = max(sizes)
-    pad = torch.zeros((m, *t.shape[1:]), dtype=t.dtype, device=t.device)
+    n, counts = torch.tensor([t.shape[0]], dtype=torch.int64), counts_group(t, group)
+    sizes = [torch.zeros_like(n) for _ in range(w)]
+    _check("all_gather(sizes)", lambda: dist.all_gather(sizes, n, group=counts))
+    sizes = [int(s) for s in sizes]
+    pad = t.new_zeros((max(sizes), *t.shape[1:]))
     pad[: t.shape[0]] = t
     out = [torch.empty_like(pad) for _ in range(w)]
     _check("all_gather", lambda: dist.all_gather(out, pad.contiguous(), group=group))
@@ -447,13 +472,14 @@ def exchange(send: Sequence[torch.Tensor], group: Any = None,
     _on_device("all_to_all", ref, group)
     in_split = [s.shape[0] for s in send]
     if recv_sizes is None:
-        in_sizes = torch.tensor(in_split, dtype=torch.int64, device=ref.device)
+        in_sizes = torch.tensor(in_split, dtype=torch.int64)
         out_sizes = torch.empty_like(in_sizes)
-        _check("all_to_all(sizes)", lambda: dist.all_to_all_single(out_sizes, in_sizes, group=group))
+        counts = counts_group(ref, group)
+        _check("all_to_all(sizes)", lambda: dist.all_to_all_single(out_sizes, in_sizes, group=counts))
         recv_sizes = out_sizes.tolist()
     out_split = [int(n) for n in recv_sizes]
     flat_in = torch.cat([s.reshape(s.shape[0], *ref.shape[1:]) for s in send]).contiguous()
-    flat_out = torch.empty((sum(out_split), *ref.shape[1:]), dtype=ref.dtype, device=ref.device)
+    flat_out = ref.new_empty((sum(out_split), *ref.shape[1:]))
     _check("all_to_all", lambda: dist.all_to_all_single(flat_out, flat_in, out_split, in_split, group=group))
     return list(flat_out.split(out_split))
 
@@ -477,14 +503,16 @@ def sum_gradients(params: Sequence[torch.nn.Parameter], extra: Optional[torch.Te
         return extra
     dev = params[0].device
     extra = torch.zeros(0, device=dev) if extra is None else extra.detach().reshape(-1).float().to(dev)
-    flat = torch.cat([torch.zeros(p.numel(), device=dev) if p.grad is None else p.grad.reshape(-1) for p in params]
-                     + [torch.tensor([p.grad is not None for p in params], dtype=torch.float32, device=dev), extra])
+    has = [p.grad is not None for p in params]
+    flat = torch.cat([p.grad.reshape(-1) if h else torch.zeros(p.numel(), device=dev) for p, h in zip(params, has)]
+                     + [torch.tensor(has, dtype=torch.float32, device=dev), extra])
     all_reduce(flat)
     at = 0
     for p in params:
         p.grad = flat[at:at + p.numel()].view_as(p).clone()
         at += p.numel()
-    has = flat[at:at + len(params)].tolist()
+    if not all(has):  # a parameter without a gradient here: the sum says whether a rank had one
+        has = flat[at:at + len(params)].tolist()
     for p, h in zip(params, has):
         if not h:
             p.grad = None

@@ -9,12 +9,10 @@ seeds of their own.
 """
 from __future__ import annotations
 
-import datetime
 from typing import Any, Optional, Sequence
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
 from gnndist import dist as gdist
 from gnndist.errors import GnndistError
@@ -23,21 +21,13 @@ from gnndist.samplers.static import Blocks, build_blocks, check_fanouts, sample_
 from gnndist.samplers.temporal import TemporalSample, check_query, multihop, sample_tcsr
 
 
-_groups: dict[str, Any] = {}
-
-
 def sampler_group() -> Any:
     """The gloo process group the samplers and feature stores exchange on (None in a 1-process
     world). Created on first use in each process group world, which is a collective: all
     ranks must get here in the same order. A separate group lets a prefetch thread exchange
     while the main thread runs its own collectives (gradient all-reduce) on the default
     group, and works under NCCL."""
-    if not dist.is_initialized() or dist.get_world_size() == 1:
-        return None
-    if _groups.get("world") is not dist.group.WORLD:
-        timeout = datetime.timedelta(seconds=gdist.timeout_s())
-        _groups.update(world=dist.group.WORLD, group=dist.new_group(backend="gloo", timeout=timeout))
-    return _groups["group"]
+    return gdist.host_group("samplers")
 
 
 def check_offsets(node_offsets) -> np.ndarray:

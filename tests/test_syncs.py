@@ -8,11 +8,14 @@ import pytest
 import torch
 
 from device_sim import SimulatedDevice
+from gnndist import dist as gdist
 from gnndist.datasets import load
-from gnndist.temporal.config import LinkConfig
+from gnndist.launch import launch
+from gnndist.partition import partition_graph
+from gnndist.temporal.config import MEMORY_MODES, LinkConfig
 from gnndist.temporal.events import RankEvents
 from gnndist.temporal.models import MODELS
-from gnndist.temporal.trainer import LinkTrainer
+from gnndist.temporal.trainer import LinkTrainer, rank_events
 
 MOST = 3
 
@@ -70,3 +73,31 @@ def test_a_training_step_waits_for_the_device_at_most_three_times(model):
     per_step = sum(sim.syncs.values()) / trainer.steps_per_epoch
     assert per_step <= MOST, dict(sim.syncs)
     assert per_step >= 1  # the loss is read back: the counter sees the device
+
+
+def distributed_worker(store: str) -> dict:
+    """Per (model, memory): this rank's waits per training step, and where they came from."""
+    gdist.setup("cpu")
+    try:
+        out = {}
+        for model in MODELS:
+            for memory in MEMORY_MODES:
+                trainer = LinkTrainer(rank_events(store), LinkConfig(model=model, memory=memory, memory_dim=16,
+                                                                     time_dim=8, batch_size=100, quiet=True))
+                sim = simulated(trainer)
+                with sim:
+                    trainer.train_epoch(1)
+                out[model, memory] = (sum(sim.syncs.values()) / trainer.steps_per_epoch, dict(sim.syncs))
+        return out
+    finally:
+        gdist.teardown()
+
+
+def test_a_distributed_training_step_waits_for_the_device_at_most_three_times(tmp_path):
+    """2 ranks, every model, replicated and partitioned memory: row counts of device payloads
+    travel as host ints, and the states route and key rows by host arrays."""
+    tg = load("synthetic-temporal", num_nodes=60, num_events=1200, edge_dim=3)
+    partition_graph(tg, 2, method="temporal", out=tmp_path / "store")
+    for rank, cases in enumerate(launch(2, distributed_worker, str(tmp_path / "store"))):
+        for case, (per_step, syncs) in cases.items():
+            assert 1 <= per_step <= MOST, (rank, case, syncs)

@@ -118,12 +118,12 @@ class SpyState(NodeState):
         super().__init__(*args)
         self.writes = []
 
-    def write(self, ids, memory, last_update, mail, mail_time):
+    def write(self, ids, memory, last_update, mail, mail_time, host_ids=None):
         before = (self.last_update[ids].clone(), self.mail_time[ids].clone(), self.memory[ids].clone())
         self.writes.append((ids.clone(), memory.clone(), last_update.clone(), mail.clone(), mail_time.clone(), before))
         super().write(ids, memory, last_update, mail, mail_time)
 
-    def deliver(self, ids, memory, last_update, to, mail, mail_time, seq):
+    def deliver(self, ids, memory, last_update, to, mail, mail_time, seq, host_ids=None, host_to=None):
         """Recorded as a write of every node it touched, with the rows it left."""
         assert torch.unique(ids).numel() == ids.numel()  # each memory row once
         rows = torch.unique(torch.cat([ids, to]))

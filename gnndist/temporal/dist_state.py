@@ -24,10 +24,13 @@ from __future__ import annotations
 import math
 from typing import Optional, Sequence
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from gnndist import dist as gdist
+from gnndist.device import to_device
+from gnndist.graph import owners
 from gnndist.temporal.state import NodeState
 
 _INT = torch.int64
@@ -49,47 +52,54 @@ def unpack(buf: Tensor, like: Sequence[tuple[torch.dtype, tuple[int, ...]]]) -> 
     return out
 
 
-def last_event_rows(ids: Tensor, key: Tensor) -> Tensor:
-    """Mask of the rows to keep: for each distinct id, the row with the largest (unique) key."""
-    if ids.numel() == 0:
-        return torch.zeros(0, dtype=torch.bool, device=ids.device)
-    uniq, inv = torch.unique(ids, return_inverse=True)
-    best = torch.full((uniq.numel(),), -1, dtype=key.dtype, device=key.device)
-    best.scatter_reduce_(0, inv, key, reduce="amax")
-    return key == best[inv]
+def last_event_rows(ids: Tensor, key: Tensor) -> tuple[Tensor, Tensor]:
+    """Where rows (ids, key) go and which row goes there: (every row's id, the row with its id's
+    largest key), so that storing row `winner[i]` at `ids[i]` for every i keeps each id's row of
+    its last event. A repeated id gets the same row each time, so the order of the writes does
+    not matter, and no result is sized by the data: nothing waits for the device."""
+    o = torch.argsort(key, stable=True)
+    o = o[torch.argsort(ids[o], stable=True)]  # by id, then key
+    at = ids[o]
+    return at, o[torch.searchsorted(at, at, right=True) - 1]
 
 
 class _RankState:
     """What both distributed states share: the keys of this batch's writes (the position of each
     node's last event on this rank) and the traffic counters."""
 
-    _nodes: Optional[Tensor] = None
-    _keys: Optional[Tensor] = None
+    device: torch.device
+    _nodes: Optional[np.ndarray] = None  # this batch's endpoints, sorted (host)
+    _keys: Optional[Tensor] = None  # their keys (device)
     rows_fetched = 0  # rows received from other ranks
     bytes_sent = 0  # bytes sent to other ranks
 
     def reset_traffic(self) -> None:
         self.rows_fetched = self.bytes_sent = 0
 
-    def begin_batch(self, src: Tensor, dst: Tensor, eid: Tensor) -> None:
-        """Name the events this rank processes in the current batch (global event ids)."""
-        ends = torch.stack([src, dst], 1).reshape(-1)
-        keys = torch.stack([2 * eid, 2 * eid + 1], 1).reshape(-1)
-        keep = last_event_rows(ends, keys)
-        ends, keys = ends[keep], keys[keep]
-        order = torch.argsort(ends)
-        self._nodes, self._keys = ends[order], keys[order]
+    def begin_batch(self, src: np.ndarray, dst: np.ndarray, eid: np.ndarray) -> None:
+        """Name the events this rank processes in the current batch (host arrays; global event
+        ids): each endpoint's key is that of its last event here."""
+        ends = np.stack([src, dst], 1).reshape(-1)
+        keys = np.stack([2 * eid, 2 * eid + 1], 1).reshape(-1)
+        o = np.lexsort((keys, ends))  # by node, then key
+        ends, keys = ends[o], keys[o]
+        last = np.ones(ends.size, bool)
+        last[:-1] = ends[1:] != ends[:-1]
+        self._nodes, self._keys = ends[last], to_device(keys[last], self.device)
 
-    def key_of(self, ids: Tensor) -> Tensor:
-        """The key of each written id (ids must be endpoints named by `begin_batch`)."""
+    def key_of(self, ids: np.ndarray) -> Tensor:
+        """The key of each written id (a host array of endpoints named by `begin_batch`)."""
         if self._nodes is None:
             raise RuntimeError("begin_batch must name the batch's events before write")
-        if ids.numel() == 0:
-            return torch.zeros(0, dtype=_INT, device=ids.device)
-        pos = torch.searchsorted(self._nodes, ids).clamp_(max=max(self._nodes.numel() - 1, 0))
-        if self._nodes.numel() == 0 or not torch.equal(self._nodes[pos], ids):
+        pos = np.searchsorted(self._nodes, ids).clip(max=max(self._nodes.size - 1, 0))
+        if ids.size and (self._nodes.size == 0 or not np.array_equal(self._nodes[pos], ids)):
             raise RuntimeError("write of a node that is no endpoint of this rank's events")
-        return self._keys[pos]
+        return self._keys[to_device(pos, self.device)]
+
+
+def on_host(ids: Tensor, host: Optional[np.ndarray]) -> np.ndarray:
+    """`host`, the ids as the caller's host array, or else the ids read back from the device."""
+    return ids.cpu().numpy() if host is None else host
 
 
 def _layout(state: NodeState) -> list[tuple[torch.dtype, tuple[int, ...]]]:
@@ -109,6 +119,7 @@ class ReplicatedNodeState(_RankState, NodeState):
     def __init__(self, num_nodes: int, memory_dim: int, mail_dim: int, mailbox_size: int = 1,
                  start_time: float = 0.0, device: torch.device | str = "cpu") -> None:
         super().__init__(num_nodes, memory_dim, mail_dim, mailbox_size, start_time, device)
+        self.device = self.memory.device
 
     def _gather(self, buf: Tensor) -> Tensor:
         """Every rank's `buf` rows, concatenated (counts what this rank sends and receives)."""
@@ -118,22 +129,25 @@ class ReplicatedNodeState(_RankState, NodeState):
         self.rows_fetched += sum(p.shape[0] for r, p in enumerate(parts) if r != me)
         return torch.cat(parts)
 
-    def write(self, ids: Tensor, memory: Tensor, last_update: Tensor, mail: Tensor, mail_time: Tensor) -> None:
+    def write(self, ids: Tensor, memory: Tensor, last_update: Tensor, mail: Tensor, mail_time: Tensor,
+              host_ids: Optional[np.ndarray] = None) -> None:
         """Apply this batch's rows from every rank."""
-        buf = pack([ids, self.key_of(ids), memory.detach(), last_update, mail.detach(), mail_time])
+        buf = pack([ids, self.key_of(on_host(ids, host_ids)), memory.detach(), last_update, mail.detach(), mail_time])
         ids, key, *rows = unpack(self._gather(buf), _layout(self))
-        keep = last_event_rows(ids, key)
-        super().write(ids[keep], *(x[keep] for x in rows))
+        at, winner = last_event_rows(ids, key)
+        super().write(at, *(x[winner] for x in rows))
 
     def deliver(self, ids: Tensor, memory: Tensor, last_update: Tensor, to: Tensor, mail: Tensor,
-                mail_time: Tensor, seq: Tensor) -> None:
+                mail_time: Tensor, seq: Tensor, host_ids: Optional[np.ndarray] = None,
+                host_to: Optional[np.ndarray] = None) -> None:
         """Apply this batch's memory rows and mails from every rank."""
-        ids, key, memory, last_update = unpack(self._gather(pack([ids, self.key_of(ids), memory.detach(),
-                                                                  last_update])), _layout(self)[:4])
+        key = self.key_of(on_host(ids, host_ids))
+        ids, key, memory, last_update = unpack(self._gather(pack([ids, key, memory.detach(), last_update])),
+                                               _layout(self)[:4])
         to, seq, mail_time, mail = unpack(self._gather(pack([to, seq, mail_time, mail.detach()])),
                                           _mail_layout(self))
-        keep = last_event_rows(ids, key)
-        super().deliver(ids[keep], memory[keep], last_update[keep], to, mail, mail_time, seq)
+        at, winner = last_event_rows(ids, key)
+        super().deliver(at, memory[winner], last_update[winner], to, mail, mail_time, seq)
 
 
 class PartitionedNodeState(_RankState):
@@ -144,73 +158,64 @@ class PartitionedNodeState(_RankState):
     def __init__(self, node_offsets: Sequence[int], memory_dim: int, mail_dim: int, mailbox_size: int = 1,
                  start_time: float = 0.0, device: torch.device | str = "cpu") -> None:
         self.rank = gdist.rank()
-        self.offsets = torch.as_tensor(list(node_offsets), dtype=_INT, device=device)
-        if self.offsets.numel() != gdist.world_size() + 1:
-            raise ValueError(f"node_offsets has {self.offsets.numel()} entries; the world of "
+        self.offsets = np.asarray(list(node_offsets), dtype=np.int64)
+        if self.offsets.size != gdist.world_size() + 1:
+            raise ValueError(f"node_offsets has {self.offsets.size} entries; the world of "
                              f"{gdist.world_size()} ranks needs {gdist.world_size() + 1}")
         self.lo, self.hi = int(self.offsets[self.rank]), int(self.offsets[self.rank + 1])
         self.num_nodes = int(self.offsets[-1])
         self.local = NodeState(self.hi - self.lo, memory_dim, mail_dim, mailbox_size, start_time, device)
-        self.fetched = torch.zeros(0, dtype=_INT, device=device)  # remote ids read since begin_batch
+        self.device = self.local.memory.device
 
     def reset(self) -> None:
         self.local.reset()
 
-    def begin_batch(self, src: Tensor, dst: Tensor, eid: Tensor) -> None:
-        super().begin_batch(src, dst, eid)
-        self.fetched = self.fetched[:0]
-
-    def owner(self, ids: Tensor) -> Tensor:
-        """Owning rank of each node id."""
-        return torch.searchsorted(self.offsets, ids, right=True) - 1
-
-    def _to_owners(self, owner: Tensor, rows: Tensor) -> tuple[list[Tensor], Tensor, list[int]]:
-        """Send `rows` to the ranks `owner`; returns (what each rank sent here, the send order,
-        rows sent per rank). Counts the bytes that leave this rank."""
-        order = torch.argsort(owner, stable=True)
-        sizes = torch.bincount(owner, minlength=len(self.offsets) - 1).tolist()
+    def _to_owners(self, ids: np.ndarray, rows: Tensor) -> tuple[list[Tensor], Tensor, list[int]]:
+        """Send row i of `rows` to the owner of node `ids[i]` (a host array); returns (what each
+        rank sent here, the send order, rows sent per rank). Counts the bytes that leave this rank."""
+        owner = owners(ids, self.offsets)
+        order = to_device(np.argsort(owner, kind="stable"), self.device)
+        sizes = np.bincount(owner, minlength=self.offsets.size - 1).tolist()
         recv = gdist.exchange(rows[order].split(sizes))
         per_row = rows[0].numel() * rows.element_size() if rows.shape[0] else 0
         self.bytes_sent += per_row * (sum(sizes) - sizes[self.rank])
         return recv, order, sizes
 
-    def read(self, ids: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    def read(self, ids: Tensor, host_ids: Optional[np.ndarray] = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """(memory, last_update, mail, mail_time) rows of the node ids `ids`."""
-        owner = self.owner(ids)
-        asked, order, sizes = self._to_owners(owner, ids.unsqueeze(1))
+        asked, order, sizes = self._to_owners(on_host(ids, host_ids), ids.unsqueeze(1))
         recv_sizes = [a.shape[0] for a in asked]
         mine = torch.cat(asked).squeeze(1) - self.lo
         rows = pack(self.local.read(mine))
         back = gdist.exchange(rows.split(recv_sizes), recv_sizes=sizes)
         self.bytes_sent += rows.shape[1] * (sum(recv_sizes) - recv_sizes[self.rank])
-        remote = owner != self.rank
-        self.fetched = torch.cat([self.fetched, ids[remote]])
-        self.rows_fetched += int(remote.sum())
+        self.rows_fetched += sum(sizes) - sizes[self.rank]
         out = torch.empty((ids.numel(), rows.shape[1]), dtype=torch.uint8, device=ids.device)
         out[order] = torch.cat(back)
         return tuple(unpack(out, _layout(self.local)[2:]))
 
-    def write(self, ids: Tensor, memory: Tensor, last_update: Tensor, mail: Tensor, mail_time: Tensor) -> None:
+    def write(self, ids: Tensor, memory: Tensor, last_update: Tensor, mail: Tensor, mail_time: Tensor,
+              host_ids: Optional[np.ndarray] = None) -> None:
         """Send each row to its owner, which keeps per node the row of the globally last event."""
-        buf = pack([ids, self.key_of(ids), memory.detach(), last_update, mail.detach(), mail_time])
-        recv, _, _ = self._to_owners(self.owner(ids), buf)
-        ids, key, *rows = unpack(torch.cat(recv), _layout(self.local))
-        keep = last_event_rows(ids, key)
-        self.local.write(ids[keep] - self.lo, *(x[keep] for x in rows))
+        host_ids = on_host(ids, host_ids)
+        buf = pack([ids, self.key_of(host_ids), memory.detach(), last_update, mail.detach(), mail_time])
+        ids, key, *rows = unpack(torch.cat(self._to_owners(host_ids, buf)[0]), _layout(self.local))
+        at, winner = last_event_rows(ids, key)
+        self.local.write(at - self.lo, *(x[winner] for x in rows))
 
     def deliver(self, ids: Tensor, memory: Tensor, last_update: Tensor, to: Tensor, mail: Tensor,
-                mail_time: Tensor, seq: Tensor) -> None:
+                mail_time: Tensor, seq: Tensor, host_ids: Optional[np.ndarray] = None,
+                host_to: Optional[np.ndarray] = None) -> None:
         """Send each memory row and each mail to its node's owner, which keeps the memory of the
         globally last event and merges the mails into the mailbox."""
-        rows = pack([ids, self.key_of(ids), memory.detach(), last_update])
-        ids, key, memory, last_update = unpack(torch.cat(self._to_owners(self.owner(ids), rows)[0]),
-                                               _layout(self.local)[:4])
+        host_ids = on_host(ids, host_ids)
+        rows = pack([ids, self.key_of(host_ids), memory.detach(), last_update])
+        ids, key, memory, last_update = unpack(torch.cat(self._to_owners(host_ids, rows)[0]), _layout(self.local)[:4])
         mails = pack([to, seq, mail_time, mail.detach()])
-        to, seq, mail_time, mail = unpack(torch.cat(self._to_owners(self.owner(to), mails)[0]),
+        to, seq, mail_time, mail = unpack(torch.cat(self._to_owners(on_host(to, host_to), mails)[0]),
                                           _mail_layout(self.local))
-        keep = last_event_rows(ids, key)
-        self.local.deliver(ids[keep] - self.lo, memory[keep], last_update[keep], to - self.lo,
-                           mail, mail_time, seq)
+        at, winner = last_event_rows(ids, key)
+        self.local.deliver(at - self.lo, memory[winner], last_update[winner], to - self.lo, mail, mail_time, seq)
 
     def state_dict(self) -> dict[str, Tensor]:
         """This rank's rows, with the id range they belong to."""

@@ -198,7 +198,7 @@ class TemporalGNN(nn.Module):
             row_t = torch.cat([times, times[:n_att].repeat_interleave(self.k)])
         out.host_ids, out.host_inv = np.unique(rows, return_inverse=True)
         out.ids, out.inv = (to_device(a, dev) for a in (out.host_ids, out.host_inv))
-        out.memory, out.last_update, out.mail, out.mail_time = state.read(out.ids)
+        out.memory, out.last_update, out.mail, out.mail_time = state.read(out.ids, out.host_ids)
         if self.memory.attends_mailbox:
             out.embed = self._mailbox_memory(out, times, num_endpoints)
             return out
@@ -260,9 +260,10 @@ class TemporalGNN(nn.Module):
                             1).reshape(2 * b, self.memory.mail_dim)
         times = batch.t.repeat_interleave(2)
         if not self.memory.to_neighbors:
-            rows, last = (to_device(a, dev) for a in last_per_node(ends, fw.host_ids.size))
+            host_rows, host_last = last_per_node(ends, fw.host_ids.size)
+            rows, last = to_device(host_rows, dev), to_device(host_last, dev)
             state.write(fw.ids[rows], upd[rows], fw.updated_time[rows], mails[last].unsqueeze(1),
-                        times[last].unsqueeze(1))
+                        times[last].unsqueeze(1), host_ids=fw.host_ids[host_rows])
             return
         # APAN: endpoints and their sampled neighbours receive the mail (each (node, mail) once)
         k = self.k
@@ -273,10 +274,13 @@ class TemporalGNN(nn.Module):
         seq = np.concatenate([np.arange(2 * b), np.repeat(nbr_seq, k)[mask]])
         recv = np.concatenate([ends, inv[q:][mask]])
         key = np.unique(recv * (2 * b) + seq)
-        recv, seq = (to_device(a, dev) for a in (key // max(2 * b, 1), key % max(2 * b, 1)))
-        rows = to_device(np.unique(ends), dev)  # only the endpoints' memories change
+        host_recv, host_seq = key // max(2 * b, 1), key % max(2 * b, 1)
+        recv, seq = to_device(host_recv, dev), to_device(host_seq, dev)
+        host_rows = np.unique(ends)  # only the endpoints' memories change
+        rows = to_device(host_rows, dev)
         state.deliver(fw.ids[rows], upd[rows], fw.updated_time[rows], fw.ids[recv], mails[seq], times[seq],
-                      2 * batch.eid[seq // 2] + seq % 2)  # mails in global event order
+                      2 * batch.eid[seq // 2] + seq % 2,  # mails in global event order
+                      host_ids=fw.host_ids[host_rows], host_to=fw.host_ids[host_recv])
 
 
 def build_model(name: str, edge_dim: int = 0, memory_dim: int = 100, time_dim: int = 100, num_neighbors: int = 10,

@@ -8,6 +8,9 @@ this class.
 """
 from __future__ import annotations
 
+from typing import Optional
+
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -35,26 +38,31 @@ class NodeState:
         self.mail.zero_()
         self.mail_time.fill_(EMPTY)
 
-    def begin_batch(self, src: Tensor, dst: Tensor, eid: Tensor) -> None:
-        """The events of the next write (what distributed states key writes by); nothing here."""
+    def begin_batch(self, src: np.ndarray, dst: np.ndarray, eid: np.ndarray) -> None:
+        """The events of the next write, as host arrays (what distributed states key writes by);
+        nothing here."""
 
-    def read(self, ids: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """(memory, last_update, mail, mail_time) rows of the global node ids `ids`."""
+    def read(self, ids: Tensor, host_ids: Optional[np.ndarray] = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """(memory, last_update, mail, mail_time) rows of the global node ids `ids`. `host_ids`
+        (here and below): the same ids as a host array, with which a distributed state routes
+        rows without reading the ids back from the device; unused here."""
         return (self.memory.index_select(0, ids), self.last_update.index_select(0, ids),
                 self.mail.index_select(0, ids), self.mail_time.index_select(0, ids))
 
-    def write(self, ids: Tensor, memory: Tensor, last_update: Tensor, mail: Tensor, mail_time: Tensor) -> None:
-        """Overwrite the rows of the unique node ids `ids`."""
+    def write(self, ids: Tensor, memory: Tensor, last_update: Tensor, mail: Tensor, mail_time: Tensor,
+              host_ids: Optional[np.ndarray] = None) -> None:
+        """Overwrite the rows of the node ids `ids` (an id may repeat with identical rows)."""
         self.memory.index_copy_(0, ids, memory.detach())
         self.last_update.index_copy_(0, ids, last_update)
         self.mail.index_copy_(0, ids, mail.detach())
         self.mail_time.index_copy_(0, ids, mail_time)
 
     def deliver(self, ids: Tensor, memory: Tensor, last_update: Tensor, to: Tensor, mail: Tensor,
-                mail_time: Tensor, seq: Tensor) -> None:
-        """Overwrite the memory and last-update rows of the unique node ids `ids`, and append mail
+                mail_time: Tensor, seq: Tensor, host_ids: Optional[np.ndarray] = None,
+                host_to: Optional[np.ndarray] = None) -> None:
+        """Overwrite the memory and last-update rows of the node ids `ids` (as `write`), and append mail
         i (time `mail_time[i]`, global order `seq[i]`) to the mailbox of node `to[i]`; each
-        mailbox keeps its M latest mails by (time, seq)."""
+        mailbox keeps its M latest mails by (time, seq). `host_to`: `to` as a host array."""
         self.memory.index_copy_(0, ids, memory.detach())
         self.last_update.index_copy_(0, ids, last_update)
         if to.numel():

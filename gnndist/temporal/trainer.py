@@ -49,8 +49,7 @@ from gnndist.outputs import write_metrics
 from gnndist.launch import Data, Outputs, Split, run_job
 from gnndist.partition import load_id_maps, load_partition
 from gnndist.runlog import RunLog
-from gnndist.samplers import DistTemporalSampler, DistFeatures
-from gnndist.samplers.distributed import sampler_group
+from gnndist.samplers import DistTemporalSampler, DistFeatures, sampler_group
 from gnndist.samplers.temporal import multihop
 from gnndist.temporal.config import LinkConfig
 from gnndist.temporal.dist_state import PartitionedNodeState, ReplicatedNodeState
@@ -123,17 +122,17 @@ class TimedState:
     def __init__(self, state: NodeState, timers: Timers) -> None:
         self.state, self.timers = state, timers
 
-    def read(self, ids: Tensor):
+    def read(self, *args, **kwargs):
         with self.timers.phase("fetch"):
-            return self.state.read(ids)
+            return self.state.read(*args, **kwargs)
 
-    def write(self, *rows: Tensor) -> None:
+    def write(self, *args, **kwargs) -> None:
         with self.timers.phase("sync"):
-            self.state.write(*rows)
+            self.state.write(*args, **kwargs)
 
-    def deliver(self, *rows: Tensor) -> None:
+    def deliver(self, *args, **kwargs) -> None:
         with self.timers.phase("sync"):
-            self.state.deliver(*rows)
+            self.state.deliver(*args, **kwargs)
 
     def __getattr__(self, name: str):
         return getattr(self.state, name)
@@ -212,8 +211,8 @@ class LinkTrainer:
         torch.manual_seed(cfg.seed)  # identical initial parameters on every rank
         self.model = build_model(cfg.model, events.edge_dim, cfg.memory_dim, cfg.time_dim, cfg.num_neighbors,
                                  mailbox=cfg.mailbox, sampling=cfg.sampling).to(device)
-        self.params = list(self.model.parameters())
-        self.optimizer = torch.optim.Adam(self.params, lr=cfg.lr, fused=True)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]  # the fixed time encoders have none
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr, fused=True)
         self.timers = Timers(device)
         self.progress = dist.rank() == 0 and show_progress(cfg.quiet)
         self.neighbours = Neighbours(events, self.model.sampling.strategy, cfg.seed, self.timers, device,
@@ -257,7 +256,7 @@ class LinkTrainer:
         host = (ev.src[pos], ev.dst[pos], ev.t[pos], neg)
         batch = Batch(*(to_device(a, self.device) for a in (*host[:3], ev.eid[pos], feat, neg)), host=host)
         if self.state is not None:
-            self.state.begin_batch(batch.src, batch.dst, batch.eid)
+            self.state.begin_batch(ev.src[pos], ev.dst[pos], ev.eid[pos])
         return batch
 
     # ------------------------------------------------------------------------------ one step
