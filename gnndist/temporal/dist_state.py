@@ -190,9 +190,8 @@ class PartitionedNodeState(_RankState):
         back = gdist.exchange(rows.split(recv_sizes), recv_sizes=sizes)
         self.bytes_sent += rows.shape[1] * (sum(recv_sizes) - recv_sizes[self.rank])
         self.rows_fetched += sum(sizes) - sizes[self.rank]
-        out = torch.empty((ids.numel(), rows.shape[1]), dtype=torch.uint8, device=ids.device)
-        out[order] = torch.cat(back)
-        return tuple(unpack(out, _layout(self.local)[2:]))
+        got = torch.cat(back)  # in send order: back into the order of `ids`
+        return tuple(unpack(got.index_select(0, torch.argsort(order)), _layout(self.local)[2:]))
 
     def write(self, ids: Tensor, memory: Tensor, last_update: Tensor, mail: Tensor, mail_time: Tensor,
               host_ids: Optional[np.ndarray] = None) -> None:

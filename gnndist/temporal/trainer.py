@@ -285,8 +285,7 @@ class LinkTrainer:
         served = fw.embed[2 * b:]
         with self.timers.phase("sync"):
             back = dist.exchange(served.detach().split(served_sizes), recv_sizes=sizes)
-        z_neg = torch.empty((b * n, self.model.dim), device=self.device)
-        z_neg[to_device(order, self.device)] = torch.cat(back)
+        z_neg = torch.cat(back).index_select(0, to_device(np.argsort(order), self.device))  # in the negatives' order
         me, row = self.events.rank, self.model.dim * z_neg.element_size()
         self.embed_bytes += 16 * (sum(sizes) - sizes[me]) + row * (sum(served_sizes) - served_sizes[me])
         if torch.is_grad_enabled():
