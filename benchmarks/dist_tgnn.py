@@ -16,7 +16,8 @@ Printed: the largest rank's peak over the one-process peak (target at W = 4: at 
 Speed table (1M events, 100k nodes, batch 200, one epoch): training events/s, node-state rows
 fetched from other ranks, bytes moved between ranks per epoch (all ranks together), the
 gradient all-reduce payload, the collectives each rank enters per training step, the time split (mean over ranks) and test AP; then, per rank
-count, partitioned bytes with the temporal partitioner over those with random partitioning.
+count, partitioned bytes with the temporal partitioner over those with random partitioning, and
+every setting's events/s over one process's.
 Not a test: local ranks share this machine's cores, so events/s measures overheads, not the
 speed-up of ranks on machines of their own.
 """
@@ -91,8 +92,11 @@ def speed_table(tmp: Path, events: int, nodes: int, ranks: list[int]) -> None:
             + "".join(f"{h:>8}" for h in PHASES) + f"{'test AP':>8}")
     print(head + "\n" + "-" * len(head), flush=True)
 
+    speeds: dict[str, float] = {}
+
     def row(label: str, m: dict) -> None:
         e = m["epochs"][0]
+        speeds[label] = e["events_per_s"]
         split = "".join(f"{e[f'{p}_s']:>8.1f}" if f"{p}_s" in e else f"{'-':>8}" for p in PHASES)
         print(f"{label:<34}{e['events_per_s']:>9,.0f}{e.get('remote_rows', 0):>11,}{e.get('bytes', 0) / MiB:>10.1f}"
               f"{e.get('grad_bytes', 0) / MiB:>10.1f}{e['collectives_per_step']:>10.1f}{split}{m['test']['ap']:>8.4f}",
@@ -117,6 +121,10 @@ def speed_table(tmp: Path, events: int, nodes: int, ranks: list[int]) -> None:
         ratios.append(f"{w} ranks, partitioned: bytes moved temporal / random = "
                       f"{got['temporal'] / max(got['random'], 1):.2f} ({got['temporal'] / MiB:.1f} / "
                       f"{got['random'] / MiB:.1f} MB)")
+    one = speeds.get("1 process")
+    if one:
+        ratios += [f"{label}: events/s over one process = {v / one:.2f} ({v:,.0f} / {one:,.0f})"
+                   for label, v in speeds.items() if label != "1 process"]
     print("\n".join(ratios))
 
 
