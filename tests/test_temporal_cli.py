@@ -157,7 +157,7 @@ def test_the_footprint_is_what_a_link_trainer_allocates(model, monkeypatch):
     parts = {p.label: p.nbytes for p in link_footprint(events, cfg).parts}
     tr = LinkTrainer(events, cfg)
     tr.train_epoch(1)
-    held = optimizer_bytes(tr.params, tr.optimizer)
+    held = optimizer_bytes(list(tr.model.parameters()), tr.optimizer)
     # DyRep's attention and the key weights of TGAT's first layer (whose keys are all the zero
     # input) get no gradient, so no Adam state: counted all the same
     if model in ("dyrep", "tgat"):
