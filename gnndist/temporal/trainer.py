@@ -50,6 +50,7 @@ from gnndist.launch import Data, Outputs, Split, run_job
 from gnndist.partition import load_id_maps, load_partition
 from gnndist.runlog import RunLog
 from gnndist.samplers import DistTemporalSampler, DistFeatures, sampler_group
+from gnndist.samplers.distributed import Requests
 from gnndist.samplers.temporal import multihop
 from gnndist.temporal.config import LinkConfig
 from gnndist.temporal.dist_state import PartitionedNodeState, ReplicatedNodeState
@@ -253,10 +254,10 @@ class LinkTrainer:
             neg = ev.orig_to_new[negatives(ev.eid[pos] - start, ev.new_to_orig[ev.src[pos]], ev.new_to_orig[ev.dst[pos]])]
         feat = ev.edge_feat[pos] if ev.edge_feat is not None else np.zeros((pos.size, 0), np.float32)
 
-        host = (ev.src[pos], ev.dst[pos], ev.t[pos], neg)
-        batch = Batch(*(to_device(a, self.device) for a in (*host[:3], ev.eid[pos], feat, neg)), host=host)
+        host, eid = (ev.src[pos], ev.dst[pos], ev.t[pos], neg), ev.eid[pos]
+        batch = Batch(*(to_device(a, self.device) for a in (*host[:3], eid, feat, neg)), host=host)
         if self.state is not None:
-            self.state.begin_batch(ev.src[pos], ev.dst[pos], ev.eid[pos])
+            self.state.begin_batch(host[0], host[1], eid)
         return batch
 
     # ------------------------------------------------------------------------------ one step
@@ -270,15 +271,11 @@ class LinkTrainer:
             return self.model(self.state, batch, self.neighbours)
         b, n = batch.neg.shape
         src, dst, t, neg = batch.on_host()  # the queries travel as host data, on the gloo group
-        owner = owners(neg.reshape(-1), self.events.node_offsets)
-        order = np.argsort(owner, kind="stable")
-        sizes = np.bincount(owner, minlength=self.events.num_parts).tolist()
         with self.timers.phase("sync"):
-            query = np.stack([neg.reshape(-1), np.repeat(t, n).view(np.int64)], 1)[order]
-            asked = dist.exchange(torch.from_numpy(query).split(sizes), sampler_group())
-        served_sizes = [a.shape[0] for a in asked]
-        rows = torch.cat(asked).numpy()
-        qn, qt = rows[:, 0], np.ascontiguousarray(rows[:, 1]).view(np.float64)
+            asked = Requests(np.stack([neg.reshape(-1), np.repeat(t, n).view(np.int64)], 1),
+                             owners(neg.reshape(-1), self.events.node_offsets), sampler_group())
+        order, sizes, served_sizes = asked.order, asked.send_sizes, asked.recv_sizes
+        qn, qt = asked.received[:, 0], np.ascontiguousarray(asked.received[:, 1]).view(np.float64)
         host = (np.concatenate([src, dst, qn]), np.concatenate([t, t, qt]))
         fw = self.model.embed(self.state, to_device(host[0], self.device), to_device(host[1], self.device), 2 * b,
                               self.neighbours, host)
