@@ -9,7 +9,7 @@ seeds of their own.
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import torch
@@ -173,20 +173,33 @@ class DistTemporalSampler:
     def num_nodes(self) -> int:
         return int(self.node_offsets[-1])
 
-    def sample_hop(self, nodes: np.ndarray, times: np.ndarray, k: int, hop: int, strategy: str, seed: int
-                   ) -> TemporalSample:
+    def sample_hop(self, nodes: np.ndarray, times: np.ndarray, k: int, hop: int, strategy: str, seed: int,
+                   features: Optional[Callable[[np.ndarray], np.ndarray]] = None) -> TemporalSample:
         """Hop `hop` of a multi-hop sample for checked queries (a collective; `sample` checks).
-        Queries at time -inf (padding of an earlier hop) stay empty and are not sent."""
+        Queries at time -inf (padding of an earlier hop) stay empty and are not sent.
+        `features(eid)`: the feature rows [len(eid), D] of events this rank holds; given, the
+        sampling rank sends the sampled events' rows with the sample (`feat`), which holds every
+        event touching the node it sampled."""
         live = np.flatnonzero(times > -np.inf)
         keys = np.stack([nodes[live], times[live].view(np.int64)], axis=1)
         req = Requests(keys, owners(nodes[live], self.node_offsets), self.group)
         ids, tq = req.received[:, 0], np.ascontiguousarray(req.received[:, 1]).view(np.float64)
         s = sample_tcsr(*self.tcsr, self.keys[ids - self.lo], tq, k, strategy, seed, hop, rows=ids - self.lo)
-        back = req.reply(np.concatenate([s.counts[:, None], s.nbr, s.eid, s.ts.view(np.int64)], axis=1))
-        rows = np.zeros((nodes.size, 1 + 3 * k), np.int64)
+        cols = [np.concatenate([s.counts[:, None], s.nbr, s.eid, s.ts.view(np.int64)], axis=1)]
+        if features is not None:
+            held = features(s.eid[s.mask])
+            feat = np.zeros((ids.size, k, held.shape[1]), held.dtype)
+            feat[s.mask] = held
+            cols.append(feat.reshape(ids.size, k * held.shape[1]))
+        back = req.reply(np.concatenate([c.view(np.uint8) for c in cols], axis=1))
+        rows = np.zeros((nodes.size, back.shape[1]), np.uint8)
         rows[live] = back
-        return TemporalSample.finish(rows[:, 1:1 + k], rows[:, 1 + k:1 + 2 * k],
-                                     np.ascontiguousarray(rows[:, 1 + 2 * k:]).view(np.float64), rows[:, 0], times)
+        ints = np.ascontiguousarray(rows[:, :8 * (1 + 3 * k)]).view(np.int64)
+        feat = (None if features is None else
+                np.ascontiguousarray(rows[:, 8 * (1 + 3 * k):]).view(held.dtype).reshape(nodes.size, k, held.shape[1]))
+        return TemporalSample.finish(ints[:, 1:1 + k], ints[:, 1 + k:1 + 2 * k],
+                                     np.ascontiguousarray(ints[:, 1 + 2 * k:]).view(np.float64), ints[:, 0], times,
+                                     feat)
 
     def sample(self, nodes, times, k: int, strategy: str = "recent", seed: int = 0) -> TemporalSample:
         """Like `sample_temporal_neighbors`, for any nodes; a collective."""

@@ -9,7 +9,7 @@ them when there are at most k). Uniform draws depend only on (seed, hop, node, q
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
@@ -23,7 +23,8 @@ STRATEGIES = ("recent", "uniform")
 @dataclass(eq=False)
 class TemporalSample:
     """Padded temporal neighbours of Q queries: `nbr`, `eid` int64 [Q, k], `ts` float64 [Q, k]
-    (event times), `dt` float32 [Q, k] (query time - ts), `mask` bool [Q, k]. Valid entries
+    (event times), `dt` float32 [Q, k] (query time - ts), `mask` bool [Q, k], and where the
+    sampler was asked for them the sampled events' features `feat` [Q, k, D]. Valid entries
     come first, most recent first; padding holds 0 everywhere."""
 
     nbr: np.ndarray
@@ -31,6 +32,7 @@ class TemporalSample:
     ts: np.ndarray
     dt: np.ndarray
     mask: np.ndarray
+    feat: Optional[np.ndarray] = None
 
     @property
     def counts(self) -> np.ndarray:
@@ -39,11 +41,11 @@ class TemporalSample:
 
     @classmethod
     def finish(cls, nbr: np.ndarray, eid: np.ndarray, ts: np.ndarray, counts: np.ndarray,
-               times: np.ndarray) -> "TemporalSample":
+               times: np.ndarray, feat: Optional[np.ndarray] = None) -> "TemporalSample":
         """From zero-padded kernel outputs and the query times."""
         mask = np.arange(nbr.shape[1]) < counts[:, None]
         dt = np.where(mask, times[:, None] - ts, 0.0).astype(np.float32)
-        return cls(nbr, eid, ts, dt, mask)
+        return cls(nbr, eid, ts, dt, mask, feat)
 
 
 def check_query(nodes, times, k: int, strategy: str, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:

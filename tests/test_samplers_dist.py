@@ -95,6 +95,10 @@ def worker():
     out["features", "all-cached"] = (exact, store.stats())
 
     ef = features(tg.num_events, 3, seed=1)
+    held = ef[eids]
+    carried = tsampler.sample_hop(nodes, np.where(np.arange(nodes.size) % 7 == 0, -np.inf, times), 5, 0, "recent", 3,
+                                  lambda e: held[np.searchsorted(eids, e)])
+    out["carried"] = (carried.eid, carried.mask, carried.feat)
     estore = DistFeatures.for_events(ef[eids], eids, tg.num_events)
     batch = np.random.default_rng(r).integers(0, tg.num_events, 200)
     holder = np.searchsorted(toff, tg.src[batch], side="right") - 1  # the source's owner holds the event
@@ -186,6 +190,19 @@ def test_temporal_distributed_equals_single_process_and_is_strictly_earlier(run)
             hops = sample_temporal_multihop(tg, nodes, times, [3, 2], strategy, seed=3)
             for got, h in zip(out["multihop", strategy], hops):
                 assert all(np.array_equal(a, b) for a, b in zip(got, (h.nbr, h.eid, h.ts, h.mask)))
+
+
+def test_features_sent_with_a_sample_are_the_sampled_events_rows(run):
+    """The sampling rank sends the rows of the events it sampled (it holds every event touching
+    the node it sampled); padding, and queries at time -inf, get zeros."""
+    _, outs = run
+    tg = random_tgraph()
+    ef = features(tg.num_events, 3, seed=1)
+    for out in outs:  # rank 1 asks nothing, and is asked
+        eid, mask, feat = out["carried"]
+        assert feat.shape == (*eid.shape, 3) and not mask[::7].any()
+        assert np.array_equal(feat[mask], ef[eid[mask]]) and not feat[~mask].any()
+    assert sum(int(out["carried"][1].sum()) for out in outs) > 100
 
 
 def test_fetched_features_are_bit_exact_with_every_cache(run):

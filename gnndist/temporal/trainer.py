@@ -9,8 +9,9 @@ step), so every rank takes the step one process takes on the whole batch. Every 
 step, with or without events of its own.
 
 A node's temporal neighbours are sampled by its owner (`DistTemporalSampler`, one exchange per
-hop); the features of sampled events come from `DistFeatures` (read in place for held
-events, else fetched from the owner that sampled them, one exchange per step, behind a cache).
+hop), which sends the sampled events' features with them; with an edge cache they come from
+`DistFeatures` instead (read in place for held events, else fetched from the owner that sampled
+them, one exchange per step, behind the cache).
 Node state is replicated (all rows on every rank) or partitioned (rows at their owners); with
 partitioned memory the negatives are embedded by their nodes' owners, where their rows and most
 of their neighbours' rows live: only the queries, embeddings and gradients travel.
@@ -141,32 +142,42 @@ class TimedState:
 
 class Neighbours:
     """Temporal neighbourhoods of queries: sampled by the queried nodes' owners, with the features
-    of the sampled events (`DistFeatures`; a collective: one exchange per hop for
-    the samples, one for the features)."""
+    of the sampled events (a collective: one exchange per hop for the samples). Without an edge
+    cache the owner that sampled an event sends its features with the sample; with one they are
+    fetched afterwards through `DistFeatures`, behind the cache (one exchange more)."""
 
     def __init__(self, events: RankEvents, strategy: str, seed: int, timers: Timers, device: torch.device,
-                 progress: bool = False) -> None:
+                 progress: bool = False, cache: str = "none") -> None:
         self.events, self.strategy, self.seed, self.timers, self.device = events, strategy, seed, timers, device
         self.sampler = DistTemporalSampler(*events.tcsr(progress), events.node_offsets, keys=events.orig_ids)
         rows = events.edge_feat if events.edge_feat is not None else np.zeros((events.num_held, 0), np.float32)
         self.features = DistFeatures.for_events(rows, events.eid, events.num_events)
-        self.remote_queries = 0
+        self.carry = cache == "none" and events.edge_dim > 0  # features come with the samples
+        self.remote_queries = self.carried_bytes = 0
+
+    def held_features(self, eid: np.ndarray) -> np.ndarray:
+        """Feature rows of events this rank holds, by global id."""
+        return self.events.edge_feat[np.searchsorted(self.events.eid, eid)]
 
     def sample(self, nodes: np.ndarray, times: np.ndarray, ks: list[int]):
         """The samples of every hop, and the rank that sampled each hop's queries."""
+        features = self.held_features if self.carry else None
         with self.timers.phase("sample"):
-            hops = multihop(lambda n, t, k, h: self.sampler.sample_hop(n, t, k, h, self.strategy, self.seed),
+            hops = multihop(lambda n, t, k, h: self.sampler.sample_hop(n, t, k, h, self.strategy, self.seed, features),
                             nodes, times, ks)
         queried = [nodes] + [h.nbr.reshape(-1) for h in hops[:-1]]
         holders = [owners(q, self.events.node_offsets) for q in queried]
         self.remote_queries += sum(int((h != self.events.rank).sum()) for h in holders)
+        if self.carry:
+            row = self.events.edge_feat.dtype.itemsize * self.events.edge_dim
+            self.carried_bytes += sum(row * int(h.mask[o != self.events.rank].sum()) for h, o in zip(hops, holders))
         return hops, holders
 
     def __call__(self, nodes: np.ndarray, times: np.ndarray, ks: list[int]) -> list[Hop]:
         hops, holders = self.sample(nodes, times, ks)
         d = self.events.edge_dim
-        feats = [torch.zeros((*h.mask.shape, d)) for h in hops]
-        if d:
+        feats = [torch.from_numpy(h.feat) if self.carry else torch.zeros((*h.mask.shape, d)) for h in hops]
+        if d and not self.carry:
             with self.timers.phase("fetch"):
                 rows = self.features.fetch(np.concatenate([h.eid[h.mask] for h in hops]),
                                            np.concatenate([np.repeat(o, h.mask.sum(1)) for o, h in zip(holders, hops)]))
@@ -217,7 +228,7 @@ class LinkTrainer:
         self.timers = Timers(device)
         self.progress = dist.rank() == 0 and show_progress(cfg.quiet)
         self.neighbours = Neighbours(events, self.model.sampling.strategy, cfg.seed, self.timers, device,
-                                     self.progress)
+                                     self.progress, cfg.cache)
         start = float(events.t.min(initial=np.inf))
         start = -float(dist.all_reduce(torch.tensor([-start], dtype=torch.float64, device=device), "max"))
         state = new_state(self.model, events, cfg.memory, start, device)
@@ -397,7 +408,7 @@ class LinkTrainer:
     def _reset_traffic(self) -> None:
         self.timers.reset()
         self.embed_bytes = 0
-        self.neighbours.remote_queries = 0
+        self.neighbours.remote_queries = self.neighbours.carried_bytes = 0
         self.neighbours.features.reset_counters()
         if self.state is not None and hasattr(self.state.state, "reset_traffic"):
             self.state.reset_traffic()
@@ -411,7 +422,7 @@ class LinkTrainer:
         k = self.cfg.num_neighbors
         local = [getattr(st, "rows_fetched", 0), getattr(st, "bytes_sent", 0), self.embed_bytes,
                  self.neighbours.remote_queries * (16 + 8 * (1 + 3 * k)), c["requests"], c["hits"],
-                 c["bytes_fetched"], c["bytes_saved"], *(spent[p] for p in PHASES)]
+                 c["bytes_fetched"] + self.neighbours.carried_bytes, c["bytes_saved"], *(spent[p] for p in PHASES)]
         total = dist.all_reduce(torch.tensor(local, dtype=torch.float64, device=self.device)).cpu().tolist()
         w = self.events.num_parts
         out = {"remote_rows": int(total[0]), "state_bytes": int(total[1]), "embed_bytes": int(total[2]),
