@@ -1,8 +1,9 @@
 """Distributed temporal training on 2 and 3 local gloo ranks, each holding only its part of the
 events, against one process (same global batch, same seed): node state after every training
 step, the summed gradient of every step, parameters, evaluation figures; resume; a rank built
-from a copy of the store holding only its own part; and no rank holding an array with one entry
-per event of the whole graph.
+from a copy of the store holding only its own part; edge features fetched behind a cache against
+features sent with the samples; and no rank holding an array with one entry per event of the
+whole graph.
 
 One launch per world size runs every case; the one-process references run here, through the
 same `LinkTrainer` on the whole graph.
@@ -131,6 +132,8 @@ def worker(store, own_copies, tg, ckpt_root):
     # a rank built from a copy of the store that holds only its own part
     out["own_copy"] = fit(LinkTrainer(rank_events(own_copies[gdist.rank()]), config("tgn", "partitioned")))
     out["selection"] = fit(LinkTrainer(events, config(**SELECTION)))
+    # features fetched behind an edge cache, against features sent with the samples (no cache)
+    out["cached"] = fit(LinkTrainer(events, config("tgn", "partitioned", cache="presample", cache_size=0.5)))
     # resume: 1 epoch, then resumed to 2, against 2 epochs straight
     cfg = config("tgn", "partitioned", epochs=2)
     straight = RecTrainer(events, cfg)
@@ -290,6 +293,17 @@ def test_a_rank_with_only_its_own_part_trains_to_the_same_figures(launched):
     w, _, results = launched
     for out in results:
         assert out["own_copy"]["test"] == out["tgn", "partitioned"][1]["test"]
+
+
+def test_features_fetched_behind_a_cache_train_as_features_sent_with_the_samples(launched):
+    """Two independent ways to the sampled events' features: fetched afterwards from their
+    holders through `DistFeatures` (with a cache), or sent by the sampling rank with the sample."""
+    w, _, results = launched
+    for out in results:
+        cached, sent = out["cached"], out["tgn", "partitioned"][1]
+        assert cached["epochs"][0]["edge_cache_hit_rate"] > 0
+        assert abs(cached["epochs"][0]["loss"] - sent["epochs"][0]["loss"]) < 1e-6
+        assert all(abs(cached["test"][k] - sent["test"][k]) < 1e-6 for k in ("ap", "auc", "mrr"))
 
 
 def test_model_selection_under_w_ranks_equals_one_process(launched):
