@@ -72,7 +72,8 @@ def batch_loss(fw: Forward, global_batch: int) -> Tensor:
 
 
 class Timers:
-    """Seconds per phase: sample (neighbour sampling), fetch (state rows and edge features),
+    """Seconds per phase: sample (neighbour sampling, with the sampled events' edge features when
+    they come with the samples), fetch (state rows, and edge features fetched behind a cache),
     sync (gradient all-reduce, state writes, served embeddings); compute is the rest. On a GPU
     a phase is timed by CUDA events at its ends, on the device's stream: the time it adds after
     the work queued before it, read when `seconds` is asked for (one wait for the device, at the
