@@ -29,6 +29,7 @@ from torch import nn
 
 from gnndist.datasets import load
 from gnndist.temporal.config import LinkConfig
+from gnndist.temporal.modules import time_encoder
 from gnndist.temporal.trainer import train_link
 
 UCI = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "uci_collegemsg" / "CollegeMsg.txt.gz"
@@ -71,20 +72,6 @@ class RecentNeighbours:
         valid = idx >= start[:, None]
         idx = np.where(valid, idx, 0)
         return np.where(valid, self.other[idx], 0), np.where(valid, self.t[idx], 0.0), valid
-
-
-class CosTime(nn.Module):
-    """cos(w * dt + b), w initialised to 1 .. 1e-9."""
-
-    def __init__(self, dim: int) -> None:
-        super().__init__()
-        self.lin = nn.Linear(1, dim)
-        with torch.no_grad():
-            self.lin.weight.copy_(torch.logspace(0, -9, dim).view(dim, 1))
-            self.lin.bias.zero_()
-
-    def forward(self, dt: torch.Tensor) -> torch.Tensor:
-        return torch.cos(self.lin(dt.unsqueeze(-1)))
 
 
 class Merge(nn.Module):
@@ -131,7 +118,7 @@ class PeerDyRep(nn.Module):
     def __init__(self, num_nodes: int) -> None:
         super().__init__()
         self.num_nodes = num_nodes
-        self.time = CosTime(TIME)
+        self.time = time_encoder(TIME)
         self.cell = nn.RNNCell(2 * MEMORY + TIME + FEATURES, MEMORY)
         self.attention = Attention()
         self.predictor = Merge(MEMORY, MEMORY, MEMORY, 1)
