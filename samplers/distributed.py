@@ -188,15 +188,16 @@ class DistTemporalSampler:
         cols = [np.concatenate([s.counts[:, None], s.nbr, s.eid, s.ts.view(np.int64)], axis=1)]
         if features is not None:
             held = features(s.eid[s.mask])
-            feat = np.zeros((ids.size, k, held.shape[1]), held.dtype)
+            dtype, width = held.dtype, held.shape[1]  # also unpack the reply below
+            feat = np.zeros((ids.size, k, width), dtype)
             feat[s.mask] = held
-            cols.append(feat.reshape(ids.size, k * held.shape[1]))
+            cols.append(feat.reshape(ids.size, k * width))
         back = req.reply(np.concatenate([c.view(np.uint8) for c in cols], axis=1))
         rows = np.zeros((nodes.size, back.shape[1]), np.uint8)
         rows[live] = back
         ints = np.ascontiguousarray(rows[:, :8 * (1 + 3 * k)]).view(np.int64)
         feat = (None if features is None else
-                np.ascontiguousarray(rows[:, 8 * (1 + 3 * k):]).view(held.dtype).reshape(nodes.size, k, held.shape[1]))
+                np.ascontiguousarray(rows[:, 8 * (1 + 3 * k):]).view(dtype).reshape(nodes.size, k, width))
         return TemporalSample.finish(ints[:, 1:1 + k], ints[:, 1 + k:1 + 2 * k],
                                      np.ascontiguousarray(ints[:, 1 + 2 * k:]).view(np.float64), ints[:, 0], times,
                                      feat)
