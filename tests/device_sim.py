@@ -18,6 +18,8 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
+from gnndist.temporal import keys
+
 READS = {"item", "tolist", "cpu", "numpy", "__bool__", "__int__", "__float__", "__index__", "equal", "allclose"}
 DATA_SIZED = {"unique", "unique_consecutive", "nonzero", "argwhere", "masked_select", "bincount"}
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,6 +53,15 @@ class SimulatedDevice(TorchFunctionMode):
         self.put(*module.buffers())
 
     # ------------------------------------------------------------------ the mode
+    def __enter__(self):
+        """The library takes its device path: no CPU-only kernels (they read tensors as numpy)."""
+        self._kernels, keys.CPU_KERNELS = keys.CPU_KERNELS, False
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        keys.CPU_KERNELS = self._kernels
+        return super().__exit__(*exc)
+
     def _site(self) -> str:
         frame = sys._getframe(2)
         while frame is not None:

@@ -10,6 +10,8 @@ from gnndist.temporal.config import LinkConfig
 from gnndist.temporal.events import RankEvents
 from gnndist.temporal.linkpred import EvalNegatives, train_negatives
 from gnndist.temporal.models import MODELS
+from gnndist.temporal import keys
+from gnndist.temporal.keys import key_scores, key_sums
 from gnndist.temporal.modules import TemporalAttention, last_per_node, time_encoder
 from gnndist.temporal.state import NodeState, merge_mailbox
 from gnndist.temporal.trainer import LinkTrainer, TimedState, batch_loss
@@ -209,8 +211,10 @@ def attention_brute_force(att, query, nodes, context, mask):
     return (attn.unsqueeze(-1) * val).sum(1).reshape(r, h * dh) + att.skip(query)
 
 
+@pytest.mark.parametrize("kernels", [True, False], ids=["cpu-kernels", "device-path"])
 @pytest.mark.parametrize("shared", [False, True])
-def test_temporal_attention_matches_projecting_every_key(shared):
+def test_temporal_attention_matches_projecting_every_key(shared, kernels, monkeypatch):
+    monkeypatch.setattr(keys, "CPU_KERNELS", kernels)
     torch.manual_seed(0)
     r, k, dq, dc = 7, 5, 6, 4
     att = TemporalAttention(dq, dq, dc, 8, heads=2)
@@ -227,6 +231,35 @@ def test_temporal_attention_matches_projecting_every_key(shared):
     assert torch.allclose(got, want, atol=1e-5)
     for (name, _), g, w in zip(att.named_parameters(), grads, wants):
         assert torch.allclose(torch.zeros(()) if g is None else g, w, atol=1e-5), name
+
+
+@pytest.mark.parametrize("kernels", [True, False], ids=["cpu-kernels", "device-path"])
+@pytest.mark.parametrize("per_key", [False, True], ids=["table", "per-key"])
+@pytest.mark.parametrize("rows", [9, 0])
+def test_key_products_and_their_gradients_equal_the_gathered_rows(kernels, per_key, rows, monkeypatch):
+    """Scores and weighted sums of keys read from a table by index (rows picked several times,
+    zero weights as masked keys), or given per key, against the gathered rows and autograd."""
+    monkeypatch.setattr(keys, "CPU_KERNELS", kernels)
+    torch.manual_seed(1)
+    k, h, c = 4, 3, 5
+    table = torch.randn(rows * k if per_key else 6, c, dtype=torch.float64, requires_grad=True)
+    index = None if per_key else torch.randint(0, 6, (rows, k))
+    u = torch.randn(rows, h, c, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(rows, k, h, dtype=torch.float64) * (torch.rand(rows, k, 1) < 0.7)
+    w.requires_grad_()
+    given = table.view(rows, k, c) if per_key else table
+    scores, sums = key_scores(given, index, u), key_sums(w, given, index)
+    gathered = table.view(rows, k, c) if per_key else table[index]
+    want_scores = torch.einsum("rjc,rhc->rjh", gathered, u)
+    want_sums = torch.einsum("rjh,rjc->rhc", w, gathered)
+    assert torch.allclose(scores, want_scores) and torch.allclose(sums, want_sums)
+    if rows == 0:
+        return
+    g1, g2 = torch.randn_like(scores), torch.randn_like(sums)
+    got = torch.autograd.grad((scores * g1).sum() + (sums * g2).sum(), [table, u, w])
+    want = torch.autograd.grad((want_scores * g1).sum() + (want_sums * g2).sum(), [table, u, w])
+    for name, a, b in zip(("table", "u", "w"), got, want):
+        assert torch.allclose(a, b), name
 
 
 def test_time_encoder_is_pygs():

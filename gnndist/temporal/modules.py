@@ -11,6 +11,8 @@ import torch
 from torch import Tensor, nn
 from torch_geometric.nn.models.tgn import TimeEncoder
 
+from gnndist.temporal.keys import key_scores, key_sums
+
 
 class FixedTimeEncoder(TimeEncoder):
     """PyG's `cos(w * dt + b)` encoder (same parameters) computed as one fused multiply-add
@@ -31,37 +33,6 @@ def time_encoder(dim: int) -> FixedTimeEncoder:
     return enc.requires_grad_(False)
 
 
-class _KeyDot(torch.autograd.Function):
-    """out[r, j, h] = keys[r, j] . u[r, h] as one bmm, with a backward of bmms in the orientation
-    that is fast on CPU (autograd's own uses a transposed operand that is several times slower)."""
-
-    @staticmethod
-    def forward(ctx, keys: Tensor, u: Tensor) -> Tensor:
-        ctx.save_for_backward(keys, u)
-        return torch.bmm(keys, u.transpose(1, 2))
-
-    @staticmethod
-    def backward(ctx, grad: Tensor):
-        keys, u = ctx.saved_tensors
-        return (torch.bmm(grad, u) if ctx.needs_input_grad[0] else None,
-                torch.bmm(grad.transpose(1, 2), keys) if ctx.needs_input_grad[1] else None)
-
-
-class _KeySum(torch.autograd.Function):
-    """out[r, h] = sum_j attn[r, j, h] * keys[r, j] as one bmm (backward as in `_KeyDot`)."""
-
-    @staticmethod
-    def forward(ctx, attn: Tensor, keys: Tensor) -> Tensor:
-        ctx.save_for_backward(attn, keys)
-        return torch.bmm(attn.transpose(1, 2), keys)
-
-    @staticmethod
-    def backward(ctx, grad: Tensor):
-        attn, keys = ctx.saved_tensors
-        return (torch.bmm(keys, grad.transpose(1, 2)) if ctx.needs_input_grad[0] else None,
-                torch.bmm(attn, grad) if ctx.needs_input_grad[1] else None)
-
-
 class TemporalAttention(nn.Module):
     """Multi-head attention of each query row over its k padded keys, plus a linear skip of the
     query (as PyG's TransformerConv, which PyG's TGN uses). A key is a node part, given as rows
@@ -69,8 +40,10 @@ class TemporalAttention(nn.Module):
 
     Keys are never projected one by one: a head's score is (W_k^T q) . key and its value
     W_v (sum_j a_j key_j) + b_v, the same algebra as projecting every key first, with k times
-    fewer multiplications. (A key bias would add the same amount to all of a query's scores,
-    which softmax ignores, so there is none.) Rows with no valid key get a zero attended value.
+    fewer multiplications; both products read the keys' node part from the table by index
+    (`gnndist.temporal.keys`). (A key bias would add the same amount to all of a query's
+    scores, which softmax ignores, so there is none.) Rows with no valid key get a zero
+    attended value.
     """
 
     def __init__(self, query_dim: int, key_dim: int, context_dim: int, out_dim: int, heads: int = 2,
@@ -109,18 +82,17 @@ class TemporalAttention(nn.Module):
         if q.shape[0] == 1:  # one query for all rows: a plain product instead of a batched one
             score = (context.reshape(r * k, context.shape[2]) @ u[0].t()).view(r, k, h)
         else:
-            score = _KeyDot.apply(context, u)
+            score = key_scores(context, None, u)
         if not shared_key:
-            nodes = table.index_select(0, index.reshape(-1)).view(r, k, table.shape[1])
-            score = score + _KeyDot.apply(nodes, through(self.k.weight).expand(r, -1, -1))
+            score = score + key_scores(table, index, through(self.k.weight).expand(r, -1, -1))
         m = mask.unsqueeze(-1)
         attn = self.drop(torch.softmax(score.masked_fill(~m, -1e30) / math.sqrt(dh), dim=1) * m)  # [R, k, H]
         weight = attn.sum(1).unsqueeze(-1)  # [R, H, 1]
-        out = back(_KeySum.apply(attn, context), self.v_context.weight)
+        out = back(key_sums(attn, context, None), self.v_context.weight)
         if shared_key:
             out = out + weight * self.v(table).view(h, dh)
         else:
-            out = out + back(_KeySum.apply(attn, nodes), self.v.weight) + weight * self.v.bias.view(h, dh)
+            out = out + back(key_sums(attn, table, index), self.v.weight) + weight * self.v.bias.view(h, dh)
         return out.reshape(r, h * dh) + self.skip(query)
 
 
