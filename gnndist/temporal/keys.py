@@ -7,7 +7,7 @@ On the CPU, numba kernels read the rows straight from the table and add the grad
 into the table's gradient, so the [R, k, C] gathered rows (2.4 MB for a TGN batch of 200
 events: 600 rows of 10 keys of 100 values) and their gradients are never written out. That
 memory traffic, more than the arithmetic, is what these products cost as an index_select and
-batched matmuls of [k, C] x [C, H] matrices: a TGN epoch on UCI runs 11-20% more events/s
+batched matmuls of [k, C] x [C, H] matrices: a TGN epoch on UCI runs 11-19% more events/s
 (README). On other devices, or with `CPU_KERNELS` off (as the host-sync tests do, to follow the
 GPU path on the CPU), they run as exactly those torch operations.
 """
