@@ -19,8 +19,9 @@ gradient all-reduce payload, the collectives each rank enters per training step,
 (mean over ranks) and test AP; then, per rank count, partitioned bytes with the temporal
 partitioner over those with random partitioning, and every setting's events/s over the faster
 of two one-process runs: torch on its own thread count (as `gnndist train` runs) and on one
-thread (`OMP_NUM_THREADS=1`, what each of 2 ranks on 2 cores gets), since on a small shared
-machine one thread can be the faster.
+thread (`OMP_NUM_THREADS=1`, what each of 2 ranks on 2 cores gets; run only on a machine of more
+than one core with the variable unset), since on a small shared machine one thread can be the
+faster.
 Not a test: local ranks share this machine's cores, so events/s measures overheads, not the
 speed-up of ranks on machines of their own.
 """
