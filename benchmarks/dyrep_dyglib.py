@@ -29,7 +29,7 @@ from torch import nn
 
 from gnndist.datasets import load
 from gnndist.temporal.config import LinkConfig
-from gnndist.temporal.modules import time_encoder
+from gnndist.temporal.time_encoding import time_encoder
 from gnndist.temporal.trainer import train_link
 
 UCI = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "uci_collegemsg" / "CollegeMsg.txt.gz"

@@ -18,7 +18,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
-from gnndist.temporal import keys
+import gnndist.device
 
 READS = {"item", "tolist", "cpu", "numpy", "__bool__", "__int__", "__float__", "__index__", "equal", "allclose"}
 DATA_SIZED = {"unique", "unique_consecutive", "nonzero", "argwhere", "masked_select", "bincount"}
@@ -54,12 +54,12 @@ class SimulatedDevice(TorchFunctionMode):
 
     # ------------------------------------------------------------------ the mode
     def __enter__(self):
-        """The library takes its device path: no CPU-only kernels (they read tensors as numpy)."""
-        self._kernels, keys.CPU_KERNELS = keys.CPU_KERNELS, False
+        """The library takes its device path: no CPU-only code paths (see `gnndist.device.on_cpu_paths`)."""
+        self._kernels, gnndist.device.CPU_PATHS = gnndist.device.CPU_PATHS, False
         return super().__enter__()
 
     def __exit__(self, *exc):
-        keys.CPU_KERNELS = self._kernels
+        gnndist.device.CPU_PATHS = self._kernels
         return super().__exit__(*exc)
 
     def _site(self) -> str:

@@ -9,11 +9,12 @@ from gnndist.graph import TemporalGraph
 from gnndist.temporal.config import LinkConfig
 from gnndist.temporal.events import RankEvents
 from gnndist.temporal.linkpred import EvalNegatives, train_negatives
+import gnndist.device
 from gnndist.temporal.models import MODELS
-from gnndist.temporal import keys
 from gnndist.temporal.keys import key_scores, key_sums
-from gnndist.temporal.modules import TemporalAttention, last_per_node, time_encoder
+from gnndist.temporal.modules import CellUpdater, LinkPredictor, TemporalAttention, last_per_node, update_memory
 from gnndist.temporal.state import NodeState, merge_mailbox
+from gnndist.temporal.time_encoding import time_encoder
 from gnndist.temporal.trainer import LinkTrainer, TimedState, batch_loss
 
 MEMORY_MODELS = [m for m in MODELS if m != "tgat"]
@@ -214,7 +215,7 @@ def attention_brute_force(att, query, nodes, context, mask):
 @pytest.mark.parametrize("kernels", [True, False], ids=["cpu-kernels", "device-path"])
 @pytest.mark.parametrize("shared", [False, True])
 def test_temporal_attention_matches_projecting_every_key(shared, kernels, monkeypatch):
-    monkeypatch.setattr(keys, "CPU_KERNELS", kernels)
+    monkeypatch.setattr(gnndist.device, "CPU_PATHS", kernels)
     torch.manual_seed(0)
     r, k, dq, dc = 7, 5, 6, 4
     att = TemporalAttention(dq, dq, dc, 8, heads=2)
@@ -239,7 +240,7 @@ def test_temporal_attention_matches_projecting_every_key(shared, kernels, monkey
 def test_key_products_and_their_gradients_equal_the_gathered_rows(kernels, per_key, rows, monkeypatch):
     """Scores and weighted sums of keys read from a table by index (rows picked several times,
     zero weights as masked keys), or given per key, against the gathered rows and autograd."""
-    monkeypatch.setattr(keys, "CPU_KERNELS", kernels)
+    monkeypatch.setattr(gnndist.device, "CPU_PATHS", kernels)
     torch.manual_seed(1)
     k, h, c = 4, 3, 5
     table = torch.randn(rows * k if per_key else 6, c, dtype=torch.float64, requires_grad=True)
@@ -262,10 +263,60 @@ def test_key_products_and_their_gradients_equal_the_gathered_rows(kernels, per_k
         assert torch.allclose(a, b), name
 
 
-def test_time_encoder_is_pygs():
+@pytest.mark.parametrize("kernels", [True, False], ids=["cpu-kernels", "device-path"])
+def test_time_encoder_is_the_cosine_of_the_true_argument(kernels, monkeypatch):
+    """cos(w t + b) against numpy's float64 cosine, for deltas up to 1e9 s (where a float32
+    argument is off by tens of radians), in the input's shape; for small deltas, where float32
+    arguments are exact enough, PyG's own encoder with the same parameters agrees."""
+    monkeypatch.setattr(gnndist.device, "CPU_PATHS", kernels)
     enc = time_encoder(16)
-    t = torch.rand(50).double().float() * 1e6
-    assert torch.allclose(enc(t), enc.lin(t.view(-1, 1)).cos(), atol=1e-6)
+    with torch.no_grad():
+        enc.lin.bias.copy_(torch.linspace(-3, 3, 16))  # a phase too, not only the fixed zero
+    t = torch.from_numpy(np.random.default_rng(0).exponential(1e6, (30, 7)).astype(np.float32))
+    t[0, :3] = torch.tensor([0.0, 1e9, 3.0])
+    w, b = enc.lin.weight.double().view(-1).numpy(), enc.lin.bias.double().numpy()
+    want = np.cos(t.double().numpy()[..., None] * w + b)
+    got = enc(t)
+    assert got.shape == (30, 7, 16) and got.dtype == torch.float32
+    assert np.abs(got.numpy() - want).max() < 1e-6
+    small = torch.rand(50) * 100
+    assert torch.allclose(enc(small), enc.lin(small.view(-1, 1)).cos(), atol=1e-5)
+
+
+@pytest.mark.parametrize("kernels", [True, False], ids=["cpu-paths", "device-path"])
+def test_update_memory_folds_the_mail_of_rows_that_have_one(kernels, monkeypatch):
+    """Each row with a mail gets the updater's output for that row alone (and its gradient),
+    a row without one keeps its memory and time; on the CPU only the rows with a mail reach
+    the updater."""
+    monkeypatch.setattr(gnndist.device, "CPU_PATHS", kernels)
+    torch.manual_seed(0)
+    updater = CellUpdater(torch.nn.GRUCell, 5, time_encoder(4), 3)
+    seen = []
+    updater.register_forward_hook(lambda mod, args, out: seen.append(args[0].shape[0]))
+    memory, last_update = torch.randn(6, 3), torch.arange(6.0, dtype=torch.float64)
+    mail = torch.randn(6, 1, 5)
+    mail_time = torch.tensor([[7.0], [-np.inf], [9.0], [-np.inf], [-np.inf], [8.0]], dtype=torch.float64)
+    new, new_time, newest = update_memory(updater, memory, last_update, mail, mail_time)
+    assert seen == [3 if kernels else 6]
+    has = [0, 2, 5]
+    for r in range(6):
+        want = updater(memory[r:r + 1], last_update[r:r + 1], mail[r:r + 1], mail_time[r:r + 1])[0] if r in has \
+            else memory[r]
+        assert torch.allclose(new[r], want, atol=1e-6), r
+    assert new_time.tolist() == [7.0, 1.0, 9.0, 3.0, 4.0, 8.0] and newest[1] == -np.inf
+    got = torch.autograd.grad(new.square().sum(), list(updater.cell.parameters()))
+    rows = [updater(memory[r:r + 1], last_update[r:r + 1], mail[r:r + 1], mail_time[r:r + 1]) for r in has]
+    want = torch.autograd.grad(sum(x.square().sum() for x in rows), list(updater.cell.parameters()))
+    assert all(torch.allclose(g, w, atol=1e-5) for g, w in zip(got, want))
+
+
+def test_link_predictor_scores_every_candidate_as_the_mlp_of_the_pair():
+    torch.manual_seed(0)
+    pred = LinkPredictor(4)
+    z_src, cand = torch.randn(5, 4), torch.randn(5, 3, 4)
+    want = torch.stack([pred.mlp(torch.cat([z_src, cand[:, j]], 1)).squeeze(1) for j in range(3)], 1)
+    assert torch.allclose(pred(z_src, cand), want, atol=1e-6)
+    assert torch.allclose(pred(z_src, cand[:, 0]), want[:, 0], atol=1e-6)
 
 
 def test_node_state_read_write_reset_roundtrip():

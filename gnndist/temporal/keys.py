@@ -8,8 +8,8 @@ into the table's gradient, so the [R, k, C] gathered rows (2.4 MB for a TGN batc
 events: 600 rows of 10 keys of 100 values) and their gradients are never written out. That
 memory traffic, more than the arithmetic, is what these products cost as an index_select and
 batched matmuls of [k, C] x [C, H] matrices: a TGN epoch on UCI runs 11-19% more events/s
-(README). On other devices, or with `CPU_KERNELS` off (as the host-sync tests do, to follow the
-GPU path on the CPU), they run as exactly those torch operations.
+(README). On other devices, or with `gnndist.device.CPU_PATHS` off (as the host-sync tests do,
+to follow the GPU path on the CPU), they run as exactly those torch operations.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import torch
 from numba import njit
 from torch import Tensor
 
-CPU_KERNELS = True  # False: the torch operations on the CPU too
+from gnndist.device import on_cpu_paths
 
 
 @njit(fastmath=True, cache=True, nogil=True)
@@ -129,20 +129,16 @@ def _gathered(table: Tensor, index: Optional[Tensor]) -> Tensor:
     return table if index is None else table.index_select(0, index.reshape(-1)).view(*index.shape, table.shape[1])
 
 
-def _on_cpu_kernels(*tensors: Tensor) -> bool:
-    return CPU_KERNELS and all(t.device.type == "cpu" for t in tensors)
-
-
 def key_scores(table: Tensor, index: Optional[Tensor], u: Tensor) -> Tensor:
     """[R, k, H] scores of keys `table[index]` (table [T, C], index [R, k]; or index None and
     table [R, k, C], the keys themselves) against u [R, H, C]."""
-    if _on_cpu_kernels(table, u):
+    if on_cpu_paths(table, u):
         return _Scores.apply(*_keys(table, index), u)
     return torch.bmm(_gathered(table, index), u.transpose(1, 2))
 
 
 def key_sums(w: Tensor, table: Tensor, index: Optional[Tensor]) -> Tensor:
     """[R, H, C] sums over each row's keys (as in `key_scores`) weighted by w [R, k, H]."""
-    if _on_cpu_kernels(w, table):
+    if on_cpu_paths(w, table):
         return _Sums.apply(w, *_keys(table, index))
     return torch.bmm(w.transpose(1, 2), _gathered(table, index))

@@ -37,8 +37,9 @@ from torch import Tensor, nn
 from gnndist.device import to_device
 from gnndist.temporal.config import MODELS
 from gnndist.temporal.modules import (CellUpdater, GraphAttention, LinkPredictor, MailboxUpdater, TimeProjection,
-                                      last_per_node, time_encoder, update_memory)
+                                      last_per_node, update_memory)
 from gnndist.temporal.state import NodeState
+from gnndist.temporal.time_encoding import time_encoder
 
 
 @dataclass
@@ -172,8 +173,8 @@ class TemporalGNN(nn.Module):
     def score(self, z_src: Tensor, z_dst: Tensor, z_neg: Tensor, n: int) -> tuple[Tensor, Tensor]:
         """Logits [B] of (src, dst) and [B, n] of (src, each of its n negatives) from embeddings."""
         b = z_src.shape[0]
-        logits = self.predictor(torch.cat([z_src, z_src.repeat_interleave(n, 0)]), torch.cat([z_dst, z_neg]))
-        return logits[:b], logits[b:].view(b, n)
+        logits = self.predictor(z_src, torch.cat([z_dst.unsqueeze(1), z_neg.view(b, n, z_dst.shape[1])], 1))
+        return logits[:, 0], logits[:, 1:]
 
     def embed(self, state: Optional[NodeState], nodes: Tensor, times: Tensor, num_endpoints: int,
               neighbours: NeighbourFn, host: Optional[tuple[np.ndarray, np.ndarray]] = None) -> Forward:

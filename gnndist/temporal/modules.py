@@ -1,5 +1,5 @@
-"""Building blocks of the temporal GNNs, one concept each (as PyG's `nn/models/tgn.py`): the time
-encoder, batched temporal attention over padded neighbour lists, memory updaters (a recurrent
+"""Building blocks of the temporal GNNs, one concept each (as PyG's `nn/models/tgn.py`): batched
+temporal attention over padded neighbour lists, memory updaters (a recurrent
 cell over the last mail, or attention over the mailbox), embedding modules (graph attention,
 JODIE's time projection), the link predictor, and `last_per_node`."""
 from __future__ import annotations
@@ -8,29 +8,11 @@ import math
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
-from torch_geometric.nn.models.tgn import TimeEncoder
 
+from gnndist.device import on_cpu_paths
 from gnndist.temporal.keys import key_scores, key_sums
-
-
-class FixedTimeEncoder(TimeEncoder):
-    """PyG's `cos(w * dt + b)` encoder (same parameters) computed as one fused multiply-add
-    instead of a [N, 1] x [1, d] matrix product."""
-
-    def forward(self, t: Tensor) -> Tensor:
-        return torch.addcmul(self.lin.bias, t.unsqueeze(-1), self.lin.weight.view(-1)).cos()
-
-
-def time_encoder(dim: int) -> FixedTimeEncoder:
-    """The `cos(w * dt + b)` encoder with fixed frequencies 1 .. 1e-9 (one per dimension), so
-    that deltas from seconds to decades are told apart (TGAT's initialisation, kept fixed as in
-    GraphMixer: it needs no gradient through the per-neighbour encodings)."""
-    enc = FixedTimeEncoder(dim)
-    with torch.no_grad():
-        enc.lin.weight.copy_(torch.logspace(0, -9, dim).view(dim, 1))
-        enc.lin.bias.zero_()
-    return enc.requires_grad_(False)
 
 
 class TemporalAttention(nn.Module):
@@ -135,11 +117,16 @@ class MailboxUpdater(nn.Module):
 def update_memory(updater: nn.Module, memory: Tensor, last_update: Tensor, mail: Tensor, mail_time: Tensor
                   ) -> tuple[Tensor, Tensor, Tensor]:
     """Memory after folding in the stored mails: (memory, last_update, newest mail time); rows
-    without a mail keep their memory and time."""
+    without a mail keep their memory and time. On the CPU the updater runs on the rows with a
+    mail only; on a device on all rows (picking them would wait for the device)."""
     newest = mail_time.max(dim=1).values
     has = newest > float("-inf")
-    new = updater(memory, last_update, mail, mail_time)
-    return torch.where(has.unsqueeze(1), new, memory), torch.where(has, newest, last_update), newest
+    if on_cpu_paths(memory):
+        rows = has.nonzero().squeeze(1)
+        new = memory.index_copy(0, rows, updater(memory[rows], last_update[rows], mail[rows], mail_time[rows]))
+    else:
+        new = torch.where(has.unsqueeze(1), updater(memory, last_update, mail, mail_time), memory)
+    return new, torch.where(has, newest, last_update), newest
 
 
 class GraphAttention(nn.Module):
@@ -186,14 +173,21 @@ class TimeProjection(nn.Module):
 
 
 class LinkPredictor(nn.Module):
-    """Logit of an interaction from the two endpoint embeddings."""
+    """Logit of an interaction from the two endpoint embeddings: an MLP over [z_src, z_dst]."""
 
     def __init__(self, dim: int) -> None:
         super().__init__()
         self.mlp = nn.Sequential(nn.Linear(2 * dim, dim), nn.ReLU(), nn.Linear(dim, 1))
 
     def forward(self, z_src: Tensor, z_dst: Tensor) -> Tensor:
-        return self.mlp(torch.cat([z_src, z_dst], dim=1)).squeeze(-1)
+        """Logits of z_src [B, d] with z_dst [B, d] -> [B], or with each of z_dst [B, m, d] ->
+        [B, m]. The first layer is applied to each half apart, so a source row's half is
+        computed once for all its m candidates."""
+        first, act, last = self.mlp
+        d = z_src.shape[-1]
+        h_src = F.linear(z_src, first.weight[:, :d], first.bias)
+        h = (h_src.unsqueeze(1) if z_dst.dim() == 3 else h_src) + F.linear(z_dst, first.weight[:, d:])
+        return last(act(h)).squeeze(-1)
 
 
 def last_per_node(nodes: np.ndarray, num: int) -> tuple[np.ndarray, np.ndarray]:
