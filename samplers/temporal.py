@@ -39,6 +39,11 @@ class TemporalSample:
         """Valid neighbours per query."""
         return self.mask.sum(axis=1)
 
+    def rows(self, lo: int, hi: int) -> "TemporalSample":
+        """The samples of queries lo .. hi-1 (views)."""
+        return TemporalSample(self.nbr[lo:hi], self.eid[lo:hi], self.ts[lo:hi], self.dt[lo:hi], self.mask[lo:hi],
+                              None if self.feat is None else self.feat[lo:hi])
+
     @classmethod
     def finish(cls, nbr: np.ndarray, eid: np.ndarray, ts: np.ndarray, counts: np.ndarray,
                times: np.ndarray, feat: Optional[np.ndarray] = None) -> "TemporalSample":

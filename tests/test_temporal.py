@@ -15,6 +15,7 @@ from gnndist.temporal.keys import key_scores, key_sums
 from gnndist.temporal.modules import CellUpdater, LinkPredictor, TemporalAttention, last_per_node, update_memory
 from gnndist.temporal.state import NodeState, merge_mailbox
 from gnndist.temporal.time_encoding import time_encoder
+from gnndist.temporal import neighbours
 from gnndist.temporal.trainer import LinkTrainer, TimedState, batch_loss
 
 MEMORY_MODELS = [m for m in MODELS if m != "tgat"]
@@ -50,6 +51,38 @@ def run(name, tg, batch_size=40, train=True, state=None, tr=None, lr=1e-2, **kw)
             tr.model.write(tr.state, batch, fw)
         outs.append((s, e, fw))
     return outs
+
+
+@pytest.mark.parametrize("name, cache", [("tgn", "none"), ("tgn", "presample"), ("tgat", "none"), ("dyrep", "none"),
+                                         ("apan", "none")])
+def test_an_epoch_sampled_ahead_trains_as_one_sampled_step_by_step(name, cache, monkeypatch):
+    """`train_epoch` samples windows of 3 steps at once (`Neighbours.plan`; 7 steps: windows of
+    3, 3, 1); the same steps sampled each when it runs give the same parameters and node state.
+    With the cache the features are fetched through the feature store instead of coming with
+    the samples; TGAT's second hop and DyRep's endpoint-only queries are split by step too."""
+    monkeypatch.setattr(neighbours, "PLAN_STEPS", 3)
+    tg = random_graph()
+    planned, live = trainer(name, tg, cache=cache), trainer(name, tg, cache=cache)
+    assert planned.steps_per_epoch == 7
+    planned.train_epoch(1)
+    live.model.train()
+    for index, s, e in live.batches(0, live.train_end):
+        live.step(live.batch(s, e, lambda rows, src, dst: train_negatives(0, 1, index, e - s, rows, dst, tg.num_nodes)),
+                  e - s)
+    for (what, a), b in zip(planned.model.named_parameters(), live.model.parameters()):
+        assert torch.equal(a, b), what
+    if planned.state is not None:
+        for what, a in planned.state.state_dict().items():
+            assert torch.equal(a, live.state.state_dict()[what]), what
+
+
+def test_neighbours_refuse_queries_other_than_the_planned_ones():
+    tg = random_graph()
+    tr = trainer("tgn", tg)
+    nodes, times = tg.src[:5], tg.t[:5]
+    tr.neighbours.plan([(nodes, times)], [4])
+    with pytest.raises(RuntimeError, match="other queries than the ones planned"):
+        tr.neighbours(nodes[::-1], times, [4])
 
 
 def perturbed(tg: TemporalGraph, first: int, seed=1) -> TemporalGraph:

@@ -331,6 +331,14 @@ def test_partitioned_state_fetches_only_what_the_batch_needs(launched):
     assert e["collectives_per_step"] > 0 and reference("tgn", "partitioned")[1]["epochs"][0]["collectives_per_step"] == 0
 
 
+def test_replicated_steps_have_their_neighbours_sampled_ahead(launched):
+    """A replicated TGN step enters 3 collectives (the gradient all-reduce, the written rows'
+    counts and the rows); the neighbours of the epoch's 7 steps come in one exchange (the
+    queries' counts, the queries, the samples) before them."""
+    for out in launched[2]:
+        assert out["tgn", "replicated"][1]["epochs"][0]["collectives_per_step"] == pytest.approx((3 * 7 + 3) / 7)
+
+
 def test_resume_runs_only_the_remaining_epochs_from_the_saved_state(launched):
     w, _, results = launched
     for out in results:

@@ -83,13 +83,16 @@ class Batch:
                                                              (self.src, self.dst, self.t, self.neg))
 
     def queries(self) -> tuple[Tensor, Tensor, np.ndarray, np.ndarray]:
-        """The rows to embed: src, dst, then each event's negatives, with their times, on the
-        device and on the host."""
+        """The rows to embed (`query_rows`) on the device and on the host."""
         n = self.neg.shape[1]
-        src, dst, t, neg = self.on_host()
         return (torch.cat([self.src, self.dst, self.neg.reshape(-1)]),
-                torch.cat([self.t, self.t, self.t.repeat_interleave(n)]),
-                np.concatenate([src, dst, neg.reshape(-1)]), np.concatenate([t, t, np.repeat(t, n)]))
+                torch.cat([self.t, self.t, self.t.repeat_interleave(n)]), *query_rows(*self.on_host()))
+
+
+def query_rows(src: np.ndarray, dst: np.ndarray, t: np.ndarray, neg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The rows a batch embeds, as host arrays (nodes, times): src, dst, then each event's
+    negatives [B, n], all at their event's time."""
+    return np.concatenate([src, dst, neg.reshape(-1)]), np.concatenate([t, t, np.repeat(t, neg.shape[1])])
 
 
 @dataclass
@@ -176,6 +179,13 @@ class TemporalGNN(nn.Module):
         logits = self.predictor(z_src, torch.cat([z_dst.unsqueeze(1), z_neg.view(b, n, z_dst.shape[1])], 1))
         return logits[:, 0], logits[:, 1:]
 
+    def neighbour_queries(self, nodes: np.ndarray, times: np.ndarray, num_endpoints: int
+                          ) -> tuple[np.ndarray, np.ndarray, list[int]]:
+        """Of the rows `embed` is given (host arrays; the first `num_endpoints` the batch's
+        endpoints), the ones it samples neighbours for, and the neighbours per hop ([]: none)."""
+        n = nodes.size if self.sampling.rows == "queries" else num_endpoints
+        return nodes[:n], times[:n], [self.k] * self.sampling.hops
+
     def embed(self, state: Optional[NodeState], nodes: Tensor, times: Tensor, num_endpoints: int,
               neighbours: NeighbourFn, host: Optional[tuple[np.ndarray, np.ndarray]] = None) -> Forward:
         """Embeddings [Q, d] of the queries (nodes, times) in `Forward.embed`; the first
@@ -184,9 +194,9 @@ class TemporalGNN(nn.Module):
         sampling and the bookkeeping of rows run on the host, so the device is never waited for."""
         q, dev = nodes.numel(), nodes.device
         host_nodes, host_times = host if host is not None else (nodes.cpu().numpy(), times.cpu().numpy())
-        n_att = q if self.sampling.rows == "queries" else num_endpoints  # rows that need neighbours
-        hops = (neighbours(host_nodes[:n_att], host_times[:n_att], [self.k] * self.sampling.hops)
-                if self.sampling.hops else [])
+        sampled = self.neighbour_queries(host_nodes, host_times, num_endpoints)
+        n_att = sampled[0].size  # rows that need neighbours
+        hops = neighbours(*sampled) if sampled[2] else []
         out = Forward(pos=torch.empty(0), neg=torch.empty(0), embed=torch.empty(0), hop0=hops[0] if hops else None)
         if self.memory is None:  # no memory, no node features: zero inputs
             zero = torch.zeros(1, self.dim, device=dev)

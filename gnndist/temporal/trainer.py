@@ -8,10 +8,10 @@ its events divided by the global B, and the ranks' gradients are summed (one all
 step), so every rank takes the step one process takes on the whole batch. Every rank runs every
 step, with or without events of its own.
 
-A node's temporal neighbours are sampled by its owner (`DistTemporalSampler`, one exchange per
-hop), which sends the sampled events' features with them; with an edge cache they come from
-`DistFeatures` instead (read in place for held events, else fetched from the owner that sampled
-them, one exchange per step, behind the cache).
+A node's temporal neighbours are sampled by its owner (`Neighbours`), which sends the sampled
+events' features with them; with an edge cache they come from `DistFeatures` instead (read in
+place for held events, else fetched from the owner that sampled them, behind the cache). The
+samples of a window of steps are taken at once, ahead of them: one exchange per hop per window.
 Node state is replicated (all rows on every rank) or partitioned (rows at their owners); with
 partitioned memory the negatives are embedded by their nodes' owners, where their rows and most
 of their neighbours' rows live: only the queries, embeddings and gradients travel.
@@ -29,9 +29,9 @@ import math
 import resource
 import sys
 import time
-from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, Union
+from typing import Any, Callable, Iterator, NamedTuple, Optional, Union
 
 import numpy as np
 import torch
@@ -50,18 +50,30 @@ from gnndist.outputs import write_metrics
 from gnndist.launch import Data, Outputs, Split, run_job
 from gnndist.partition import load_id_maps, load_partition
 from gnndist.runlog import RunLog
-from gnndist.samplers import DistTemporalSampler, DistFeatures, sampler_group
+from gnndist.samplers import sampler_group
 from gnndist.samplers.distributed import Requests
-from gnndist.samplers.temporal import multihop
 from gnndist.temporal.config import LinkConfig
 from gnndist.temporal.dist_state import PartitionedNodeState, ReplicatedNodeState
 from gnndist.temporal.events import RankEvents
 from gnndist.temporal.linkpred import EvalNegatives, link_metrics, train_negatives
-from gnndist.temporal.models import Batch, Forward, Hop, build_model
+from gnndist.temporal.models import Batch, Forward, build_model, query_rows
+from gnndist.temporal.neighbours import Neighbours
 from gnndist.temporal.state import NodeState
+from gnndist.temporal.timers import PHASES, Timers
 
 SPLIT = Split("temporal", "temporal")
-PHASES = ("sample", "fetch", "compute", "sync")
+
+
+class BatchEvents(NamedTuple):
+    """A rank's events of one global batch, as host arrays: endpoints, times, negatives [B, n],
+    global event ids, edge features [B, D]."""
+
+    src: np.ndarray
+    dst: np.ndarray
+    t: np.ndarray
+    neg: np.ndarray
+    eid: np.ndarray
+    feat: np.ndarray
 
 
 def batch_loss(fw: Forward, global_batch: int) -> Tensor:
@@ -69,54 +81,6 @@ def batch_loss(fw: Forward, global_batch: int) -> Tensor:
     batch size, so that ranks holding parts of one batch add up to the whole batch's loss."""
     return (F.binary_cross_entropy_with_logits(fw.pos, torch.ones_like(fw.pos), reduction="sum")
             + F.binary_cross_entropy_with_logits(fw.neg, torch.zeros_like(fw.neg), reduction="sum")) / global_batch
-
-
-class Timers:
-    """Seconds per phase: sample (neighbour sampling, with the sampled events' edge features when
-    they come with the samples), fetch (state rows, and edge features fetched behind a cache),
-    sync (gradient all-reduce, state writes, served embeddings); compute is the rest. On a GPU
-    a phase is timed by CUDA events at its ends, on the device's stream: the time it adds after
-    the work queued before it, read when `seconds` is asked for (one wait for the device, at the
-    end of an epoch, instead of two per phase)."""
-
-    def __init__(self, device: torch.device = torch.device("cpu")) -> None:
-        self.device = device
-        self.reset()
-
-    def reset(self) -> None:
-        self._seconds = dict.fromkeys(PHASES, 0.0)
-        self._events: list[tuple[str, Any, Any]] = []  # (phase, start, end) CUDA events not yet read
-
-    def wait(self) -> None:
-        """Wait for the device's queued work (nothing on the CPU)."""
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-
-    @property
-    def seconds(self) -> dict[str, float]:
-        if self._events:
-            self._events[-1][2].synchronize()
-            for name, start, end in self._events:
-                self._seconds[name] += start.elapsed_time(end) / 1000
-            self._events.clear()
-        return self._seconds
-
-    @contextmanager
-    def phase(self, name: str) -> Iterator[None]:
-        if self.device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            try:
-                yield
-            finally:
-                end.record()
-                self._events.append((name, start, end))
-            return
-        t0 = time.perf_counter()
-        try:
-            yield
-        finally:
-            self._seconds[name] += time.perf_counter() - t0
 
 
 class TimedState:
@@ -139,56 +103,6 @@ class TimedState:
 
     def __getattr__(self, name: str):
         return getattr(self.state, name)
-
-
-class Neighbours:
-    """Temporal neighbourhoods of queries: sampled by the queried nodes' owners, with the features
-    of the sampled events (a collective: one exchange per hop for the samples). Without an edge
-    cache the owner that sampled an event sends its features with the sample; with one they are
-    fetched afterwards through `DistFeatures`, behind the cache (one exchange more)."""
-
-    def __init__(self, events: RankEvents, strategy: str, seed: int, timers: Timers, device: torch.device,
-                 progress: bool = False, cache: str = "none") -> None:
-        self.events, self.strategy, self.seed, self.timers, self.device = events, strategy, seed, timers, device
-        self.sampler = DistTemporalSampler(*events.tcsr(progress), events.node_offsets, keys=events.orig_ids)
-        rows = events.edge_feat if events.edge_feat is not None else np.zeros((events.num_held, 0), np.float32)
-        self.features = DistFeatures.for_events(rows, events.eid, events.num_events)
-        self.carry = cache == "none" and events.edge_dim > 0  # features come with the samples
-        self.remote_queries = self.carried_bytes = 0
-
-    def held_features(self, eid: np.ndarray) -> np.ndarray:
-        """Feature rows of events this rank holds, by global id."""
-        return self.events.edge_feat[np.searchsorted(self.events.eid, eid)]
-
-    def sample(self, nodes: np.ndarray, times: np.ndarray, ks: list[int]):
-        """The samples of every hop, and the rank that sampled each hop's queries."""
-        features = self.held_features if self.carry else None
-        with self.timers.phase("sample"):
-            hops = multihop(lambda n, t, k, h: self.sampler.sample_hop(n, t, k, h, self.strategy, self.seed, features),
-                            nodes, times, ks)
-        queried = [nodes] + [h.nbr.reshape(-1) for h in hops[:-1]]
-        holders = [owners(q, self.events.node_offsets) for q in queried]
-        self.remote_queries += sum(int((h != self.events.rank).sum()) for h in holders)
-        if self.carry:
-            row = self.events.edge_feat.dtype.itemsize * self.events.edge_dim
-            self.carried_bytes += sum(row * int(h.mask[o != self.events.rank].sum()) for h, o in zip(hops, holders))
-        return hops, holders
-
-    def __call__(self, nodes: np.ndarray, times: np.ndarray, ks: list[int]) -> list[Hop]:
-        hops, holders = self.sample(nodes, times, ks)
-        d = self.events.edge_dim
-        feats = [torch.from_numpy(h.feat) if self.carry else torch.zeros((*h.mask.shape, d)) for h in hops]
-        if d and not self.carry:
-            with self.timers.phase("fetch"):
-                rows = self.features.fetch(np.concatenate([h.eid[h.mask] for h in hops]),
-                                           np.concatenate([np.repeat(o, h.mask.sum(1)) for o, h in zip(holders, hops)]))
-                at = 0
-                for f, h in zip(feats, hops):
-                    n = int(h.mask.sum())
-                    f[torch.from_numpy(h.mask)] = rows[at:at + n]
-                    at += n
-        return [Hop(*(to_device(a, self.device) for a in (h.nbr, h.eid, h.ts, h.dt, h.mask)),
-                    to_device(f, self.device), h.nbr, h.mask) for h, f in zip(hops, feats)]
 
 
 def new_state(model: torch.nn.Module, events: RankEvents, memory: str, start_time: float, device: torch.device):
@@ -254,10 +168,10 @@ class LinkTrainer:
         for index, s in enumerate(range(start, stop, b)):
             yield index, s, min(s + b, stop)
 
-    def batch(self, start: int, stop: int, negatives=None) -> Batch:
-        """This rank's events of the global batch [start, stop), with `negatives(rows, src, dst)`
-        [B, n] of them (positions in the global batch and endpoints, all in original ids; None:
-        no negatives); the node state learns which events it scores."""
+    def events_of(self, start: int, stop: int, negatives: Optional[Callable] = None) -> BatchEvents:
+        """This rank's events of the global batch [start, stop) as host arrays, with
+        `negatives(rows, src, dst)` [B, n] of them (positions in the global batch and endpoints,
+        all in original ids; None: no negatives)."""
         ev = self.events
         pos = ev.share(start, stop)
         if negatives is None:
@@ -265,12 +179,40 @@ class LinkTrainer:
         else:
             neg = ev.orig_to_new[negatives(ev.eid[pos] - start, ev.new_to_orig[ev.src[pos]], ev.new_to_orig[ev.dst[pos]])]
         feat = ev.edge_feat[pos] if ev.edge_feat is not None else np.zeros((pos.size, 0), np.float32)
+        return BatchEvents(ev.src[pos], ev.dst[pos], ev.t[pos], neg, ev.eid[pos], feat)
 
-        host, eid = (ev.src[pos], ev.dst[pos], ev.t[pos], neg), ev.eid[pos]
-        batch = Batch(*(to_device(a, self.device) for a in (*host[:3], eid, feat, neg)), host=host)
+    def on_device(self, events: BatchEvents) -> Batch:
+        """`events` as a `Batch` on the device; the node state learns which events it scores."""
+        batch = Batch(*(to_device(a, self.device) for a in (events.src, events.dst, events.t, events.eid, events.feat,
+                                                            events.neg)), host=(events.src, events.dst, events.t, events.neg))
         if self.state is not None:
-            self.state.begin_batch(host[0], host[1], eid)
+            self.state.begin_batch(events.src, events.dst, events.eid)
         return batch
+
+    def batch(self, start: int, stop: int, negatives: Optional[Callable] = None) -> Batch:
+        """This rank's events of the global batch [start, stop) on the device (`events_of`)."""
+        return self.on_device(self.events_of(start, stop, negatives))
+
+    def steps(self, start: int, stop: int, negatives: Optional[Callable] = None) -> Iterator[tuple[int, Batch]]:
+        """(size, this rank's batch) of each global batch over the events [start, stop), in order;
+        `negatives(index, size, rows, src, dst)` gives the negatives of batch `index` (see
+        `events_of`). The neighbours of a window of batches are sampled at once, ahead of them
+        (`Neighbours.plan`: one exchange per hop for the window), save where the negatives are
+        served by their owners, whose queries a rank learns step by step."""
+        model, todo = self.model, list(self.batches(start, stop))
+        ks = [model.k] * model.sampling.hops
+        plan = bool(ks) and not self.serve_negatives
+        # sized for the most queries a batch can have (every rank sizes it alike)
+        window = self.neighbours.steps_ahead(self.cfg.batch_size * (2 + self.cfg.eval_negatives), ks) if plan else 1
+        for w in range(0, len(todo), window):
+            chunk = todo[w:w + window]
+            events = [self.events_of(s, e, None if negatives is None else partial(negatives, index, e - s))
+                      for index, s, e in chunk]
+            if plan:
+                self.neighbours.plan([model.neighbour_queries(*query_rows(ev.src, ev.dst, ev.t, ev.neg),
+                                                              2 * ev.src.size)[:2] for ev in events], ks)
+            for (_, s, e), ev in zip(chunk, events):
+                yield e - s, self.on_device(ev)
 
     # ------------------------------------------------------------------------------ one step
 
@@ -358,16 +300,15 @@ class LinkTrainer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         total, t0, c0, k0 = 0.0, time.perf_counter(), time.process_time(), dist.collectives_entered()
+        n = self.events.num_nodes
         with self._bar(self.train_end, f"epoch {epoch}") as bar:
-            for index, s, e in self.batches(0, self.train_end):
-                n = self.events.num_nodes
-                batch = self.batch(s, e, lambda rows, src, dst: train_negatives(self.cfg.seed, epoch, index, e - s,
-                                                                                 rows, dst, n))
-                loss = self.step(batch, e - s)[0]
-                total += loss * (e - s)
+            for size, batch in self.steps(0, self.train_end, lambda index, size, rows, src, dst: train_negatives(
+                    cfg.seed, epoch, index, size, rows, dst, n)):
+                loss = self.step(batch, size)[0]
+                total += loss * size
                 if self.on_loss is not None:
                     self.on_loss(loss)
-                bar.update(e - s)
+                bar.update(size)
         self.timers.wait()
         seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
         return {"epoch": epoch, "loss": total / self.train_end, "lr": lr, "time_s": seconds, "cpu_s": cpu,
@@ -387,15 +328,13 @@ class LinkTrainer:
                                   cfg.seed) if score else None
         pos, neg, eid = [], [], []
         with self._bar(stop - start, desc) as bar:
-            for index, s, e in self.batches(start, stop):
-                batch = self.batch(s, e, (lambda rows, src, dst: negatives.batch(index, e - s, rows, src, dst))
-                                   if score else None)
+            for size, batch in self.steps(start, stop, negatives.batch if score else None):
                 fw = self.forward(batch)
                 self.model.write(self.state, batch, fw)
                 pos.append(fw.pos.cpu().numpy())
                 neg.append(fw.neg.cpu().numpy())
                 eid.append(batch.eid.cpu().numpy())
-                bar.update(e - s)
+                bar.update(size)
         return np.concatenate(pos), np.concatenate(neg), np.concatenate(eid)
 
     def new_nodes(self) -> np.ndarray:
