@@ -331,12 +331,16 @@ def test_partitioned_state_fetches_only_what_the_batch_needs(launched):
     assert e["collectives_per_step"] > 0 and reference("tgn", "partitioned")[1]["epochs"][0]["collectives_per_step"] == 0
 
 
-def test_replicated_steps_have_their_neighbours_sampled_ahead(launched):
-    """A replicated TGN step enters 3 collectives (the gradient all-reduce, the written rows'
-    counts and the rows); the neighbours of the epoch's 7 steps come in one exchange (the
-    queries' counts, the queries, the samples) before them."""
+def test_what_depends_on_the_events_only_is_exchanged_ahead_of_the_steps(launched):
+    """The neighbours of the epoch's 7 steps come in one exchange before them (the queries'
+    counts, the queries, the samples), and so do, with partitioned memory, the queries of the
+    negatives their owners embed (counts, queries). A replicated TGN step then enters 3
+    collectives (the gradient all-reduce, the written rows' counts and the rows), a partitioned
+    one 8 (state rows: the ids' counts, the ids, the rows; the served embeddings and their
+    gradients; the all-reduce; the written rows' counts and the rows)."""
     for out in launched[2]:
         assert out["tgn", "replicated"][1]["epochs"][0]["collectives_per_step"] == pytest.approx((3 * 7 + 3) / 7)
+        assert out["own_copy"]["epochs"][0]["collectives_per_step"] == pytest.approx((8 * 7 + 5) / 7)  # no recorder
 
 
 def test_resume_runs_only_the_remaining_epochs_from_the_saved_state(launched):

@@ -29,6 +29,7 @@ import math
 import resource
 import sys
 import time
+from collections import deque
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterator, NamedTuple, Optional, Union
@@ -44,20 +45,20 @@ from gnndist.datasets import chronological_split
 from gnndist.device import to_device
 from gnndist.errors import GnndistError
 from gnndist.footprint import link_footprint, memory_checked
-from gnndist.graph import TemporalGraph, owners
+from gnndist.graph import TemporalGraph
 from gnndist.io import show_progress
 from gnndist.outputs import write_metrics
 from gnndist.launch import Data, Outputs, Split, run_job
 from gnndist.partition import load_id_maps, load_partition
 from gnndist.runlog import RunLog
 from gnndist.samplers import sampler_group
-from gnndist.samplers.distributed import Requests
 from gnndist.temporal.config import LinkConfig
 from gnndist.temporal.dist_state import PartitionedNodeState, ReplicatedNodeState
 from gnndist.temporal.events import RankEvents
 from gnndist.temporal.linkpred import EvalNegatives, link_metrics, train_negatives
 from gnndist.temporal.models import Batch, Forward, build_model, query_rows
 from gnndist.temporal.neighbours import Neighbours
+from gnndist.temporal.served import Route, route, served_rows
 from gnndist.temporal.state import NodeState
 from gnndist.temporal.timers import PHASES, Timers
 
@@ -150,6 +151,7 @@ class LinkTrainer:
         self.state = None if state is None else TimedState(state, self.timers)
         self.serve_negatives = cfg.memory == "partitioned" and state is not None and events.num_parts > 1
         self._served: Optional[tuple] = None
+        self._routes: deque[Route] = deque()  # of the coming steps' served negatives
         self.embed_bytes = 0
         self.cache_counters: dict[str, int] = {}
         self.on_loss: Optional[Callable[[float], None]] = None  # called with each training step's global loss
@@ -196,23 +198,33 @@ class LinkTrainer:
     def steps(self, start: int, stop: int, negatives: Optional[Callable] = None) -> Iterator[tuple[int, Batch]]:
         """(size, this rank's batch) of each global batch over the events [start, stop), in order;
         `negatives(index, size, rows, src, dst)` gives the negatives of batch `index` (see
-        `events_of`). The neighbours of a window of batches are sampled at once, ahead of them
-        (`Neighbours.plan`: one exchange per hop for the window), save where the negatives are
-        served by their owners, whose queries a rank learns step by step."""
+        `events_of`). What depends on the events only is exchanged for a window of batches at
+        once, ahead of them: the neighbours (`Neighbours.plan`, one exchange per hop) and, with
+        served negatives, where each negative is embedded (`served.route`, one exchange)."""
         model, todo = self.model, list(self.batches(start, stop))
         ks = [model.k] * model.sampling.hops
-        plan = bool(ks) and not self.serve_negatives
         # sized for the most queries a batch can have (every rank sizes it alike)
-        window = self.neighbours.steps_ahead(self.cfg.batch_size * (2 + self.cfg.eval_negatives), ks) if plan else 1
+        window = self.neighbours.steps_ahead(self.cfg.batch_size * (2 + self.cfg.eval_negatives), ks)
         for w in range(0, len(todo), window):
             chunk = todo[w:w + window]
             events = [self.events_of(s, e, None if negatives is None else partial(negatives, index, e - s))
                       for index, s, e in chunk]
-            if plan:
-                self.neighbours.plan([model.neighbour_queries(*query_rows(ev.src, ev.dst, ev.t, ev.neg),
-                                                              2 * ev.src.size)[:2] for ev in events], ks)
+            rows = [query_rows(ev.src, ev.dst, ev.t, ev.neg) for ev in events]
+            if self.serve_negatives:
+                self._routes = deque(self._route([(ev.neg, ev.t) for ev in events]))
+                rows = [served_rows(ev.src, ev.dst, ev.t, r) for ev, r in zip(events, self._routes)]
+            if ks:
+                self.neighbours.plan([model.neighbour_queries(*r, 2 * ev.src.size)[:2] for r, ev in zip(rows, events)],
+                                     ks)
             for (_, s, e), ev in zip(chunk, events):
                 yield e - s, self.on_device(ev)
+
+    def _route(self, negatives: list[tuple[np.ndarray, np.ndarray]]) -> list[Route]:
+        """Where the negatives of steps are embedded (`served.route`; a collective)."""
+        with self.timers.phase("sync"):
+            routes, sent = route(negatives, self.events.node_offsets, sampler_group())
+        self.embed_bytes += sent
+        return routes
 
     # ------------------------------------------------------------------------------ one step
 
@@ -225,23 +237,21 @@ class LinkTrainer:
             return self.model(self.state, batch, self.neighbours)
         b, n = batch.neg.shape
         src, dst, t, neg = batch.on_host()  # the queries travel as host data, on the gloo group
-        with self.timers.phase("sync"):
-            asked = Requests(np.stack([neg.reshape(-1), np.repeat(t, n).view(np.int64)], 1),
-                             owners(neg.reshape(-1), self.events.node_offsets), sampler_group())
-        order, sizes, served_sizes = asked.order, asked.send_sizes, asked.recv_sizes
-        qn, qt = asked.received[:, 0], np.ascontiguousarray(asked.received[:, 1]).view(np.float64)
-        host = (np.concatenate([src, dst, qn]), np.concatenate([t, t, qt]))
+        r = self._routes.popleft() if self._routes else self._route([(neg, t)])[0]  # routed ahead by `steps`
+        if r.order.size != neg.size:
+            raise RuntimeError("the batch's negatives are not the ones routed for it")
+        host = served_rows(src, dst, t, r)
         fw = self.model.embed(self.state, to_device(host[0], self.device), to_device(host[1], self.device), 2 * b,
                               self.neighbours, host)
         served = fw.embed[2 * b:]
         with self.timers.phase("sync"):
-            back = dist.exchange(served.detach().split(served_sizes), recv_sizes=sizes)
-        z_neg = torch.cat(back).index_select(0, to_device(np.argsort(order), self.device))  # in the negatives' order
-        me, row = self.events.rank, self.model.dim * z_neg.element_size()
-        self.embed_bytes += 16 * (sum(sizes) - sizes[me]) + row * (sum(served_sizes) - served_sizes[me])
+            back = dist.exchange(served.detach().split(r.served_sizes), recv_sizes=r.sizes)
+        z_neg = torch.cat(back).index_select(0, to_device(np.argsort(r.order), self.device))  # in the negatives' order
+        self.embed_bytes += self.model.dim * z_neg.element_size() * (sum(r.served_sizes)
+                                                                      - r.served_sizes[self.events.rank])
         if torch.is_grad_enabled():
             z_neg.requires_grad_()
-            self._served = (z_neg, to_device(order, self.device), sizes, served, served_sizes)
+            self._served = (z_neg, to_device(r.order, self.device), r.sizes, served, r.served_sizes)
         fw.pos, fw.neg = self.model.score(fw.embed[:b], fw.embed[b:2 * b], z_neg, n)
         return fw
 
