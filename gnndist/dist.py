@@ -438,17 +438,24 @@ def _on_device(op: str, t: torch.Tensor, group: Any) -> None:
         raise RuntimeError(f"{op}: a CPU tensor on the NCCL group (use the gloo group for host-side exchanges)")
 
 
-def all_gather_varsize(t: torch.Tensor, group: Any = None) -> list[torch.Tensor]:
+def all_gather_varsize(t: torch.Tensor, group: Any = None, sizes: Optional[Sequence[int]] = None
+                       ) -> list[torch.Tensor]:
     """Gather a tensor whose first dimension differs between ranks; list indexed by rank.
-    `group`: a process group spanning all ranks (default: the default group)."""
+    `group`: a process group spanning all ranks (default: the default group). `sizes`: every
+    rank's first dimension, where all ranks know them; else they are gathered first, in one more
+    collective."""
     w = world_size()
     if w == 1:
         return [t]
     _on_device("all_gather", t, group)
-    n, counts = torch.tensor([t.shape[0]], dtype=torch.int64), counts_group(t, group)
-    sizes = [torch.zeros_like(n) for _ in range(w)]
-    _check("all_gather(sizes)", lambda: dist.all_gather(sizes, n, group=counts))
+    if sizes is None:
+        n, counts = torch.tensor([t.shape[0]], dtype=torch.int64), counts_group(t, group)
+        gathered = [torch.zeros_like(n) for _ in range(w)]
+        _check("all_gather(sizes)", lambda: dist.all_gather(gathered, n, group=counts))
+        sizes = gathered
     sizes = [int(s) for s in sizes]
+    if sizes[rank()] != t.shape[0]:
+        raise RuntimeError(f"all_gather: this rank has {t.shape[0]} rows, {sizes[rank()]} were announced")
     pad = t.new_zeros((max(sizes), *t.shape[1:]))
     pad[: t.shape[0]] = t
     out = [torch.empty_like(pad) for _ in range(w)]

@@ -332,15 +332,15 @@ def test_partitioned_state_fetches_only_what_the_batch_needs(launched):
 
 
 def test_what_depends_on_the_events_only_is_exchanged_ahead_of_the_steps(launched):
-    """The neighbours of the epoch's 7 steps come in one exchange before them (the queries'
-    counts, the queries, the samples), and so do, with partitioned memory, the queries of the
-    negatives their owners embed (counts, queries). A replicated TGN step then enters 3
-    collectives (the gradient all-reduce, the written rows' counts and the rows), a partitioned
-    one 8 (state rows: the ids' counts, the ids, the rows; the served embeddings and their
-    gradients; the all-reduce; the written rows' counts and the rows)."""
+    """Before the epoch's 7 steps, in one window: their neighbours (the queries' counts, the
+    queries, the samples) and the counts of the state rows each rank writes in each step (one
+    collective); partitioned, also where the negatives are embedded and which state rows each
+    step reads from each owner (counts and ids, two collectives each). A replicated TGN step then
+    enters 2 collectives (the gradient all-reduce, the written rows), a partitioned one 5 (the
+    rows read, the served embeddings and their gradients, the all-reduce, the written rows)."""
     for out in launched[2]:
-        assert out["tgn", "replicated"][1]["epochs"][0]["collectives_per_step"] == pytest.approx((3 * 7 + 3) / 7)
-        assert out["own_copy"]["epochs"][0]["collectives_per_step"] == pytest.approx((8 * 7 + 5) / 7)  # no recorder
+        assert out["tgn", "replicated"][1]["epochs"][0]["collectives_per_step"] == pytest.approx((2 * 7 + 4) / 7)
+        assert out["own_copy"]["epochs"][0]["collectives_per_step"] == pytest.approx((5 * 7 + 8) / 7)  # no recorder
 
 
 def test_resume_runs_only_the_remaining_epochs_from_the_saved_state(launched):

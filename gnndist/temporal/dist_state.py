@@ -15,6 +15,10 @@ APAN's mails go to more nodes than the batch's endpoints (`deliver`): each mail 
 with its global order `2 * eid + side`, and the holder of the node's row merges it into the
 mailbox by (time, order), as one process does.
 
+What depends on the events only is exchanged ahead of the steps, for a window of them at once
+(`plan`): how many rows each rank writes (so a write needs no count exchange) and, partitioned,
+which rows each step reads from each owner (so a read is one reply).
+
 Rows travel as raw bytes: one uint8 row per node holding its id, key, memory, last-update time,
 mails and mail times (a delivered mail: recipient id, order, time, mail). Traffic counters (`rows_fetched`, `bytes_sent`) count what this rank sent
 to or fetched from other ranks, not what it moved to itself.
@@ -22,6 +26,8 @@ to or fetched from other ranks, not what it moved to itself.
 from __future__ import annotations
 
 import math
+from collections import deque
+from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import numpy as np
@@ -31,6 +37,7 @@ from torch import Tensor
 from gnndist import dist as gdist
 from gnndist.device import to_device
 from gnndist.graph import owners
+from gnndist.samplers.distributed import Requests, sampler_group
 from gnndist.temporal.state import NodeState
 
 _INT = torch.int64
@@ -63,15 +70,35 @@ def last_event_rows(ids: Tensor, key: Tensor) -> tuple[Tensor, Tensor]:
     return at, o[torch.searchsorted(at, at, right=True) - 1]
 
 
+@dataclass
+class PlannedRead:
+    """One step's read, routed ahead: the ids it reads (host), the order they were sent in (by
+    owner) and how many each owner sends back (`sizes`); the local rows this rank sends (`mine`,
+    in rank order) and how many each rank asked for (`recv_sizes`)."""
+
+    ids: np.ndarray
+    order: np.ndarray
+    sizes: list[int]
+    mine: np.ndarray
+    recv_sizes: list[int]
+
+
 class _RankState:
     """What both distributed states share: the keys of this batch's writes (the position of each
-    node's last event on this rank) and the traffic counters."""
+    node's last event on this rank), the planned sizes of the coming writes and the traffic
+    counters."""
 
     device: torch.device
     _nodes: Optional[np.ndarray] = None  # this batch's endpoints, sorted (host)
     _keys: Optional[Tensor] = None  # their keys (device)
+    _write_sizes: Optional[deque] = None  # of the coming steps' writes: the rows each rank sends here
     rows_fetched = 0  # rows received from other ranks
     bytes_sent = 0  # bytes sent to other ranks
+
+    def _planned_write(self) -> Optional[list[int]]:
+        """The rows each rank sends here in this step's write (or memory rows of `deliver`), if
+        planned."""
+        return self._write_sizes.popleft() if self._write_sizes else None
 
     def reset_traffic(self) -> None:
         self.rows_fetched = self.bytes_sent = 0
@@ -121,9 +148,16 @@ class ReplicatedNodeState(_RankState, NodeState):
         super().__init__(num_nodes, memory_dim, mail_dim, mailbox_size, start_time, device)
         self.device = self.memory.device
 
-    def _gather(self, buf: Tensor) -> Tensor:
-        """Every rank's `buf` rows, concatenated (counts what this rank sends and receives)."""
-        parts = gdist.all_gather_varsize(buf)
+    def plan(self, writes: list[np.ndarray], reads: Optional[list[np.ndarray]] = None) -> None:
+        """Every rank's row count of each coming write, in one all-gather (reads are local)."""
+        mine = torch.tensor([ids.size for ids in writes], dtype=torch.int64)
+        counts = torch.stack(gdist.all_gather_varsize(mine, sampler_group(), [len(writes)] * gdist.world_size()), 1)
+        self._write_sizes = deque(counts.tolist())
+
+    def _gather(self, buf: Tensor, sizes: Optional[list[int]] = None) -> Tensor:
+        """Every rank's `buf` rows (`sizes` of them, if known), concatenated (counts what this
+        rank sends and receives)."""
+        parts = gdist.all_gather_varsize(buf, sizes=sizes)
         me = gdist.rank()
         self.bytes_sent += buf.numel() * (len(parts) - 1)
         self.rows_fetched += sum(p.shape[0] for r, p in enumerate(parts) if r != me)
@@ -133,7 +167,7 @@ class ReplicatedNodeState(_RankState, NodeState):
               host_ids: Optional[np.ndarray] = None) -> None:
         """Apply this batch's rows from every rank."""
         buf = pack([ids, self.key_of(on_host(ids, host_ids)), memory.detach(), last_update, mail.detach(), mail_time])
-        ids, key, *rows = unpack(self._gather(buf), _layout(self))
+        ids, key, *rows = unpack(self._gather(buf, self._planned_write()), _layout(self))
         at, winner = last_event_rows(ids, key)
         super().write(at, *(x[winner] for x in rows))
 
@@ -142,8 +176,8 @@ class ReplicatedNodeState(_RankState, NodeState):
                 host_to: Optional[np.ndarray] = None) -> None:
         """Apply this batch's memory rows and mails from every rank."""
         key = self.key_of(on_host(ids, host_ids))
-        ids, key, memory, last_update = unpack(self._gather(pack([ids, key, memory.detach(), last_update])),
-                                               _layout(self)[:4])
+        ids, key, memory, last_update = unpack(self._gather(pack([ids, key, memory.detach(), last_update]),
+                                                            self._planned_write()), _layout(self)[:4])
         to, seq, mail_time, mail = unpack(self._gather(pack([to, seq, mail_time, mail.detach()])),
                                           _mail_layout(self))
         at, winner = last_event_rows(ids, key)
@@ -167,38 +201,74 @@ class PartitionedNodeState(_RankState):
         self.local = NodeState(self.hi - self.lo, memory_dim, mail_dim, mailbox_size, start_time, device)
         self.device = self.local.memory.device
 
+        self._reads: deque[PlannedRead] = deque()
+
     def reset(self) -> None:
         self.local.reset()
 
-    def _to_owners(self, ids: np.ndarray, rows: Tensor) -> tuple[list[Tensor], Tensor, list[int]]:
-        """Send row i of `rows` to the owner of node `ids[i]` (a host array); returns (what each
-        rank sent here, the send order, rows sent per rank). Counts the bytes that leave this rank."""
+    def plan(self, writes: list[np.ndarray], reads: Optional[list[np.ndarray]] = None) -> None:
+        """How many rows each owner gets from each rank in each coming write, in one exchange;
+        and the ids each coming read asks each owner for, in one more (without `reads`, the
+        reads ask step by step)."""
+        w, group, k = self.offsets.size - 1, sampler_group(), len(writes)
+        counts = np.stack([np.bincount(owners(ids, self.offsets), minlength=w) for ids in writes]).reshape(k, w)
+        got = gdist.exchange(list(torch.from_numpy(np.ascontiguousarray(counts.T))), group, recv_sizes=[k] * w)
+        self._write_sizes = deque(torch.stack(got, 1).tolist())
+        self._reads = deque()
+        if reads is None:
+            return
+        owner = [owners(ids, self.offsets) for ids in reads]
+        keys = np.concatenate([np.stack([ids, np.full(ids.size, step)], 1) for step, ids in enumerate(reads)])
+        asked = Requests(keys.reshape(-1, 2), np.concatenate(owner), group)  # each owner: step 0's ids, then 1's, ...
+        self.bytes_sent += 16 * (sum(asked.send_sizes) - asked.send_sizes[self.rank])
+        sender = np.repeat(np.arange(w), asked.recv_sizes)
+        for step, (ids, mine) in enumerate(zip(reads, owner)):
+            here = asked.received[:, 1] == step
+            self._reads.append(PlannedRead(ids, np.argsort(mine, kind="stable"), np.bincount(mine, minlength=w).tolist(),
+                                           asked.received[here, 0] - self.lo,
+                                           np.bincount(sender[here], minlength=w).tolist()))
+
+    def _to_owners(self, ids: np.ndarray, rows: Tensor, recv_sizes: Optional[list[int]] = None
+                   ) -> tuple[list[Tensor], Tensor, list[int]]:
+        """Send row i of `rows` to the owner of node `ids[i]` (a host array; `recv_sizes`: the
+        rows each rank sends here, if known); returns (what each rank sent here, the send order,
+        rows sent per rank). Counts the bytes that leave this rank."""
         owner = owners(ids, self.offsets)
         order = to_device(np.argsort(owner, kind="stable"), self.device)
         sizes = np.bincount(owner, minlength=self.offsets.size - 1).tolist()
-        recv = gdist.exchange(rows[order].split(sizes))
+        recv = gdist.exchange(rows[order].split(sizes), recv_sizes=recv_sizes)
         per_row = rows[0].numel() * rows.element_size() if rows.shape[0] else 0
         self.bytes_sent += per_row * (sum(sizes) - sizes[self.rank])
         return recv, order, sizes
 
     def read(self, ids: Tensor, host_ids: Optional[np.ndarray] = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """(memory, last_update, mail, mail_time) rows of the node ids `ids`."""
-        asked, order, sizes = self._to_owners(on_host(ids, host_ids), ids.unsqueeze(1))
-        recv_sizes = [a.shape[0] for a in asked]
-        mine = torch.cat(asked).squeeze(1) - self.lo
+        """(memory, last_update, mail, mail_time) rows of the node ids `ids`: one reply from the
+        owners where the read was planned, else the ids are sent to them first."""
+        host_ids = on_host(ids, host_ids)
+        if self._reads:
+            step = self._reads.popleft()
+            if not np.array_equal(step.ids, host_ids):
+                raise RuntimeError("a read of other ids than the ones planned")
+            mine, sizes, recv_sizes = to_device(step.mine, self.device), step.sizes, step.recv_sizes
+            back_order = to_device(np.argsort(step.order), self.device)
+        else:
+            asked, order, sizes = self._to_owners(host_ids, ids.unsqueeze(1))
+            recv_sizes = [a.shape[0] for a in asked]
+            mine, back_order = torch.cat(asked).squeeze(1) - self.lo, torch.argsort(order)
         rows = pack(self.local.read(mine))
         back = gdist.exchange(rows.split(recv_sizes), recv_sizes=sizes)
         self.bytes_sent += rows.shape[1] * (sum(recv_sizes) - recv_sizes[self.rank])
         self.rows_fetched += sum(sizes) - sizes[self.rank]
         got = torch.cat(back)  # in send order: back into the order of `ids`
-        return tuple(unpack(got.index_select(0, torch.argsort(order)), _layout(self.local)[2:]))
+        return tuple(unpack(got.index_select(0, back_order), _layout(self.local)[2:]))
 
     def write(self, ids: Tensor, memory: Tensor, last_update: Tensor, mail: Tensor, mail_time: Tensor,
               host_ids: Optional[np.ndarray] = None) -> None:
         """Send each row to its owner, which keeps per node the row of the globally last event."""
         host_ids = on_host(ids, host_ids)
         buf = pack([ids, self.key_of(host_ids), memory.detach(), last_update, mail.detach(), mail_time])
-        ids, key, *rows = unpack(torch.cat(self._to_owners(host_ids, buf)[0]), _layout(self.local))
+        ids, key, *rows = unpack(torch.cat(self._to_owners(host_ids, buf, self._planned_write())[0]),
+                                 _layout(self.local))
         at, winner = last_event_rows(ids, key)
         self.local.write(at - self.lo, *(x[winner] for x in rows))
 
@@ -209,7 +279,8 @@ class PartitionedNodeState(_RankState):
         globally last event and merges the mails into the mailbox."""
         host_ids = on_host(ids, host_ids)
         rows = pack([ids, self.key_of(host_ids), memory.detach(), last_update])
-        ids, key, memory, last_update = unpack(torch.cat(self._to_owners(host_ids, rows)[0]), _layout(self.local)[:4])
+        ids, key, memory, last_update = unpack(torch.cat(self._to_owners(host_ids, rows, self._planned_write())[0]),
+                                               _layout(self.local)[:4])
         mails = pack([to, seq, mail_time, mail.detach()])
         to, seq, mail_time, mail = unpack(torch.cat(self._to_owners(on_host(to, host_to), mails)[0]),
                                           _mail_layout(self.local))

@@ -95,6 +95,13 @@ def query_rows(src: np.ndarray, dst: np.ndarray, t: np.ndarray, neg: np.ndarray)
     return np.concatenate([src, dst, neg.reshape(-1)]), np.concatenate([t, t, np.repeat(t, neg.shape[1])])
 
 
+def state_rows(nodes: np.ndarray, hop0: Optional[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct nodes whose state `embed` reads for the rows `nodes` and their first hop's
+    neighbours `hop0` ([R, k] ids, or None), sorted, and where each row's node is among them
+    (host arrays)."""
+    return np.unique(nodes if hop0 is None else np.concatenate([nodes, hop0.reshape(-1)]), return_inverse=True)
+
+
 @dataclass
 class Forward:
     """Scores of a batch and what `TemporalGNN.write` needs afterwards."""
@@ -203,11 +210,8 @@ class TemporalGNN(nn.Module):
             levels = [(zero, torch.zeros(r, dtype=torch.long, device=dev)) for r in [q] + [h.mask.numel() for h in hops]]
             out.embed = self.embedding(levels, hops)
             return out
-        rows, row_t = host_nodes, times
-        if hops:
-            rows = np.concatenate([host_nodes, hops[0].host_nbr.reshape(-1)])
-            row_t = torch.cat([times, times[:n_att].repeat_interleave(self.k)])
-        out.host_ids, out.host_inv = np.unique(rows, return_inverse=True)
+        row_t = torch.cat([times, times[:n_att].repeat_interleave(self.k)]) if hops else times
+        out.host_ids, out.host_inv = state_rows(host_nodes, hops[0].host_nbr if hops else None)
         out.ids, out.inv = (to_device(a, dev) for a in (out.host_ids, out.host_inv))
         out.memory, out.last_update, out.mail, out.mail_time = state.read(out.ids, out.host_ids)
         if self.memory.attends_mailbox:

@@ -42,6 +42,12 @@ class NodeState:
         """The events of the next write, as host arrays (what distributed states key writes by);
         nothing here."""
 
+    def plan(self, writes: list[np.ndarray], reads: Optional[list[np.ndarray]] = None) -> None:
+        """The nodes the coming steps write (each step's distinct endpoints) and, where reads
+        travel between ranks, read (each step's `read` ids), as host arrays, ahead of the steps:
+        a distributed state exchanges what depends on them for all the steps at once (a
+        collective); nothing here."""
+
     def read(self, ids: Tensor, host_ids: Optional[np.ndarray] = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """(memory, last_update, mail, mail_time) rows of the global node ids `ids`. `host_ids`
         (here and below): the same ids as a host array, with which a distributed state routes

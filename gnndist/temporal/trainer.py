@@ -56,7 +56,7 @@ from gnndist.temporal.config import LinkConfig
 from gnndist.temporal.dist_state import PartitionedNodeState, ReplicatedNodeState
 from gnndist.temporal.events import RankEvents
 from gnndist.temporal.linkpred import EvalNegatives, link_metrics, train_negatives
-from gnndist.temporal.models import Batch, Forward, build_model, query_rows
+from gnndist.temporal.models import Batch, Forward, build_model, query_rows, state_rows
 from gnndist.temporal.neighbours import Neighbours
 from gnndist.temporal.served import Route, route, served_rows
 from gnndist.temporal.state import NodeState
@@ -93,6 +93,10 @@ class TimedState:
     def read(self, *args, **kwargs):
         with self.timers.phase("fetch"):
             return self.state.read(*args, **kwargs)
+
+    def plan(self, *args, **kwargs) -> None:
+        with self.timers.phase("sync"):
+            self.state.plan(*args, **kwargs)
 
     def write(self, *args, **kwargs) -> None:
         with self.timers.phase("sync"):
@@ -199,8 +203,9 @@ class LinkTrainer:
         """(size, this rank's batch) of each global batch over the events [start, stop), in order;
         `negatives(index, size, rows, src, dst)` gives the negatives of batch `index` (see
         `events_of`). What depends on the events only is exchanged for a window of batches at
-        once, ahead of them: the neighbours (`Neighbours.plan`, one exchange per hop) and, with
-        served negatives, where each negative is embedded (`served.route`, one exchange)."""
+        once, ahead of them: the neighbours (`Neighbours.plan`, one exchange per hop), with
+        served negatives where each negative is embedded (`served.route`), and the state rows'
+        counts and routes (`plan` of the node state)."""
         model, todo = self.model, list(self.batches(start, stop))
         ks = [model.k] * model.sampling.hops
         # sized for the most queries a batch can have (every rank sizes it alike)
@@ -213,9 +218,14 @@ class LinkTrainer:
             if self.serve_negatives:
                 self._routes = deque(self._route([(ev.neg, ev.t) for ev in events]))
                 rows = [served_rows(ev.src, ev.dst, ev.t, r) for ev, r in zip(events, self._routes)]
+            hops = [[]] * len(events)
             if ks:
-                self.neighbours.plan([model.neighbour_queries(*r, 2 * ev.src.size)[:2] for r, ev in zip(rows, events)],
-                                     ks)
+                hops = self.neighbours.plan([model.neighbour_queries(*r, 2 * ev.src.size)[:2]
+                                             for r, ev in zip(rows, events)], ks)
+            if self.state is not None:
+                reads = ([state_rows(r[0], h[0][0].nbr if h else None)[0] for r, h in zip(rows, hops)]
+                         if self.serve_negatives else None)  # only partitioned reads travel
+                self.state.plan([np.unique(np.concatenate([ev.src, ev.dst])) for ev in events], reads)
             for (_, s, e), ev in zip(chunk, events):
                 yield e - s, self.on_device(ev)
 
