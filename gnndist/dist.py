@@ -419,11 +419,18 @@ def counts_group(payload: torch.Tensor, group: Any) -> Any:
 
 def all_reduce(t: torch.Tensor, op: str = "sum", group: Any = None) -> torch.Tensor:
     """In-place all-reduce (`sum` or `max`) over `group` (default: the world); identity in a
-    1-process world."""
-    if world_size() > 1:
-        red = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}[op]
-        _on_device(f"all_reduce({op})", t, group)
-        _check(f"all_reduce({op})", lambda: dist.all_reduce(t, op=red, group=group))
+    1-process world. Two gloo ranks sum by swapping their tensors in one all-to-all and adding
+    (the same result on both): gloo's ring all-reduce takes two rounds for it, 3.4-4.3 ms
+    against 1.6-1.8 ms for a 680 KB gradient between 2 local ranks here."""
+    if world_size() == 1:
+        return t
+    if op == "sum" and world_size() == 2 and dist.get_backend(group) == "gloo":
+        me, flat = rank(), t.reshape(-1)
+        send, sizes = ([flat[:0], flat], [0, flat.numel()]) if me == 0 else ([flat, flat[:0]], [flat.numel(), 0])
+        return t.add_(exchange(send, group, sizes, f"all_reduce({op})")[1 - me].view_as(t))
+    red = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}[op]
+    _on_device(f"all_reduce({op})", t, group)
+    _check(f"all_reduce({op})", lambda: dist.all_reduce(t, op=red, group=group))
     return t
 
 
@@ -464,19 +471,19 @@ def all_gather_varsize(t: torch.Tensor, group: Any = None, sizes: Optional[Seque
 
 
 def exchange(send: Sequence[torch.Tensor], group: Any = None,
-             recv_sizes: Optional[Sequence[int]] = None) -> list[torch.Tensor]:
+             recv_sizes: Optional[Sequence[int]] = None, name: str = "all_to_all") -> list[torch.Tensor]:
     """Send `send[r]` to rank r and return what each rank sent here, in one batched
     `all_to_all_single`. Tensors share dtype and trailing shape. `recv_sizes`: the rows each
     rank sends here, where this rank knows them (a reply to its own request); else the row
     counts are exchanged first, in one more collective. `group`: a process group spanning all
-    ranks (default: the default group)."""
+    ranks (default: the default group). `name`: the collective's name in failure messages."""
     w = world_size()
     if len(send) != w:
         raise ValueError(f"exchange needs one tensor per rank ({w}), got {len(send)}")
     if w == 1:
         return [send[0]]
     ref = send[0]
-    _on_device("all_to_all", ref, group)
+    _on_device(name, ref, group)
     in_split = [s.shape[0] for s in send]
     if recv_sizes is None:
         in_sizes = torch.tensor(in_split, dtype=torch.int64)
@@ -487,7 +494,7 @@ def exchange(send: Sequence[torch.Tensor], group: Any = None,
     out_split = [int(n) for n in recv_sizes]
     flat_in = torch.cat([s.reshape(s.shape[0], *ref.shape[1:]) for s in send]).contiguous()
     flat_out = ref.new_empty((sum(out_split), *ref.shape[1:]))
-    _check("all_to_all", lambda: dist.all_to_all_single(flat_out, flat_in, out_split, in_split, group=group))
+    _check(name, lambda: dist.all_to_all_single(flat_out, flat_in, out_split, in_split, group=group))
     return list(flat_out.split(out_split))
 
 

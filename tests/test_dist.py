@@ -42,6 +42,24 @@ def test_exchange_gather_and_agree_on_three_ranks():
         assert agreed == 14
 
 
+def pair_sum_worker():
+    dist.setup("cpu")
+    r = dist.rank()
+    x = torch.tensor([[1.5, -2.0], [3.25, 0.1]]) * (r + 1) + r
+    m = torch.tensor([r, 5 - r])
+    k0 = dist.collectives_entered()
+    dist.all_reduce(x)
+    dist.all_reduce(m, "max")
+    return x.tolist(), m.tolist(), dist.collectives_entered() - k0
+
+
+def test_two_gloo_ranks_sum_in_one_swap():
+    """Two gloo ranks sum by swapping their tensors (one all-to-all): both get the same sum."""
+    a, b = (torch.tensor([[1.5, -2.0], [3.25, 0.1]]) * (r + 1) + r for r in range(2))
+    for x, m, collectives in launch(2, pair_sum_worker):
+        assert x == (a + b).tolist() and m == [1, 5] and collectives == 2
+
+
 def single_process_is_identity():
     assert dist.world_size() == 1
     x = torch.arange(4)
