@@ -324,8 +324,8 @@ def test_partitioned_state_fetches_only_what_the_batch_needs(launched):
     w, tg, results = launched
     for out in results:
         e = out["tgn", "partitioned"][1]["epochs"][0]
-        assert e["remote_rows"] > 0 and e["embed_bytes"] > 0 and e["sample_bytes"] > 0
-        assert e["bytes"] >= e["state_bytes"] + e["embed_bytes"]
+        assert e["remote_rows"] > 0 and e["state_bytes"] > 0 and e["sample_bytes"] > 0
+        assert e["bytes"] >= e["state_bytes"] + e["sample_bytes"]
     # every rank enters the same collectives; one process none
     assert len({out["tgn", "partitioned"][1]["epochs"][0]["collectives_per_step"] for out in results}) == 1
     assert e["collectives_per_step"] > 0 and reference("tgn", "partitioned")[1]["epochs"][0]["collectives_per_step"] == 0
@@ -334,13 +334,13 @@ def test_partitioned_state_fetches_only_what_the_batch_needs(launched):
 def test_what_depends_on_the_events_only_is_exchanged_ahead_of_the_steps(launched):
     """Before the epoch's 7 steps, in one window: their neighbours (the queries' counts, the
     queries, the samples) and the counts of the state rows each rank writes in each step (one
-    collective); partitioned, also where the negatives are embedded and which state rows each
-    step reads from each owner (counts and ids, two collectives each). A replicated TGN step then
-    enters 2 collectives (the gradient all-reduce, the written rows), a partitioned one 5 (the
-    rows read, the served embeddings and their gradients, the all-reduce, the written rows)."""
+    collective); partitioned, also which state rows each step reads from each owner (counts and
+    ids). A replicated TGN step then enters 2
+    collectives (the gradient sum, the written rows), a partitioned one 3 (the rows read, the
+    gradient sum, the written rows): a training step embeds its negatives itself."""
     for out in launched[2]:
         assert out["tgn", "replicated"][1]["epochs"][0]["collectives_per_step"] == pytest.approx((2 * 7 + 4) / 7)
-        assert out["own_copy"]["epochs"][0]["collectives_per_step"] == pytest.approx((5 * 7 + 8) / 7)  # no recorder
+        assert out["own_copy"]["epochs"][0]["collectives_per_step"] == pytest.approx((3 * 7 + 6) / 7)  # no recorder
 
 
 def test_resume_runs_only_the_remaining_epochs_from_the_saved_state(launched):

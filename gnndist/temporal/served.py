@@ -1,10 +1,11 @@
 """Negatives embedded by their nodes' owners (partitioned memory): a rank sends the queries (node,
 time) of its events' negatives to the negatives' owners, which embed them with their own events
 (their state rows and most of their neighbours' rows live there) and send the embeddings back;
-the gradients of those embeddings go back the same way.
+the trainer has it done in evaluation, where it moves a negative's embedding (4 bytes per
+memory dimension) instead of the state rows of the node and its sampled neighbours.
 
 Where a negative goes depends on the events only, so `route` sends the queries of a window of
-steps in one exchange, ahead of the steps; a step then exchanges only embeddings and gradients.
+steps in one exchange, ahead of the steps; a step then exchanges only the embeddings.
 """
 from __future__ import annotations
 
@@ -33,11 +34,10 @@ class Route:
 
 
 def route(negatives: Sequence[tuple[np.ndarray, np.ndarray]], node_offsets: np.ndarray, group: Any
-          ) -> tuple[list[Route], int]:
+          ) -> list[Route]:
     """The routes of the steps whose negatives and event times are `(neg [B, n], t [B])`, in one
-    exchange for all (a collective, on the host group `group`); and the bytes this rank sent to
-    other ranks."""
-    w, me = dist.world_size(), dist.rank()
+    exchange for all (a collective, on the host group `group`)."""
+    w = dist.world_size()
     keys, owner = [], []
     for step, (neg, t) in enumerate(negatives):
         flat = neg.reshape(-1)
@@ -52,8 +52,7 @@ def route(negatives: Sequence[tuple[np.ndarray, np.ndarray]], node_offsets: np.n
         routes.append(Route(np.argsort(mine, kind="stable"), np.bincount(mine, minlength=w).tolist(),
                             np.bincount(sender[here], minlength=w).tolist(), got[here, 0],
                             np.ascontiguousarray(got[here, 1]).view(np.float64)))
-    sent = sum(asked.send_sizes) - asked.send_sizes[me]
-    return routes, 24 * sent
+    return routes
 
 
 def served_rows(src: np.ndarray, dst: np.ndarray, t: np.ndarray, step: Route) -> tuple[np.ndarray, np.ndarray]:

@@ -12,9 +12,9 @@ A node's temporal neighbours are sampled by its owner (`Neighbours`), which send
 events' features with them; with an edge cache they come from `DistFeatures` instead (read in
 place for held events, else fetched from the owner that sampled them, behind the cache). The
 samples of a window of steps are taken at once, ahead of them: one exchange per hop per window.
-Node state is replicated (all rows on every rank) or partitioned (rows at their owners); with
-partitioned memory the negatives are embedded by their nodes' owners, where their rows and most
-of their neighbours' rows live: only the queries, embeddings and gradients travel.
+Node state is replicated (all rows on every rank) or partitioned (rows at their owners, read in
+one planned exchange per step); with partitioned memory, evaluation has the negatives embedded
+by their nodes' owners (`serves_negatives`).
 
 Chronological 70/15/15 split. Each epoch resets the node state, trains on the training events,
 then validates while the memory keeps absorbing the true events. Training stops after `epochs`
@@ -153,10 +153,8 @@ class LinkTrainer:
         start = -float(dist.all_reduce(torch.tensor([-start], dtype=torch.float64, device=device), "max"))
         state = new_state(self.model, events, cfg.memory, start, device)
         self.state = None if state is None else TimedState(state, self.timers)
-        self.serve_negatives = cfg.memory == "partitioned" and state is not None and events.num_parts > 1
-        self._served: Optional[tuple] = None
-        self._routes: deque[Route] = deque()  # of the coming steps' served negatives
-        self.embed_bytes = 0
+        self.partitioned = cfg.memory == "partitioned" and state is not None and events.num_parts > 1
+        self._routes: deque[Route] = deque()  # of the coming evaluation steps' served negatives
         self.cache_counters: dict[str, int] = {}
         self.on_loss: Optional[Callable[[float], None]] = None  # called with each training step's global loss
         self._set_cache()
@@ -203,9 +201,9 @@ class LinkTrainer:
         """(size, this rank's batch) of each global batch over the events [start, stop), in order;
         `negatives(index, size, rows, src, dst)` gives the negatives of batch `index` (see
         `events_of`). What depends on the events only is exchanged for a window of batches at
-        once, ahead of them: the neighbours (`Neighbours.plan`, one exchange per hop), with
-        served negatives where each negative is embedded (`served.route`), and the state rows'
-        counts and routes (`plan` of the node state)."""
+        once, ahead of them: the neighbours (`Neighbours.plan`, one exchange per hop), the state
+        rows' counts and routes (`plan` of the node state) and, where `forward` serves
+        negatives, where each is embedded (`served.route`)."""
         model, todo = self.model, list(self.batches(start, stop))
         ks = [model.k] * model.sampling.hops
         # sized for the most queries a batch can have (every rank sizes it alike)
@@ -215,7 +213,7 @@ class LinkTrainer:
             events = [self.events_of(s, e, None if negatives is None else partial(negatives, index, e - s))
                       for index, s, e in chunk]
             rows = [query_rows(ev.src, ev.dst, ev.t, ev.neg) for ev in events]
-            if self.serve_negatives:
+            if self.serves_negatives():
                 self._routes = deque(self._route([(ev.neg, ev.t) for ev in events]))
                 rows = [served_rows(ev.src, ev.dst, ev.t, r) for ev, r in zip(events, self._routes)]
             hops = [[]] * len(events)
@@ -224,7 +222,7 @@ class LinkTrainer:
                                              for r, ev in zip(rows, events)], ks)
             if self.state is not None:
                 reads = ([state_rows(r[0], h[0][0].nbr if h else None)[0] for r, h in zip(rows, hops)]
-                         if self.serve_negatives else None)  # only partitioned reads travel
+                         if self.partitioned else None)  # only partitioned reads travel
                 self.state.plan([np.unique(np.concatenate([ev.src, ev.dst])) for ev in events], reads)
             for (_, s, e), ev in zip(chunk, events):
                 yield e - s, self.on_device(ev)
@@ -232,18 +230,26 @@ class LinkTrainer:
     def _route(self, negatives: list[tuple[np.ndarray, np.ndarray]]) -> list[Route]:
         """Where the negatives of steps are embedded (`served.route`; a collective)."""
         with self.timers.phase("sync"):
-            routes, sent = route(negatives, self.events.node_offsets, sampler_group())
-        self.embed_bytes += sent
-        return routes
+            return route(negatives, self.events.node_offsets, sampler_group())
 
     # ------------------------------------------------------------------------------ one step
 
+    def serves_negatives(self) -> bool:
+        """Whether `forward` has the negatives embedded by their nodes' owners: with partitioned
+        memory, outside training. A training step embeds its negatives itself: their state rows
+        and their neighbours' rows come in the step's one read, planned ahead, while served
+        embeddings and their gradients depend on the parameters and would cost two more round
+        trips per step. Evaluation draws 10 negatives per event and has no gradients: serving
+        them costs one round trip and moves an embedding per negative instead of the state rows
+        of the negative and its neighbours."""
+        return self.partitioned and not torch.is_grad_enabled()
+
     def forward(self, batch: Batch) -> Forward:
-        """Scores of this rank's events of the batch (a collective). With partitioned memory the
-        negatives are embedded by their nodes' owners, where their rows and most of their
-        neighbours' rows live, in the same pass as the owners' own events: only the queries, the
-        embeddings and (in `step`) their gradients travel."""
-        if not self.serve_negatives:
+        """Scores of this rank's events of the batch (a collective). Served negatives
+        (`serves_negatives`) are embedded by their nodes' owners, where their rows and most of
+        their neighbours' rows live, in the same pass as the owners' own events: only the
+        queries and the embeddings travel."""
+        if not self.serves_negatives():
             return self.model(self.state, batch, self.neighbours)
         b, n = batch.neg.shape
         src, dst, t, neg = batch.on_host()  # the queries travel as host data, on the gloo group
@@ -257,32 +263,8 @@ class LinkTrainer:
         with self.timers.phase("sync"):
             back = dist.exchange(served.detach().split(r.served_sizes), recv_sizes=r.sizes)
         z_neg = torch.cat(back).index_select(0, to_device(np.argsort(r.order), self.device))  # in the negatives' order
-        self.embed_bytes += self.model.dim * z_neg.element_size() * (sum(r.served_sizes)
-                                                                      - r.served_sizes[self.events.rank])
-        if torch.is_grad_enabled():
-            z_neg.requires_grad_()
-            self._served = (z_neg, to_device(r.order, self.device), r.sizes, served, r.served_sizes)
         fw.pos, fw.neg = self.model.score(fw.embed[:b], fw.embed[b:2 * b], z_neg, n)
         return fw
-
-    def backward(self, loss: Tensor) -> None:
-        """Gradients of the global loss (a collective with served negatives): this rank's loss
-        reaches the embeddings other ranks served it; their gradients go back to the servers,
-        and one backward pass carries both this rank's loss and the gradients of the
-        embeddings it served."""
-        if self._served is None:
-            loss.backward()
-            return
-        z, order, sizes, served, served_sizes = self._served
-        self._served = None
-        (grad,) = torch.autograd.grad(loss, z, retain_graph=True)  # through the link predictor only
-        with self.timers.phase("sync"):
-            got = torch.cat(dist.exchange(grad[order].split(sizes), recv_sizes=served_sizes))
-        self.embed_bytes += z.shape[1] * z.element_size() * (sum(served_sizes) - served_sizes[self.events.rank])
-        if served.requires_grad and served.numel():
-            torch.autograd.backward([loss, served], [torch.ones_like(loss), got])
-        else:
-            loss.backward()
 
     def step(self, batch: Batch, global_batch: int) -> tuple[float, Forward]:
         """Forward, backward, summed gradients, optimizer step, state write: the global loss,
@@ -290,7 +272,7 @@ class LinkTrainer:
         fw = self.forward(batch)
         loss = batch_loss(fw, global_batch)
         self.optimizer.zero_grad(set_to_none=True)
-        self.backward(loss)
+        loss.backward()
         with self.timers.phase("sync"):
             total = float(dist.sum_gradients(self.params, loss.detach().reshape(1))[0])
         if not math.isfinite(total):
@@ -367,7 +349,6 @@ class LinkTrainer:
 
     def _reset_traffic(self) -> None:
         self.timers.reset()
-        self.embed_bytes = 0
         self.neighbours.remote_queries = self.neighbours.carried_bytes = 0
         self.neighbours.features.reset_counters()
         if self.state is not None and hasattr(self.state.state, "reset_traffic"):
@@ -380,19 +361,18 @@ class LinkTrainer:
         st = self.state.state if self.state is not None else None
         c = self.cache_counters = dict(self.neighbours.features.counters)
         k = self.cfg.num_neighbors
-        local = [getattr(st, "rows_fetched", 0), getattr(st, "bytes_sent", 0), self.embed_bytes,
+        local = [getattr(st, "rows_fetched", 0), getattr(st, "bytes_sent", 0),
                  self.neighbours.remote_queries * (16 + 8 * (1 + 3 * k)), c["requests"], c["hits"],
                  c["bytes_fetched"] + self.neighbours.carried_bytes, c["bytes_saved"], *(spent[p] for p in PHASES)]
         total = dist.all_reduce(torch.tensor(local, dtype=torch.float64, device=self.device)).cpu().tolist()
         w = self.events.num_parts
-        out = {"remote_rows": int(total[0]), "state_bytes": int(total[1]), "embed_bytes": int(total[2]),
-               "sample_bytes": int(total[3]), "edge_feature_bytes": int(total[6]),
-               "edge_cache_hit_rate": total[5] / total[4] if total[4] else None,
-               "edge_cache_bytes_saved": int(total[7]),
+        out = {"remote_rows": int(total[0]), "state_bytes": int(total[1]), "sample_bytes": int(total[2]),
+               "edge_feature_bytes": int(total[5]), "edge_cache_hit_rate": total[4] / total[3] if total[3] else None,
+               "edge_cache_bytes_saved": int(total[6]),
                "grad_bytes": (w * self.steps_per_epoch * sum(p.numel() * p.element_size() for p in self.params))
                if w > 1 else 0}
-        out["bytes"] = out["state_bytes"] + out["embed_bytes"] + out["sample_bytes"] + out["edge_feature_bytes"]
-        out.update({f"{p}_s": total[8 + i] / w for i, p in enumerate(PHASES)})
+        out["bytes"] = out["state_bytes"] + out["sample_bytes"] + out["edge_feature_bytes"]
+        out.update({f"{p}_s": total[7 + i] / w for i, p in enumerate(PHASES)})
         return out
 
     def rank_figures(self) -> list[dict[str, Any]]:
@@ -484,7 +464,7 @@ class LinkTrainer:
         for index, s, e in self.batches(0, self.train_end):
             pos = ev.share(s, e)
             nodes, times = [ev.src[pos], ev.dst[pos]], [ev.t[pos], ev.t[pos]]
-            if model.sampling.rows == "queries" and not self.serve_negatives:
+            if model.sampling.rows == "queries":
                 neg = train_negatives(self.cfg.seed, 1, index, e - s, ev.eid[pos] - s, ev.new_to_orig[ev.dst[pos]],
                                       ev.num_nodes)
                 nodes.append(ev.orig_to_new[neg[:, 0]])
