@@ -19,8 +19,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
 from gnndist.launch import launch
 from gnndist import dist
 from gnndist.datasets import load

@@ -10,13 +10,11 @@ from __future__ import annotations
 import json
 import math
 import os
-import struct
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Optional, Sequence, Union
 
 import numpy as np
 
-import gnndist
 from gnndist.errors import GnndistError
 from gnndist.io import atomic_file
 from gnndist.outputs import check_output, plot_metadata
