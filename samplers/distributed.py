@@ -9,6 +9,7 @@ seeds of their own.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
@@ -80,6 +81,35 @@ class Requests:
         out = np.empty_like(v_sorted)
         out[dst] = v_sorted
         return out_counts, out
+
+
+@dataclass
+class StepRequests:
+    """One step's part of `requests_per_step`: its keys in the order they were sent (`order`, by
+    owner) and how many went to each rank (`send_sizes`); the keys other ranks sent here for the
+    step (`received`, in rank order) and how many each sent (`recv_sizes`)."""
+
+    order: np.ndarray
+    send_sizes: list[int]
+    received: np.ndarray
+    recv_sizes: list[int]
+
+
+def requests_per_step(keys: Sequence[np.ndarray], owner: Sequence[np.ndarray], group: Any) -> list[StepRequests]:
+    """The int64 keys ([n] or [n, c] per step) of several steps sent to the ranks named by `owner`
+    ([n] per step), in one exchange for all the steps (a collective), and split by step again on
+    both sides (`received` [m, c], a column per key column)."""
+    w = gdist.world_size()
+    tagged = [np.column_stack([k, np.full(o.size, step)]) for step, (k, o) in enumerate(zip(keys, owner))]
+    # stable by owner, so each owner gets step 0's keys, then step 1's, ... from each rank
+    asked = Requests(np.concatenate(tagged), np.concatenate(owner), group)
+    sender, step_of = np.repeat(np.arange(w), asked.recv_sizes), asked.received[:, -1]
+    out = []
+    for step, o in enumerate(owner):
+        here = step_of == step
+        out.append(StepRequests(np.argsort(o, kind="stable"), np.bincount(o, minlength=w).tolist(),
+                                asked.received[here, :-1], np.bincount(sender[here], minlength=w).tolist()))
+    return out
 
 
 class DistNeighborSampler:

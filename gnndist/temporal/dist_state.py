@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import numpy as np
@@ -37,7 +36,7 @@ from torch import Tensor
 from gnndist import dist as gdist
 from gnndist.device import to_device
 from gnndist.graph import owners
-from gnndist.samplers.distributed import Requests, sampler_group
+from gnndist.samplers.distributed import StepRequests, requests_per_step, sampler_group
 from gnndist.temporal.state import NodeState
 
 _INT = torch.int64
@@ -68,19 +67,6 @@ def last_event_rows(ids: Tensor, key: Tensor) -> tuple[Tensor, Tensor]:
     o = o[torch.argsort(ids[o], stable=True)]  # by id, then key
     at = ids[o]
     return at, o[torch.searchsorted(at, at, right=True) - 1]
-
-
-@dataclass
-class PlannedRead:
-    """One step's read, routed ahead: the ids it reads (host), the order they were sent in (by
-    owner) and how many each owner sends back (`sizes`); the local rows this rank sends (`mine`,
-    in rank order) and how many each rank asked for (`recv_sizes`)."""
-
-    ids: np.ndarray
-    order: np.ndarray
-    sizes: list[int]
-    mine: np.ndarray
-    recv_sizes: list[int]
 
 
 class _RankState:
@@ -200,8 +186,7 @@ class PartitionedNodeState(_RankState):
         self.num_nodes = int(self.offsets[-1])
         self.local = NodeState(self.hi - self.lo, memory_dim, mail_dim, mailbox_size, start_time, device)
         self.device = self.local.memory.device
-
-        self._reads: deque[PlannedRead] = deque()
+        self._reads: deque[tuple[np.ndarray, StepRequests]] = deque()  # of the coming steps: (ids, their routes)
 
     def reset(self) -> None:
         self.local.reset()
@@ -217,16 +202,9 @@ class PartitionedNodeState(_RankState):
         self._reads = deque()
         if reads is None:
             return
-        owner = [owners(ids, self.offsets) for ids in reads]
-        keys = np.concatenate([np.stack([ids, np.full(ids.size, step)], 1) for step, ids in enumerate(reads)])
-        asked = Requests(keys.reshape(-1, 2), np.concatenate(owner), group)  # each owner: step 0's ids, then 1's, ...
-        self.bytes_sent += 16 * (sum(asked.send_sizes) - asked.send_sizes[self.rank])
-        sender = np.repeat(np.arange(w), asked.recv_sizes)
-        for step, (ids, mine) in enumerate(zip(reads, owner)):
-            here = asked.received[:, 1] == step
-            self._reads.append(PlannedRead(ids, np.argsort(mine, kind="stable"), np.bincount(mine, minlength=w).tolist(),
-                                           asked.received[here, 0] - self.lo,
-                                           np.bincount(sender[here], minlength=w).tolist()))
+        routed = requests_per_step(reads, [owners(ids, self.offsets) for ids in reads], group)
+        self.bytes_sent += 16 * sum(sum(r.send_sizes) - r.send_sizes[self.rank] for r in routed)  # id, step
+        self._reads = deque(zip(reads, routed))
 
     def _to_owners(self, ids: np.ndarray, rows: Tensor, recv_sizes: Optional[list[int]] = None
                    ) -> tuple[list[Tensor], Tensor, list[int]]:
@@ -246,10 +224,11 @@ class PartitionedNodeState(_RankState):
         owners where the read was planned, else the ids are sent to them first."""
         host_ids = on_host(ids, host_ids)
         if self._reads:
-            step = self._reads.popleft()
-            if not np.array_equal(step.ids, host_ids):
+            planned, step = self._reads.popleft()
+            if not np.array_equal(planned, host_ids):
                 raise RuntimeError("a read of other ids than the ones planned")
-            mine, sizes, recv_sizes = to_device(step.mine, self.device), step.sizes, step.recv_sizes
+            mine, sizes, recv_sizes = (to_device(step.received[:, 0] - self.lo, self.device), step.send_sizes,
+                                       step.recv_sizes)
             back_order = to_device(np.argsort(step.order), self.device)
         else:
             asked, order, sizes = self._to_owners(host_ids, ids.unsqueeze(1))

@@ -52,13 +52,14 @@ from gnndist.launch import Data, Outputs, Split, run_job
 from gnndist.partition import load_id_maps, load_partition
 from gnndist.runlog import RunLog
 from gnndist.samplers import sampler_group
+from gnndist.samplers.distributed import StepRequests
 from gnndist.temporal.config import LinkConfig
 from gnndist.temporal.dist_state import PartitionedNodeState, ReplicatedNodeState
 from gnndist.temporal.events import RankEvents
 from gnndist.temporal.linkpred import EvalNegatives, link_metrics, train_negatives
 from gnndist.temporal.models import Batch, Forward, build_model, query_rows, state_rows
 from gnndist.temporal.neighbours import Neighbours
-from gnndist.temporal.served import Route, route, served_rows
+from gnndist.temporal.served import route, served_rows
 from gnndist.temporal.state import NodeState
 from gnndist.temporal.timers import PHASES, Timers
 
@@ -154,7 +155,7 @@ class LinkTrainer:
         state = new_state(self.model, events, cfg.memory, start, device)
         self.state = None if state is None else TimedState(state, self.timers)
         self.partitioned = cfg.memory == "partitioned" and state is not None and events.num_parts > 1
-        self._routes: deque[Route] = deque()  # of the coming evaluation steps' served negatives
+        self._routes: deque[StepRequests] = deque()  # of the coming evaluation steps' served negatives
         self.cache_counters: dict[str, int] = {}
         self.on_loss: Optional[Callable[[float], None]] = None  # called with each training step's global loss
         self._set_cache()
@@ -227,7 +228,7 @@ class LinkTrainer:
             for (_, s, e), ev in zip(chunk, events):
                 yield e - s, self.on_device(ev)
 
-    def _route(self, negatives: list[tuple[np.ndarray, np.ndarray]]) -> list[Route]:
+    def _route(self, negatives: list[tuple[np.ndarray, np.ndarray]]) -> list[StepRequests]:
         """Where the negatives of steps are embedded (`served.route`; a collective)."""
         with self.timers.phase("sync"):
             return route(negatives, self.events.node_offsets, sampler_group())
@@ -261,7 +262,7 @@ class LinkTrainer:
                               self.neighbours, host)
         served = fw.embed[2 * b:]
         with self.timers.phase("sync"):
-            back = dist.exchange(served.detach().split(r.served_sizes), recv_sizes=r.sizes)
+            back = dist.exchange(served.detach().split(r.recv_sizes), recv_sizes=r.send_sizes)
         z_neg = torch.cat(back).index_select(0, to_device(np.argsort(r.order), self.device))  # in the negatives' order
         fw.pos, fw.neg = self.model.score(fw.embed[:b], fw.embed[b:2 * b], z_neg, n)
         return fw
