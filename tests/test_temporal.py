@@ -278,14 +278,14 @@ def test_key_products_and_their_gradients_equal_the_gathered_rows(kernels, per_k
     k, h, c = 4, 3, 5
     table = torch.randn(rows * k if per_key else 6, c, dtype=torch.float64, requires_grad=True)
     index = None if per_key else torch.randint(0, 6, (rows, k))
-    u = torch.randn(rows, h, c, dtype=torch.float64, requires_grad=True)
+    u = torch.randn(h, rows, c, dtype=torch.float64, requires_grad=True)
     w = torch.randn(rows, k, h, dtype=torch.float64) * (torch.rand(rows, k, 1) < 0.7)
     w.requires_grad_()
     given = table.view(rows, k, c) if per_key else table
     scores, sums = key_scores(given, index, u), key_sums(w, given, index)
     gathered = table.view(rows, k, c) if per_key else table[index]
-    want_scores = torch.einsum("rjc,rhc->rjh", gathered, u)
-    want_sums = torch.einsum("rjh,rjc->rhc", w, gathered)
+    want_scores = torch.einsum("rjc,hrc->rjh", gathered, u)
+    want_sums = torch.einsum("rjh,rjc->hrc", w, gathered)
     assert torch.allclose(scores, want_scores) and torch.allclose(sums, want_sums)
     if rows == 0:
         return

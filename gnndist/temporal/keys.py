@@ -1,7 +1,8 @@
 """Temporal attention's two products with its keys, where each key is a row of a table picked by
 an index (a neighbour's memory row), or one row per key (its context: time encoding, edge
-features): the scores `table[index[r, j]] . u[r, h]` and the weighted sums
-`sum_j w[r, j, h] table[index[r, j]]`.
+features): the scores `table[index[r, j]] . u[h, r]` and the weighted sums
+`sum_j w[r, j, h] table[index[r, j]]`. Per-head vectors (u, the sums) are head-major [H, R, C],
+the layout of the batched per-head products around them, so none is copied into another.
 
 On the CPU, numba kernels read the rows straight from the table and add the gradients straight
 into the table's gradient, so the [R, k, C] gathered rows (2.4 MB for a TGN batch of 200
@@ -25,23 +26,23 @@ from gnndist.device import on_cpu_paths
 
 @njit(fastmath=True, cache=True, nogil=True)
 def _scores(table, index, u, out):
-    """out[r, j, h] = table[index[r, j]] . u[r, h], summed in float64: float32 sums made a
+    """out[r, j, h] = table[index[r, j]] . u[h, r], summed in float64: float32 sums made a
     multi-rank run's parameters drift from one process's 2-3x further than batched matmuls do
     (tests/test_temporal_dist.py), Adam amplifying near-zero gradients."""
     rows, k = index.shape
     for r in range(rows):
         for j in range(k):
             row = index[r, j]
-            for h in range(u.shape[1]):
+            for h in range(u.shape[0]):
                 acc = 0.0
                 for c in range(table.shape[1]):
-                    acc += np.float64(table[row, c]) * np.float64(u[r, h, c])
+                    acc += np.float64(table[row, c]) * np.float64(u[h, r, c])
                 out[r, j, h] = acc
 
 
 @njit(fastmath=True, cache=True, nogil=True)
 def _sums(w, table, index, out):
-    """out[r, h] = sum_j w[r, j, h] table[index[r, j]] (zero weights skipped: masked keys)"""
+    """out[h, r] = sum_j w[r, j, h] table[index[r, j]] (zero weights skipped: masked keys)"""
     rows, k = index.shape
     out[:] = 0
     for r in range(rows):
@@ -51,12 +52,12 @@ def _sums(w, table, index, out):
                 a = w[r, j, h]
                 if a != 0:
                     for c in range(table.shape[1]):
-                        out[r, h, c] += a * table[row, c]
+                        out[h, r, c] += a * table[row, c]
 
 
 @njit(fastmath=True, cache=True, nogil=True)
 def _add_outer(w, u, index, out):
-    """out[index[r, j]] += sum_h w[r, j, h] u[r, h]"""
+    """out[index[r, j]] += sum_h w[r, j, h] u[h, r]"""
     rows, k = index.shape
     for r in range(rows):
         for j in range(k):
@@ -65,7 +66,7 @@ def _add_outer(w, u, index, out):
                 a = w[r, j, h]
                 if a != 0:
                     for c in range(u.shape[2]):
-                        out[row, c] += a * u[r, h, c]
+                        out[row, c] += a * u[h, r, c]
 
 
 def _host(t: Tensor) -> np.ndarray:
@@ -73,13 +74,13 @@ def _host(t: Tensor) -> np.ndarray:
 
 
 def _run_scores(table: Tensor, index: Tensor, u: Tensor) -> Tensor:
-    out = table.new_empty((*index.shape, u.shape[1]))
+    out = table.new_empty((*index.shape, u.shape[0]))
     _scores(_host(table), _host(index), _host(u), out.numpy())
     return out
 
 
 def _run_sums(w: Tensor, table: Tensor, index: Tensor) -> Tensor:
-    out = table.new_empty((index.shape[0], w.shape[2], table.shape[1]))
+    out = table.new_empty((w.shape[2], index.shape[0], table.shape[1]))
     _sums(_host(w), _host(table), _host(index), out.numpy())
     return out
 
@@ -131,14 +132,14 @@ def _gathered(table: Tensor, index: Optional[Tensor]) -> Tensor:
 
 def key_scores(table: Tensor, index: Optional[Tensor], u: Tensor) -> Tensor:
     """[R, k, H] scores of keys `table[index]` (table [T, C], index [R, k]; or index None and
-    table [R, k, C], the keys themselves) against u [R, H, C]."""
+    table [R, k, C], the keys themselves) against u [H, R, C]."""
     if on_cpu_paths(table, u):
         return _Scores.apply(*_keys(table, index), u)
-    return torch.bmm(_gathered(table, index), u.transpose(1, 2))
+    return torch.bmm(_gathered(table, index), u.permute(1, 2, 0))
 
 
 def key_sums(w: Tensor, table: Tensor, index: Optional[Tensor]) -> Tensor:
-    """[R, H, C] sums over each row's keys (as in `key_scores`) weighted by w [R, k, H]."""
+    """[H, R, C] sums over each row's keys (as in `key_scores`) weighted by w [R, k, H]."""
     if on_cpu_paths(w, table):
         return _Sums.apply(w, *_keys(table, index))
-    return torch.bmm(w.transpose(1, 2), _gathered(table, index))
+    return torch.bmm(w.transpose(1, 2), _gathered(table, index)).transpose(0, 1)

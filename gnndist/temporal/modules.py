@@ -51,31 +51,30 @@ class TemporalAttention(nn.Module):
         r, k = index.shape
         h = self.heads
         dh = self.q.out_features // h
-        q = self.q(query).view(-1, h, dh)
+        q = self.q(query).view(-1, h, dh).transpose(0, 1).contiguous()  # head-major [H, R or 1, dh]
 
-        def through(w: Tensor) -> Tensor:  # W^T q per head: [R or 1, H, D]
-            return torch.einsum("rhd,hdc->rhc", q, w.view(h, dh, -1))
-
-        def back(agg: Tensor, w: Tensor) -> Tensor:  # W agg per head: [R, H, dh]
-            return torch.einsum("rhc,hdc->rhd", agg, w.view(h, dh, -1))
+        def through(w: Tensor) -> Tensor:  # W^T q per head: [H, R or 1, D]
+            return torch.bmm(q, w.view(h, dh, -1))
 
         shared_key = table.shape[0] == 1
         u = through(self.k_context.weight)
-        if q.shape[0] == 1:  # one query for all rows: a plain product instead of a batched one
-            score = (context.reshape(r * k, context.shape[2]) @ u[0].t()).view(r, k, h)
+        if q.shape[1] == 1:  # one query for all rows: a plain product instead of a batched one
+            score = (context.reshape(r * k, context.shape[2]) @ u[:, 0].t()).view(r, k, h)
         else:
             score = key_scores(context, None, u)
         if not shared_key:
-            score = score + key_scores(table, index, through(self.k.weight).expand(r, -1, -1))
+            score = score + key_scores(table, index, through(self.k.weight).expand(-1, r, -1))
         m = mask.unsqueeze(-1)
         attn = self.drop(torch.softmax(score.masked_fill(~m, -1e30) / math.sqrt(dh), dim=1) * m)  # [R, k, H]
-        weight = attn.sum(1).unsqueeze(-1)  # [R, H, 1]
-        out = back(key_sums(attn, context, None), self.v_context.weight)
+        weight = attn.sum(1).t().unsqueeze(-1)  # [H, R, 1]
+        # W agg per head: [H, R, dh]
+        out = torch.bmm(key_sums(attn, context, None), self.v_context.weight.view(h, dh, -1).transpose(1, 2))
         if shared_key:
-            out = out + weight * self.v(table).view(h, dh)
+            out = out + weight * self.v(table).view(h, 1, dh)
         else:
-            out = out + back(key_sums(attn, table, index), self.v.weight) + weight * self.v.bias.view(h, dh)
-        return out.reshape(r, h * dh) + self.skip(query)
+            out = torch.baddbmm(out, key_sums(attn, table, index), self.v.weight.view(h, dh, -1).transpose(1, 2))
+            out = out + weight * self.v.bias.view(h, 1, dh)
+        return out.transpose(0, 1).reshape(r, h * dh) + self.skip(query)
 
 
 class CellUpdater(nn.Module):
