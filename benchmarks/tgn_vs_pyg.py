@@ -184,7 +184,7 @@ def main() -> None:
     if args.events:
         tg = tg.slice(0, min(args.events, tg.num_events))
     print(f"{args.data}: {tg.num_events} events, {tg.num_nodes} nodes; torch threads {torch.get_num_threads()}, "
-          f"{os.cpu_count()} cores, OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}, "
+          f"{os.cpu_count()} cores, OMP_WAIT_POLICY as gnndist left it: {os.environ.get('OMP_WAIT_POLICY')}, "
           f"lr {args.lr}; one training epoch each; load {open('/proc/loadavg').read().split()[0]}")
     # load the sampler's and the attention's compiled kernels first (compiled once per machine,
     # then read from numba's cache once per process)
