@@ -17,11 +17,13 @@ Speed table (1M events, 100k nodes, batch 200, one epoch): training events/s, no
 fetched from other ranks, bytes moved between ranks per epoch (all ranks together), the
 gradient all-reduce payload, the collectives each rank enters per training step, the time split
 (mean over ranks) and test AP; then, per rank count, partitioned bytes with the temporal
-partitioner over those with random partitioning, and every setting's events/s over the faster
-of two one-process runs: torch on its own thread count (as `gnndist train` runs) and on one
-thread (`OMP_NUM_THREADS=1`, what each of 2 ranks on 2 cores gets; run only on a machine of more
-than one core with the variable unset), since on a small shared machine one thread can be the
-faster.
+partitioner over those with random partitioning, and every setting's events/s over one
+process's. One process runs first with torch on its own thread count (as `gnndist train` runs)
+and on one thread (`OMP_NUM_THREADS=1`, what each of 2 ranks on 2 cores gets; run only on a
+machine of more than one core with the variable unset); the faster of the two is the
+reference, run again after every setting, and each setting's ratio is over the mean of the
+reference runs just before and just after it: a small shared machine's speed drifts by more
+than the overheads measured here within the hour a run takes.
 Not a test: local ranks share this machine's cores, so events/s measures overheads, not the
 speed-up of ranks on machines of their own.
 """
@@ -95,47 +97,53 @@ def speed_table(tmp: Path, events: int, nodes: int, ranks: list[int]) -> None:
     common = ["--batch-size", "200"]
     print(f"\nspeed: synthetic-temporal {events:,} events, {nodes:,} nodes; TGN memory 100, batch 200, 1 epoch; "
           f"{os.cpu_count()} cores")
+    stores = {}
+    for w in ranks:
+        for method in ("temporal", "random") if w > 1 else ():
+            stores[w, method] = str(tmp / f"{method}{w}")
+            s = gnndist("partition", *data, "--parts", str(w), "--method", method, "--out", stores[w, method],
+                        "--quiet")
+            print(f"  ({method} partition into {w} parts: {s:.1f}s)", flush=True)
     head = (f"{'setting':<34}{'events/s':>9}{'rem. rows':>11}{'MB moved':>10}{'grad MB':>10}{'coll/step':>10}"
             + "".join(f"{h:>8}" for h in PHASES) + f"{'test AP':>8}")
     print(head + "\n" + "-" * len(head), flush=True)
 
-    speeds: dict[str, float] = {}
-
-    def row(label: str, m: dict) -> None:
+    def row(label: str, *argv: str, env: dict | None = None) -> dict:
+        m = train(tmp, *argv, *common, env=env)
         e = m["epochs"][0]
-        speeds[label] = e["events_per_s"]
         split = "".join(f"{e[f'{p}_s']:>8.1f}" if f"{p}_s" in e else f"{'-':>8}" for p in PHASES)
         print(f"{label:<34}{e['events_per_s']:>9,.0f}{e.get('remote_rows', 0):>11,}{e.get('bytes', 0) / MiB:>10.1f}"
               f"{e.get('grad_bytes', 0) / MiB:>10.1f}{e['collectives_per_step']:>10.1f}{split}{m['test']['ap']:>8.4f}",
               flush=True)
+        return e
 
-    ratios = []
+    modes = {"1 process": None}
+    if (os.cpu_count() or 1) > 1 and "OMP_NUM_THREADS" not in os.environ:
+        modes["1 process, 1 torch thread"] = {"OMP_NUM_THREADS": "1"}
+    reference: list[float] = []  # the faster one-process mode, measured before and after every setting
+    if 1 in ranks:
+        first = {label: row(label, *data, env=env)["events_per_s"] for label, env in modes.items()}
+        peer = max(first, key=first.get)
+        reference.append(first[peer])
+    lines = []
     for w in ranks:
         if w == 1:
-            row("1 process", train(tmp, *data, *common))
-            if (os.cpu_count() or 1) > 1 and "OMP_NUM_THREADS" not in os.environ:
-                row("1 process, 1 torch thread", train(tmp, *data, *common, env={"OMP_NUM_THREADS": "1"}))
             continue
-        stores = {}
-        for method in ("temporal", "random"):
-            stores[method] = str(tmp / f"{method}{w}")
-            s = gnndist("partition", *data, "--parts", str(w), "--method", method, "--out", stores[method], "--quiet")
-            print(f"  ({method} partition into {w} parts: {s:.1f}s)", flush=True)
-        row(f"{w} ranks replicated, temporal", train(tmp, stores["temporal"], "--nproc", str(w), *common))
         got = {}
-        for method in ("temporal", "random"):
-            m = train(tmp, stores[method], "--nproc", str(w), "--memory", "partitioned", *common)
-            row(f"{w} ranks partitioned, {method}", m)
-            got[method] = m["epochs"][0]["bytes"]
-        ratios.append(f"{w} ranks, partitioned: bytes moved temporal / random = "
-                      f"{got['temporal'] / max(got['random'], 1):.2f} ({got['temporal'] / MiB:.1f} / "
-                      f"{got['random'] / MiB:.1f} MB)")
-    ones = {label: v for label, v in speeds.items() if label.startswith("1 process")}
-    if ones:
-        peer, one = max(ones.items(), key=lambda kv: kv[1])
-        ratios += [f"{label}: events/s over one process ({peer}) = {v / one:.2f} ({v:,.0f} / {one:,.0f})"
-                   for label, v in speeds.items() if label not in ones]
-    print("\n".join(ratios))
+        for memory, method in (("replicated", "temporal"), ("partitioned", "temporal"), ("partitioned", "random")):
+            label = f"{w} ranks {memory}, {method}"
+            e = row(label, stores[w, method], "--nproc", str(w), "--memory", memory)
+            if memory == "partitioned":
+                got[method] = e["bytes"]
+            if reference:
+                reference.append(row(f"{peer} (again)", *data, env=modes[peer])["events_per_s"])
+                before, after = reference[-2:]
+                lines.append(f"{label}: events/s over one process ({peer}, mean of the runs just before and after: "
+                             f"{before:,.0f}, {after:,.0f}) = {e['events_per_s'] * 2 / (before + after):.2f}")
+        lines.append(f"{w} ranks, partitioned: bytes moved temporal / random = "
+                     f"{got['temporal'] / max(got['random'], 1):.2f} ({got['temporal'] / MiB:.1f} / "
+                     f"{got['random'] / MiB:.1f} MB)")
+    print("\n".join(lines))
 
 
 def main() -> None:
