@@ -97,9 +97,10 @@ def speed_table(tmp: Path, events: int, nodes: int, ranks: list[int]) -> None:
     common = ["--batch-size", "200"]
     print(f"\nspeed: synthetic-temporal {events:,} events, {nodes:,} nodes; TGN memory 100, batch 200, 1 epoch; "
           f"{os.cpu_count()} cores")
+    worlds = [w for w in ranks if w > 1]
     stores = {}
-    for w in ranks:
-        for method in ("temporal", "random") if w > 1 else ():
+    for w in worlds:
+        for method in ("temporal", "random"):
             stores[w, method] = str(tmp / f"{method}{w}")
             s = gnndist("partition", *data, "--parts", str(w), "--method", method, "--out", stores[w, method],
                         "--quiet")
@@ -120,24 +121,22 @@ def speed_table(tmp: Path, events: int, nodes: int, ranks: list[int]) -> None:
     modes = {"1 process": None}
     if (os.cpu_count() or 1) > 1 and "OMP_NUM_THREADS" not in os.environ:
         modes["1 process, 1 torch thread"] = {"OMP_NUM_THREADS": "1"}
-    reference: list[float] = []  # the faster one-process mode, measured before and after every setting
+    reference = None  # events/s of the faster one-process mode, run again after every setting
     if 1 in ranks:
         first = {label: row(label, *data, env=env)["events_per_s"] for label, env in modes.items()}
         peer = max(first, key=first.get)
-        reference.append(first[peer])
+        reference = first[peer]
     lines = []
-    for w in ranks:
-        if w == 1:
-            continue
+    for w in worlds:
         got = {}
         for memory, method in (("replicated", "temporal"), ("partitioned", "temporal"), ("partitioned", "random")):
             label = f"{w} ranks {memory}, {method}"
             e = row(label, stores[w, method], "--nproc", str(w), "--memory", memory)
             if memory == "partitioned":
                 got[method] = e["bytes"]
-            if reference:
-                reference.append(row(f"{peer} (again)", *data, env=modes[peer])["events_per_s"])
-                before, after = reference[-2:]
+            if reference is not None:
+                before, after = reference, row(f"{peer} (again)", *data, env=modes[peer])["events_per_s"]
+                reference = after
                 lines.append(f"{label}: events/s over one process ({peer}, mean of the runs just before and after: "
                              f"{before:,.0f}, {after:,.0f}) = {e['events_per_s'] * 2 / (before + after):.2f}")
         lines.append(f"{w} ranks, partitioned: bytes moved temporal / random = "
