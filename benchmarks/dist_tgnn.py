@@ -18,10 +18,10 @@ fetched from other ranks, bytes moved between ranks per epoch (all ranks togethe
 gradient all-reduce payload, the collectives each rank enters per training step, the time split
 (mean over ranks) and test AP; then, per rank count, partitioned bytes with the temporal
 partitioner over those with random partitioning, and every setting's events/s over one
-process's. One process runs first with torch on its own thread count (as `gnndist train` runs)
-and on one thread (`OMP_NUM_THREADS=1`, what each of 2 ranks on 2 cores gets; run only on a
-machine of more than one core with the variable unset); the faster of the two is the
-reference, run again after every setting, and each setting's ratio is over the mean of the
+process's. One process runs first as `gnndist train` runs it (torch on one thread, the
+share each of 2 ranks on 2 cores gets) and with torch on every core (`OMP_NUM_THREADS` = the
+core count; run only on a machine of more than one core with the variable unset); the faster
+of the two is the reference, run again after every setting, and each setting's ratio is over the mean of the
 reference runs just before and just after it: a small shared machine's speed drifts by more
 than the overheads measured here within the hour a run takes.
 Not a test: local ranks share this machine's cores, so events/s measures overheads, not the
@@ -120,7 +120,7 @@ def speed_table(tmp: Path, events: int, nodes: int, ranks: list[int]) -> None:
 
     modes = {"1 process": None}
     if (os.cpu_count() or 1) > 1 and "OMP_NUM_THREADS" not in os.environ:
-        modes["1 process, 1 torch thread"] = {"OMP_NUM_THREADS": "1"}
+        modes[f"1 process, {os.cpu_count()} torch threads"] = {"OMP_NUM_THREADS": str(os.cpu_count())}
     reference = None  # events/s of the faster one-process mode, run again after every setting
     if 1 in ranks:
         first = {label: row(label, *data, env=env)["events_per_s"] for label, env in modes.items()}

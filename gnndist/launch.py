@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from gnndist import __version__, dist
+from gnndist import __version__, dist, threads
 from gnndist.datasets import DataSource
 from gnndist.errors import GnndistError, first_line
 from gnndist.graph import Graph, TemporalGraph
@@ -273,16 +273,17 @@ def run_job(data: Data, nproc: int, split: Split, rank_fn: Callable[..., dict], 
     """`rank_fn(source, *args)` on every rank of the job, where `source` is what `rank_source`
     gives: in this process (nproc 1), on `nproc` local ranks, or on this rank of a torchrun world
     (which first checks, with every other rank, that they run the same job). Returns rank 0's
-    result (this rank's under torchrun)."""
+    result (this rank's under torchrun). Torch runs on `threads.job_threads` meanwhile."""
     dist.timeout_s()  # a bad GNNDIST_TIMEOUT is told before anything starts
     outputs = next((a for a in args if isinstance(a, Outputs)), None)
     if outputs is not None:
         outputs.check(data)
-    if dist.in_torchrun():
-        return _torchrun_rank(data, split, rank_fn, args, device, quiet)
-    if nproc == 1:
-        return rank_fn(rank_source(data, 1, split, quiet), *args)
-    return launch(nproc, rank_fn, make_store(data, nproc, split, quiet), *args)[0]
+    with threads.job_threads():
+        if dist.in_torchrun():
+            return _torchrun_rank(data, split, rank_fn, args, device, quiet)
+        if nproc == 1:
+            return rank_fn(rank_source(data, 1, split, quiet), *args)
+        return launch(nproc, rank_fn, make_store(data, nproc, split, quiet), *args)[0]
 
 
 def _torchrun_rank(data: Data, split: Split, rank_fn: Callable[..., dict], args: tuple, device: str,

@@ -15,7 +15,7 @@ the core that the thread holding the work needs as soon as anything else runs on
 What `configure` does:
 - OMP_WAIT_POLICY unset: it is set to PASSIVE. When no OpenMP runtime is loaded yet
   (gnndist imported before torch, as the CLI does), the process's runtime then sleeps idle
-  threads and nothing else changes: torch keeps its thread count, numba uses its `omp`
+  threads and nothing else changes: torch keeps its thread count (outside jobs, below), numba uses its `omp`
   threading layer (the cheapest launch: 15-50 us against 70-180 us for `workqueue`, and
   safe to call from several threads, e.g. `PrefetchLoader`'s). Ranks started by
   `gnndist train --nproc` inherit it either way.
@@ -28,13 +28,28 @@ What `configure` does:
 - What the user set explicitly wins: OMP_WAIT_POLICY (e.g. ACTIVE on a machine of one's
   own), OMP_NUM_THREADS (torch's count) and NUMBA_THREADING_LAYER are left alone, as is a
   numba threading layer that is running already.
-`gnndist.samplers.kernels` launches one parallel kernel at a time (`workqueue` allows no
-concurrent launches, and two teams that each take every core only oversubscribe them).
+
+Numba's parallel kernels run under `numba_parallel`: one launch at a time (`workqueue` allows
+no concurrent launches, and two teams that each take every core only oversubscribe them), and
+the first one starts numba's thread pool without touching torch's thread count. On the `omp`
+layer the pool's start sets the runtime's thread count, which is torch's too: a rank given
+OMP_NUM_THREADS=1 by the launcher ran torch on 2 threads after its first sampling.
+
+A job (`gnndist.launch.run_job`: training, prediction) runs torch on OMP_NUM_THREADS threads
+where it is set, else on one (`job_threads`), whichever was imported first. On the 2-core
+machine (2026-12-03, `gnndist train`, alternated runs) one thread ran a TGN epoch on UCI at
+7,576-9,420 events/s where 2 sleeping threads ran 5,406-5,928, and GraphSAGE epochs on
+`synthetic-static` at 5,404-7,019 nodes/s against 2,140-2,321: waking a second thread for
+every operation costs more than it brings. Local ranks (`--nproc W`) get OMP_NUM_THREADS =
+cores / W from the launcher (torchrun gives 1 where it starts several per host).
 """
 from __future__ import annotations
 
 import os
 import sys
+import threading
+from contextlib import contextmanager
+from typing import Iterator
 
 OPENMP_RUNTIMES = ("libgomp", "libiomp", "libomp")
 
@@ -69,3 +84,39 @@ def configure() -> None:
             numba.threading_layer()  # raises while no layer is chosen yet
         except ValueError:
             numba.config.THREADING_LAYER = "workqueue"
+
+
+_LAUNCH = threading.Lock()
+_pool_started = False
+
+
+@contextmanager
+def numba_parallel() -> Iterator[None]:
+    """One numba parallel launch at a time, the first starting numba's pool without changing
+    torch's thread count (see the module docstring). Held while the kernel runs."""
+    global _pool_started
+    with _LAUNCH:
+        if not _pool_started:
+            import numba
+            import torch
+
+            count = torch.get_num_threads()
+            numba.get_num_threads()  # starts the pool
+            torch.set_num_threads(count)
+            _pool_started = True
+        yield
+
+
+@contextmanager
+def job_threads() -> Iterator[None]:
+    """Torch on OMP_NUM_THREADS threads (read when torch loaded) or else one, while a job runs
+    in this process; the count before it afterwards."""
+    import torch
+
+    before = torch.get_num_threads()
+    if "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

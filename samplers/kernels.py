@@ -7,14 +7,14 @@ computes it.
 """
 from __future__ import annotations
 
-import threading
-
 import numba
 import numpy as np
 from llvmlite import ir
 from numba import njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
+
+from gnndist.threads import numba_parallel
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -63,10 +63,6 @@ def floyd_choose(stream, c, d, out, o):
 
 # below this many output items a kernel runs on one thread: a parallel launch costs more
 PARALLEL_MIN = 1 << 15
-# one parallel kernel at a time in the process: each takes every core, and numba's workqueue
-# threading layer (chosen by gnndist.threads where OpenMP threads would spin) allows no
-# concurrent launches
-PARALLEL_LOCK = threading.Lock()
 
 
 @njit(inline="always", cache=True)
@@ -106,7 +102,7 @@ def hop_fill(indices, starts, degs, ids, offsets, replace, all_, seed, salt, out
     vectorized pass) so no memory load waits on another."""
     args = (indices, starts, degs, ids, offsets, replace, all_, seed, salt, out)
     if out.size >= PARALLEL_MIN:
-        with PARALLEL_LOCK:
+        with numba_parallel():
             _hop_fill_parallel(*args)
     else:
         _hop_fill_serial(*args)
@@ -275,7 +271,7 @@ def tcsr_sample(indptr, nbr, eid, ts, rows, ids, times, k, uniform, seed, salt,
     padding (0, False). Each row's list must be sorted by time."""
     args = (indptr, nbr, eid, ts, rows, ids, times, k, uniform, seed, salt, out_nbr, out_eid, out_ts, out_dt, out_mask)
     if rows.size * k >= PARALLEL_MIN:
-        with PARALLEL_LOCK:
+        with numba_parallel():
             _tcsr_parallel(*args, numba.get_num_threads())
     else:
         _tcsr_serial(*args)

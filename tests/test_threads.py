@@ -1,6 +1,8 @@
 """`import gnndist` leaves no OpenMP thread spinning, imported before or after torch: measured
 as the CPU time a fresh process burns while it sleeps right after torch's and the temporal
-sampler's parallel regions, against the same process without gnndist (which spins)."""
+sampler's parallel regions, against the same process without gnndist (which spins). Numba's
+parallel kernels leave torch's thread count as it was, and a job runs torch on
+OMP_NUM_THREADS threads, else one, whichever was imported first."""
 import json
 import os
 import subprocess
@@ -78,3 +80,44 @@ def test_explicit_settings_win(plain):
     assert out["torch_threads"] == plain["torch_threads"]
     out = run("torch-first", OMP_NUM_THREADS="2")
     assert out["torch_threads"] == 2 and out["layer"] == "workqueue"
+
+
+def test_numba_pool_keeps_torch_thread_count(plain):
+    # starting numba's OpenMP pool used to set torch's count to numba's (2 here)
+    out = run("gnndist-first", OMP_NUM_THREADS="1")
+    assert out["layer"] == "omp" and out["torch_threads"] == 1, out
+
+
+JOB = r"""
+import json, sys
+if sys.argv[1] == "torch-first":
+    import torch, gnndist
+else:
+    import gnndist, torch
+from gnndist.datasets.generators import synthetic_temporal
+from gnndist.temporal import trainer
+seen = []
+epoch = trainer.LinkTrainer.train_epoch
+def spy(self, *a):  # the epoch's sampling plan is numba's first parallel kernel
+    out = epoch(self, *a)
+    seen.append(torch.get_num_threads())
+    return out
+trainer.LinkTrainer.train_epoch = spy
+torch.set_num_threads(2)
+trainer.train_link(synthetic_temporal(200, 3000, 4, seed=0), trainer.LinkConfig(epochs=1, quiet=True))
+print(json.dumps({"in_job": seen, "after": torch.get_num_threads()}))
+"""
+
+
+def run_job(mode, **env):
+    clean = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS")}
+    p = subprocess.run([sys.executable, "-c", JOB, mode], env={**clean, **env}, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("mode", ["gnndist-first", "torch-first"])
+def test_a_job_runs_torch_on_one_thread_unless_told(plain, mode):
+    assert run_job(mode) == {"in_job": [1], "after": 2}
+    assert run_job(mode, OMP_NUM_THREADS="2") == {"in_job": [2], "after": 2}
