@@ -21,9 +21,9 @@ partitioner over those with random partitioning, and every setting's events/s ov
 process's. One process runs first as `gnndist train` runs it (torch on one thread, the
 share each of 2 ranks on 2 cores gets) and with torch on every core (`OMP_NUM_THREADS` = the
 core count; run only on a machine of more than one core with the variable unset); the faster
-of the two is the reference, run again after every setting, and each setting's ratio is over the mean of the
-reference runs just before and just after it: a small shared machine's speed drifts by more
-than the overheads measured here within the hour a run takes.
+of the two is the reference, run again after every setting, and each setting's ratio is over
+the mean of the reference runs just before and just after it: a small shared machine's speed
+drifts by more than the overheads measured here within the hour a run takes.
 Not a test: local ranks share this machine's cores, so events/s measures overheads, not the
 speed-up of ranks on machines of their own.
 """

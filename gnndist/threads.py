@@ -15,9 +15,9 @@ the core that the thread holding the work needs as soon as anything else runs on
 What `configure` does:
 - OMP_WAIT_POLICY unset: it is set to PASSIVE. When no OpenMP runtime is loaded yet
   (gnndist imported before torch, as the CLI does), the process's runtime then sleeps idle
-  threads and nothing else changes: torch keeps its thread count (outside jobs, below), numba uses its `omp`
-  threading layer (the cheapest launch: 15-50 us against 70-180 us for `workqueue`, and
-  safe to call from several threads, e.g. `PrefetchLoader`'s). Ranks started by
+  threads and nothing else changes: torch keeps its thread count (outside jobs, below),
+  numba uses its `omp` threading layer (the cheapest launch: 15-50 us against 70-180 us for
+  `workqueue`, and safe to call from several threads, e.g. `PrefetchLoader`'s). Ranks started by
   `gnndist train --nproc` inherit it either way.
 - The runtime was loaded already with the spinning default (torch imported first), which no
   setting can change any more: torch runs its intra-op work on one thread (a team of one has

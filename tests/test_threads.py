@@ -42,10 +42,12 @@ print(json.dumps({"burn": burn, "torch_threads": torch.get_num_threads(),
 """
 
 
-def run(mode, **env):
+def run(mode, script=SCRIPT, **env):
+    """`script`'s last printed line (JSON), run in a fresh process with only `env` of the thread
+    variables set."""
     clean = {k: v for k, v in os.environ.items()
              if k not in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "NUMBA_THREADING_LAYER", "NUMBA_NUM_THREADS")}
-    p = subprocess.run([sys.executable, "-c", SCRIPT, mode], env={**clean, **env}, capture_output=True, text=True,
+    p = subprocess.run([sys.executable, "-c", script, mode], env={**clean, **env}, capture_output=True, text=True,
                        timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     return json.loads(p.stdout.strip().splitlines()[-1])
@@ -109,15 +111,8 @@ print(json.dumps({"in_job": seen, "after": torch.get_num_threads()}))
 """
 
 
-def run_job(mode, **env):
-    clean = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS")}
-    p = subprocess.run([sys.executable, "-c", JOB, mode], env={**clean, **env}, capture_output=True, text=True,
-                       timeout=300)
-    assert p.returncode == 0, p.stderr[-2000:]
-    return json.loads(p.stdout.strip().splitlines()[-1])
-
 
 @pytest.mark.parametrize("mode", ["gnndist-first", "torch-first"])
 def test_a_job_runs_torch_on_one_thread_unless_told(plain, mode):
-    assert run_job(mode) == {"in_job": [1], "after": 2}
-    assert run_job(mode, OMP_NUM_THREADS="2") == {"in_job": [2], "after": 2}
+    assert run(mode, JOB) == {"in_job": [1], "after": 2}
+    assert run(mode, JOB, OMP_NUM_THREADS="2") == {"in_job": [2], "after": 2}
