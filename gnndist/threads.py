@@ -42,6 +42,14 @@ machine (2026-12-03, `gnndist train`, alternated runs) one thread ran a TGN epoc
 `synthetic-static` at 5,404-7,019 nodes/s against 2,140-2,321: waking a second thread for
 every operation costs more than it brings. Local ranks (`--nproc W`) get OMP_NUM_THREADS =
 cores / W from the launcher (torchrun gives 1 where it starts several per host).
+
+The second core of a one-rank temporal job is used by splitting work, not operations: each
+batch runs as `step_shares()` shares of its events, each on a Python thread of its own with
+its own forward and backward pass (`gnndist.temporal.shares`). A share's operations run on its
+own thread, so none waits at a barrier for a thread that another job holds; the threads meet
+once per step. On the 2-core machine (2026-12-04, UCI TGN epochs, `benchmarks/tgn_vs_pyg.py`)
+two shares ran 25,365-27,158 events/s where one ran 22,263-22,877, and beside one CPU-bound
+process still 0.68x their speed alone.
 """
 from __future__ import annotations
 
@@ -105,6 +113,18 @@ def numba_parallel() -> Iterator[None]:
             torch.set_num_threads(count)
             _pool_started = True
         yield
+
+
+MAX_SHARES = 2  # the most shares a step runs as: more are untested (the test machines have 2 cores)
+
+
+def step_shares() -> int:
+    """How many threads a one-process temporal training step runs its batch on
+    (`gnndist.temporal.shares`): the cores this process may use per torch thread, at most
+    MAX_SHARES."""
+    import torch
+
+    return max(1, min(MAX_SHARES, len(os.sched_getaffinity(0)) // torch.get_num_threads()))
 
 
 @contextmanager

@@ -16,6 +16,7 @@ from gnndist.temporal.modules import CellUpdater, LinkPredictor, TemporalAttenti
 from gnndist.temporal.state import NodeState, merge_mailbox
 from gnndist.temporal.time_encoding import time_encoder
 from gnndist.temporal import neighbours
+from gnndist.temporal.shares import Shares
 from gnndist.temporal.trainer import LinkTrainer, TimedState, batch_loss
 
 MEMORY_MODELS = [m for m in MODELS if m != "tgat"]
@@ -74,6 +75,36 @@ def test_an_epoch_sampled_ahead_trains_as_one_sampled_step_by_step(name, cache, 
     if planned.state is not None:
         for what, a in planned.state.state_dict().items():
             assert torch.equal(a, live.state.state_dict()[what]), what
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_a_batch_run_as_shares_on_threads_trains_and_scores_as_the_whole_batch(name):
+    """Each batch run as two shares of its events on two threads (`gnndist.temporal.shares`)
+    against the whole batch on one: at every step the same loss, summed gradient, parameters
+    and node state, then the same validation scores, up to float summation order. Nodes recur
+    within batches (30 nodes, 40 events a batch), so both shares read and write the same rows."""
+    tg = random_graph(e=600)
+    whole, split = trainer(name, tg, lr=1e-3), trainer(name, tg, lr=1e-3)
+    whole.shares, split.shares = Shares(1), Shares(2)
+    for index, s, e in whole.batches(0, whole.train_end):
+        got = []
+        for tr in (whole, split):
+            tr.model.train()
+            batch = tr.batch(s, e, lambda rows, src, dst: train_negatives(0, 1, index, e - s, rows, dst, tg.num_nodes))
+            loss = tr.step(batch, e - s)[0]
+            got.append((loss, torch.cat([torch.zeros(p.numel()) if p.grad is None else p.grad.reshape(-1)
+                                         for p in tr.params]),
+                        torch.cat([p.detach().reshape(-1) for p in tr.params]),
+                        [] if tr.state is None else list(tr.state.state_dict().values())))
+        (loss0, grad0, param0, state0), (loss1, grad1, param1, state1) = got
+        assert abs(loss0 - loss1) < 1e-6 and grad0.abs().max() > 0, index
+        torch.testing.assert_close(grad1, grad0, rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(param1, param0, rtol=1e-4, atol=1e-4)  # Adam amplifies float noise
+        for a, b in zip(state1, state0):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    scores = [tr.evaluate(tr.train_end, tr.val_end, "val") for tr in (whole, split)]
+    for a, b in zip(*scores):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 
 
 def test_neighbours_refuse_queries_other_than_the_planned_ones():
@@ -246,21 +277,26 @@ def attention_brute_force(att, query, nodes, context, mask):
 
 
 @pytest.mark.parametrize("kernels", [True, False], ids=["cpu-kernels", "device-path"])
-@pytest.mark.parametrize("shared", [False, True])
-def test_temporal_attention_matches_projecting_every_key(shared, kernels, monkeypatch):
+@pytest.mark.parametrize("queries", ["per-row", "shared", "indexed"])
+def test_temporal_attention_matches_projecting_every_key(queries, kernels, monkeypatch):
+    """Against every key projected (brute force), forward and parameter gradients: a query input
+    per row, one shared by all rows (TGAT's zero inputs, with a one-row table), or rows of a
+    smaller query table by index (`query_inputs`' distinct rows)."""
     monkeypatch.setattr(gnndist.device, "CPU_PATHS", kernels)
     torch.manual_seed(0)
     r, k, dq, dc = 7, 5, 6, 4
     att = TemporalAttention(dq, dq, dc, 8, heads=2)
-    table = torch.randn(1 if shared else 11, dq)
+    table = torch.randn(1 if queries == "shared" else 11, dq)
     index = torch.randint(0, table.shape[0], (r, k))
-    query = torch.randn(1 if shared else r, dq)  # shared: one query input (TGAT's zero inputs) for all rows
+    query = torch.randn({"per-row": r, "shared": 1, "indexed": 3}[queries], dq)
+    query_index = torch.tensor([2, 0, 2, 1, 0, 0, 2]) if queries == "indexed" else None
     context = torch.randn(r, k, dc)
     mask = torch.rand(r, k) < 0.6
     mask[0] = False  # a row without keys
-    got = att(query, table, index, context, mask)
+    got = att(query, table, index, context, mask, query_index)
     grads = torch.autograd.grad(got.square().sum(), list(att.parameters()), allow_unused=True)
-    want = attention_brute_force(att, query.expand(r, dq), table[index], context, mask)
+    rows = query.expand(r, dq) if query_index is None else query[query_index]
+    want = attention_brute_force(att, rows, table[index], context, mask)
     wants = torch.autograd.grad(want.square().sum(), list(att.parameters()), allow_unused=True)
     assert torch.allclose(got, want, atol=1e-5)
     for (name, _), g, w in zip(att.named_parameters(), grads, wants):

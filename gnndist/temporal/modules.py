@@ -5,6 +5,7 @@ JODIE's time projection), the link predictor, and `last_per_node`."""
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import numpy as np
 import torch
@@ -42,23 +43,26 @@ class TemporalAttention(nn.Module):
         self.skip = nn.Linear(query_dim, out_dim)
         self.drop = nn.Dropout(dropout)
 
-    def forward(self, query: Tensor, table: Tensor, index: Tensor, context: Tensor, mask: Tensor) -> Tensor:
-        """query [R, Dq], or [1, Dq] for one query input shared by all rows; keys' node part
-        table[index] with table [T, Dk], index [R, k]; context [R, k, Dc]; mask [R, k] (True =
-        valid) -> [R, out]. A one-row table (every key's node part the same, as TGAT's zero
-        inputs) adds the same score to all keys of a row, which softmax ignores, so only the
-        context is attended."""
+    def forward(self, query: Tensor, table: Tensor, index: Tensor, context: Tensor, mask: Tensor,
+                query_index: Optional[Tensor] = None) -> Tensor:
+        """query [R, Dq], or [1, Dq] for one query input shared by all rows, or with
+        `query_index` [R] the query inputs of the rows as rows of `query` (what is computed from a
+        query input then is computed once per distinct input); keys' node part table[index] with
+        table [T, Dk], index [R, k]; context [R, k, Dc]; mask [R, k] (True = valid) -> [R, out].
+        A one-row table (every key's node part the same, as TGAT's zero inputs) adds the same
+        score to all keys of a row, which softmax ignores, so only the context is attended."""
         r, k = index.shape
         h = self.heads
         dh = self.q.out_features // h
-        q = self.q(query).view(-1, h, dh).transpose(0, 1).contiguous()  # head-major [H, R or 1, dh]
+        q = self.q(query).view(-1, h, dh).transpose(0, 1).contiguous()  # head-major [H, rows of query, dh]
 
         def through(w: Tensor) -> Tensor:  # W^T q per head: [H, R or 1, D]
-            return torch.bmm(q, w.view(h, dh, -1))
+            u = torch.bmm(q, w.view(h, dh, -1))
+            return u if query_index is None else u.index_select(1, query_index)
 
         shared_key = table.shape[0] == 1
         u = through(self.k_context.weight)
-        if q.shape[1] == 1:  # one query for all rows: a plain product instead of a batched one
+        if u.shape[1] == 1:  # one query for all rows: a plain product instead of a batched one
             score = (context.reshape(r * k, context.shape[2]) @ u[:, 0].t()).view(r, k, h)
         else:
             score = key_scores(context, None, u)
@@ -74,7 +78,8 @@ class TemporalAttention(nn.Module):
         else:
             out = torch.baddbmm(out, key_sums(attn, table, index), self.v.weight.view(h, dh, -1).transpose(1, 2))
             out = out + weight * self.v.bias.view(h, 1, dh)
-        return out.transpose(0, 1).reshape(r, h * dh) + self.skip(query)
+        skip = self.skip(query)
+        return out.transpose(0, 1).reshape(r, h * dh) + (skip if query_index is None else skip.index_select(0, query_index))
 
 
 class CellUpdater(nn.Module):
@@ -147,15 +152,28 @@ class GraphAttention(nn.Module):
             r, k = hop.mask.shape
             context = self.time_enc(hop.dt.reshape(-1)).view(r, k, self.time_enc.out_channels)
             contexts.append(torch.cat([hop.feat, context], dim=2) if self.edge_dim else context)
-        for layer in self.layers:
+        for i, layer in enumerate(self.layers):
             out = []
             for lvl, context in enumerate(contexts[:len(levels) - 1]):
                 table, index = levels[lvl]
                 keys, key_index = levels[lvl + 1]
-                query = table if table.shape[0] == 1 else table.index_select(0, index)
-                out.append(layer(query, keys, key_index.view(context.shape[:2]), context, hops[lvl].mask))
+                query, query_index = query_inputs(table, index) if i == 0 else (table, None)  # then: one row each
+                out.append(layer(query, keys, key_index.view(context.shape[:2]), context, hops[lvl].mask, query_index))
             levels = [(o, torch.arange(o.shape[0], device=dev)) for o in out]
         return levels[0][0]
+
+
+def query_inputs(table: Tensor, index: Tensor) -> tuple[Tensor, Optional[Tensor]]:
+    """The query inputs `table[index]` for `TemporalAttention`: the table itself where it has one
+    row; on the CPU each distinct row once, with where each query's row is (TGN's queries repeat
+    half their rows on UCI: a node's endpoints and negatives at several events of a batch); on
+    other devices the rows themselves (finding the distinct ones would wait for the device)."""
+    if table.shape[0] == 1:
+        return table, None
+    if on_cpu_paths(table):
+        rows, inv = torch.unique(index, return_inverse=True)
+        return table.index_select(0, rows), inv
+    return table.index_select(0, index), None
 
 
 class TimeProjection(nn.Module):

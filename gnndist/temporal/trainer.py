@@ -25,6 +25,7 @@ test events scored.
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import resource
 import sys
@@ -40,7 +41,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from tqdm import tqdm
 
-from gnndist import checkpoint, dist
+from gnndist import checkpoint, dist, threads
 from gnndist.datasets import chronological_split
 from gnndist.device import to_device
 from gnndist.errors import GnndistError
@@ -57,9 +58,10 @@ from gnndist.temporal.config import LinkConfig
 from gnndist.temporal.dist_state import PartitionedNodeState, ReplicatedNodeState
 from gnndist.temporal.events import RankEvents
 from gnndist.temporal.linkpred import EvalNegatives, link_metrics, train_negatives
-from gnndist.temporal.models import Batch, Forward, build_model, query_rows, state_rows
+from gnndist.temporal.models import Batch, Forward, Hop, build_model, query_rows, state_rows
 from gnndist.temporal.neighbours import Neighbours
 from gnndist.temporal.served import route, served_rows
+from gnndist.temporal.shares import Shares, bounds, merged, query_positions, share_batch, share_hops
 from gnndist.temporal.state import NodeState
 from gnndist.temporal.timers import PHASES, Timers
 
@@ -155,6 +157,7 @@ class LinkTrainer:
         state = new_state(self.model, events, cfg.memory, start, device)
         self.state = None if state is None else TimedState(state, self.timers)
         self.partitioned = cfg.memory == "partitioned" and state is not None and events.num_parts > 1
+        self.shares = Shares(threads.step_shares() if device.type == "cpu" and events.num_parts == 1 else 1)
         self._routes: deque[StepRequests] = deque()  # of the coming evaluation steps' served negatives
         self.cache_counters: dict[str, int] = {}
         self.on_loss: Optional[Callable[[float], None]] = None  # called with each training step's global loss
@@ -267,22 +270,53 @@ class LinkTrainer:
         fw.pos, fw.neg = self.model.score(fw.embed[:b], fw.embed[b:2 * b], z_neg, n)
         return fw
 
+    def forward_shares(self, batch: Batch, then: Callable[[Forward], Any] = lambda fw: None
+                       ) -> list[tuple[Batch, Forward, Any]]:
+        """The batch run as its shares (`gnndist.temporal.shares`; one share: `forward` on the
+        whole batch): each share's events, `Forward` and `then(Forward)`, run on its thread."""
+        b, n = batch.neg.shape
+        cuts = bounds(b, self.shares.count)
+        if len(cuts) <= 1 or self.serves_negatives():
+            fw = self.forward(batch)
+            return [(batch, fw, then(fw))]
+        model, state = self.model, None if self.state is None else self.state.state  # reads untimed: threads overlap
+        sampled = model.neighbour_queries(*query_rows(*batch.on_host()), 2 * b)
+        hops = self.neighbours(*sampled) if sampled[2] else []
+        parts = []
+        for lo, hi in cuts:
+            rows = query_positions(b, n, lo, hi)[:(hi - lo) * (2 + n) if model.sampling.rows == "queries" else 2 * (hi - lo)]
+            parts.append((share_batch(batch, lo, hi), share_hops(hops, rows, sampled[2])))
+
+        def run(part: tuple[Batch, list[Hop]]) -> tuple[Batch, Forward, Any]:
+            fw = model(state, part[0], lambda *_: part[1])
+            return part[0], fw, then(fw)
+
+        return self.shares.map(run, parts)
+
     def step(self, batch: Batch, global_batch: int) -> tuple[float, Forward]:
-        """Forward, backward, summed gradients, optimizer step, state write: the global loss,
-        and this rank's `Forward`."""
-        fw = self.forward(batch)
-        loss = batch_loss(fw, global_batch)
+        """Forward and backward of each share, summed gradients, optimizer step, state writes:
+        the global loss, and this rank's `Forward`."""
+        def backward(fw: Forward) -> tuple[Tensor, tuple[Optional[Tensor], ...]]:
+            loss = batch_loss(fw, global_batch)
+            return loss.detach(), torch.autograd.grad(loss, self.params, allow_unused=True)
+
+        runs = self.forward_shares(batch, backward)
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        for i, p in enumerate(self.params):  # summed in share order: the same sum every run
+            grads = [g[i] for _, _, (_, g) in runs if g[i] is not None]
+            p.grad = functools.reduce(torch.add, grads) if grads else None
+        loss = functools.reduce(torch.add, [loss for _, _, (loss, _) in runs])
         with self.timers.phase("sync"):
-            total = float(dist.sum_gradients(self.params, loss.detach().reshape(1))[0])
+            total = float(dist.sum_gradients(self.params, loss.reshape(1))[0])
         if not math.isfinite(total):
             raise GnndistError(f"the training loss became {total}; try a smaller --lr")
         if self.cfg.clip_grad is not None:  # the summed gradient: the same on every rank
             torch.nn.utils.clip_grad_norm_(self.params, self.cfg.clip_grad)
         self.optimizer.step()
-        self.model.write(self.state, batch, fw)
-        return total, fw
+        for share, fw, _ in runs:  # in time order
+            self.model.write(self.state, share, fw)
+        return total, runs[0][1] if len(runs) == 1 else merged([fw for _, fw, _ in runs],
+                                                               [share.src.numel() for share, _, _ in runs])
 
     # ------------------------------------------------------------------------------ epochs
 
@@ -332,11 +366,11 @@ class LinkTrainer:
         pos, neg, eid = [], [], []
         with self._bar(stop - start, desc) as bar:
             for size, batch in self.steps(start, stop, negatives.batch if score else None):
-                fw = self.forward(batch)
-                self.model.write(self.state, batch, fw)
-                pos.append(fw.pos.cpu().numpy())
-                neg.append(fw.neg.cpu().numpy())
-                eid.append(batch.eid.cpu().numpy())
+                for share, fw, _ in self.forward_shares(batch):
+                    self.model.write(self.state, share, fw)
+                    pos.append(fw.pos.cpu().numpy())
+                    neg.append(fw.neg.cpu().numpy())
+                    eid.append(share.eid.cpu().numpy())
                 bar.update(size)
         return np.concatenate(pos), np.concatenate(neg), np.concatenate(eid)
 

@@ -1,0 +1,86 @@
+"""A one-process batch run as contiguous shares of its events on threads of the process: how a
+rank uses a second core without an OpenMP team, whose every operation would wait for a thread
+that another job may hold (`gnndist.threads`).
+
+Each share embeds and scores its events from the node state as the batch found it, its loss
+the sum over its events divided by the whole batch's size, and runs its own backward pass on
+its own thread (torch's operations and the attention's numba kernels release the GIL). The
+shares' gradients are summed in share order, and their state writes follow in time order, so
+the step is the one the whole batch takes, up to float rounding: a node in two shares gets the
+same updated memory from both, and its mail from its last event. The neighbours of the whole
+batch, planned ahead, are cut into the shares' rows.
+"""
+from __future__ import annotations
+
+import math
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Optional, TypeVar
+
+import numpy as np
+import torch
+
+from gnndist.temporal.models import Batch, Forward, Hop
+
+R = TypeVar("R")
+
+
+def bounds(events: int, shares: int) -> list[tuple[int, int]]:
+    """[lo, hi) of each non-empty share of `events` events, as even as can be."""
+    cuts = np.linspace(0, events, min(shares, events) + 1).round().astype(int)
+    return [(int(lo), int(hi)) for lo, hi in zip(cuts[:-1], cuts[1:])]
+
+
+def share_batch(batch: Batch, lo: int, hi: int) -> Batch:
+    """The events lo .. hi-1 of `batch` (views)."""
+    host = None if batch.host is None else tuple(a[lo:hi] for a in batch.host)
+    return Batch(batch.src[lo:hi], batch.dst[lo:hi], batch.t[lo:hi], batch.eid[lo:hi], batch.feat[lo:hi],
+                 batch.neg[lo:hi], host)
+
+
+def query_positions(events: int, negatives: int, lo: int, hi: int) -> np.ndarray:
+    """Where the query rows (src, dst, negatives) of events lo .. hi-1 are among the batch's."""
+    e = np.arange(lo, hi)
+    return np.concatenate([e, events + e, 2 * events + np.arange(lo * negatives, hi * negatives)])
+
+
+def share_hops(hops: list[Hop], rows: np.ndarray, ks: list[int]) -> list[Hop]:
+    """The hops of the hop-0 rows `rows` (hop h: their descendants, prod(ks[:h]) each)."""
+    out = []
+    for h, hop in enumerate(hops):
+        m = math.prod(ks[:h])
+        idx = (rows[:, None] * m + np.arange(m)).reshape(-1)
+        t = torch.from_numpy(idx).to(hop.nbr.device)
+        out.append(Hop(*(a.index_select(0, t) for a in (hop.nbr, hop.eid, hop.ts, hop.dt, hop.mask, hop.feat)),
+                       hop.host_nbr[idx], hop.host_mask[idx]))
+    return out
+
+
+def merged(fws: list[Forward], sizes: list[int]) -> Forward:
+    """The scores and query embeddings (src, dst, negatives) of the whole batch from its shares'."""
+    def part(fw: Forward, b: int, which: int) -> torch.Tensor:
+        return fw.embed[:b] if which == 0 else fw.embed[b:2 * b] if which == 1 else fw.embed[2 * b:]
+
+    embed = torch.cat([part(fw, b, w) for w in range(3) for fw, b in zip(fws, sizes)])
+    return Forward(pos=torch.cat([fw.pos for fw in fws]), neg=torch.cat([fw.neg for fw in fws]), embed=embed)
+
+
+class Shares:
+    """Runs a function on each share, the first on the calling thread, the others on a pool;
+    grad mode as the caller's."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.pool: Optional[ThreadPoolExecutor] = ThreadPoolExecutor(count - 1) if count > 1 else None
+
+    def map(self, fn: Callable[..., R], items: list) -> list[R]:
+        if len(items) == 1 or self.pool is None:
+            return [fn(x) for x in items]
+        grad = torch.is_grad_enabled()
+
+        def run(x):
+            with torch.set_grad_enabled(grad):
+                return fn(x)
+
+        futures = [self.pool.submit(run, x) for x in items[1:]]
+        first = fn(items[0])
+        return [first] + [f.result() for f in futures]
