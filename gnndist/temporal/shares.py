@@ -2,13 +2,13 @@
 rank uses a second core without an OpenMP team, whose every operation would wait for a thread
 that another job may hold (`gnndist.threads`).
 
-Each share embeds and scores its events from the node state as the batch found it, its loss
-the sum over its events divided by the whole batch's size, and runs its own backward pass on
-its own thread (torch's operations and the attention's numba kernels release the GIL). The
-shares' gradients are summed in share order, and their state writes follow in time order, so
-the step is the one the whole batch takes, up to float rounding: a node in two shares gets the
-same updated memory from both, and its mail from its last event. The neighbours of the whole
-batch, planned ahead, are cut into the shares' rows.
+Each share embeds and scores its events from the node state as the batch found it, with its
+loss the sum over its events divided by the whole batch's size, and runs its own backward
+pass, on its own thread (torch's operations and the attention's numba kernels release the
+GIL). The shares' gradients are summed in share order and their state writes follow in time
+order, so the step is the one the whole batch takes, up to float rounding: a node in two
+shares gets the same updated memory from both, and its mail from its last event. The
+neighbours of the whole batch, planned ahead, are cut into the shares' rows.
 """
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ R = TypeVar("R")
 
 def bounds(events: int, shares: int) -> list[tuple[int, int]]:
     """[lo, hi) of each non-empty share of `events` events, as even as can be."""
-    cuts = np.linspace(0, events, min(shares, events) + 1).round().astype(int)
-    return [(int(lo), int(hi)) for lo, hi in zip(cuts[:-1], cuts[1:])]
+    count = min(shares, events)
+    return [(events * i // count, events * (i + 1) // count) for i in range(count)]
 
 
 def share_batch(batch: Batch, lo: int, hi: int) -> Batch:
@@ -64,13 +64,21 @@ def merged(fws: list[Forward], sizes: list[int]) -> Forward:
     return Forward(pos=torch.cat([fw.pos for fw in fws]), neg=torch.cat([fw.neg for fw in fws]), embed=embed)
 
 
+def _same_threads() -> None:
+    """Torch's thread count, as the process has it, in this thread's OpenMP settings: a new
+    thread starts with the runtime's default (every core), which matrix products read, whatever
+    `torch.get_num_threads()` says."""
+    torch.set_num_threads(torch.get_num_threads())
+
+
 class Shares:
-    """Runs a function on each share, the first on the calling thread, the others on a pool;
-    grad mode as the caller's."""
+    """Runs a function on each share, the first on the calling thread, the others on a pool
+    whose threads use torch's thread count; grad mode as the caller's."""
 
     def __init__(self, count: int) -> None:
         self.count = count
-        self.pool: Optional[ThreadPoolExecutor] = ThreadPoolExecutor(count - 1) if count > 1 else None
+        self.pool: Optional[ThreadPoolExecutor] = (ThreadPoolExecutor(count - 1, initializer=_same_threads)
+                                                   if count > 1 else None)
 
     def map(self, fn: Callable[..., R], items: list) -> list[R]:
         if len(items) == 1 or self.pool is None:

@@ -270,10 +270,11 @@ class LinkTrainer:
         fw.pos, fw.neg = self.model.score(fw.embed[:b], fw.embed[b:2 * b], z_neg, n)
         return fw
 
-    def forward_shares(self, batch: Batch, then: Callable[[Forward], Any] = lambda fw: None
-                       ) -> list[tuple[Batch, Forward, Any]]:
-        """The batch run as its shares (`gnndist.temporal.shares`; one share: `forward` on the
-        whole batch): each share's events, `Forward` and `then(Forward)`, run on its thread."""
+    def run_batch(self, batch: Batch, then: Callable[[Forward], Any] = lambda fw: None
+                  ) -> list[tuple[Batch, Forward, Any]]:
+        """Forward of the batch, then `then(Forward)`, as the batch's shares
+        (`gnndist.temporal.shares`), each on its thread; one share: `forward` on the whole batch.
+        Returns each share's events, `Forward` and `then`'s result."""
         b, n = batch.neg.shape
         cuts = bounds(b, self.shares.count)
         if len(cuts) <= 1 or self.serves_negatives():
@@ -293,6 +294,11 @@ class LinkTrainer:
 
         return self.shares.map(run, parts)
 
+    def write(self, runs: list[tuple[Batch, Forward, Any]]) -> None:
+        """The state writes of a batch's shares, in time order."""
+        for share, fw, _ in runs:
+            self.model.write(self.state, share, fw)
+
     def step(self, batch: Batch, global_batch: int) -> tuple[float, Forward]:
         """Forward and backward of each share, summed gradients, optimizer step, state writes:
         the global loss, and this rank's `Forward`."""
@@ -300,8 +306,7 @@ class LinkTrainer:
             loss = batch_loss(fw, global_batch)
             return loss.detach(), torch.autograd.grad(loss, self.params, allow_unused=True)
 
-        runs = self.forward_shares(batch, backward)
-        self.optimizer.zero_grad(set_to_none=True)
+        runs = self.run_batch(batch, backward)
         for i, p in enumerate(self.params):  # summed in share order: the same sum every run
             grads = [g[i] for _, _, (_, g) in runs if g[i] is not None]
             p.grad = functools.reduce(torch.add, grads) if grads else None
@@ -313,8 +318,7 @@ class LinkTrainer:
         if self.cfg.clip_grad is not None:  # the summed gradient: the same on every rank
             torch.nn.utils.clip_grad_norm_(self.params, self.cfg.clip_grad)
         self.optimizer.step()
-        for share, fw, _ in runs:  # in time order
-            self.model.write(self.state, share, fw)
+        self.write(runs)
         return total, runs[0][1] if len(runs) == 1 else merged([fw for _, fw, _ in runs],
                                                                [share.src.numel() for share, _, _ in runs])
 
@@ -366,8 +370,9 @@ class LinkTrainer:
         pos, neg, eid = [], [], []
         with self._bar(stop - start, desc) as bar:
             for size, batch in self.steps(start, stop, negatives.batch if score else None):
-                for share, fw, _ in self.forward_shares(batch):
-                    self.model.write(self.state, share, fw)
+                runs = self.run_batch(batch)
+                self.write(runs)
+                for share, fw, _ in runs:
                     pos.append(fw.pos.cpu().numpy())
                     neg.append(fw.neg.cpu().numpy())
                     eid.append(share.eid.cpu().numpy())
