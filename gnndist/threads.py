@@ -115,6 +115,16 @@ def numba_parallel() -> Iterator[None]:
         yield
 
 
+def torch_threads_here() -> None:
+    """Torch's thread count, as the process has it, in the calling thread's OpenMP setting, which
+    is per thread: a thread gnndist starts runs this first, or its matrix products take every
+    core whatever `torch.get_num_threads()` says (measured: a 2000 x 2000 product in a new thread
+    ran on 2 threads with the count at 1)."""
+    import torch
+
+    torch.set_num_threads(torch.get_num_threads())
+
+
 MAX_SHARES = 2  # the most shares a step runs as: more are untested (the test machines have 2 cores)
 
 

@@ -15,6 +15,8 @@ import queue
 import threading
 from typing import Any, Callable, Iterable, Iterator
 
+from gnndist.threads import torch_threads_here
+
 _DONE = object()
 
 
@@ -36,6 +38,7 @@ class PrefetchLoader:
         stop = threading.Event()
 
         def produce() -> None:
+            torch_threads_here()
             try:
                 for w in self.work:
                     if stop.is_set():

@@ -116,3 +116,30 @@ print(json.dumps({"in_job": seen, "after": torch.get_num_threads()}))
 def test_a_job_runs_torch_on_one_thread_unless_told(plain, mode):
     assert run(mode, JOB) == {"in_job": [1], "after": 2}
     assert run(mode, JOB, OMP_NUM_THREADS="2") == {"in_job": [2], "after": 2}
+
+
+THREADS_SCRIPT = r"""
+import ctypes, json, threading
+import gnndist, torch
+from gnndist.samplers.loader import PrefetchLoader
+from gnndist.temporal.shares import Shares
+torch.set_num_threads(1)
+gomp = next(line.split()[-1] for line in open("/proc/self/maps") if "libgomp" in line)
+max_threads = ctypes.CDLL(gomp).omp_get_max_threads  # what a matrix product in this thread uses
+out = {}
+raw = threading.Thread(target=lambda: out.update(plain_thread=max_threads()))
+raw.start(), raw.join()
+out["share"] = Shares(2).pool.submit(max_threads).result()
+out["prefetch"] = next(iter(PrefetchLoader([0], lambda _: max_threads())))
+print(json.dumps(out))
+"""
+
+
+def test_threads_gnndist_starts_run_torch_on_its_thread_count():
+    """OpenMP's thread count is per thread: a thread started plainly gets the runtime's default
+    (every core) for its matrix products whatever torch was set to; a step's share threads and
+    the prefetch thread take torch's count."""
+    got = run("gnndist-first", THREADS_SCRIPT)
+    assert got["share"] == got["prefetch"] == 1
+    if len(os.sched_getaffinity(0)) > 1:
+        assert got["plain_thread"] > 1  # what they would run on without `torch_threads_here`

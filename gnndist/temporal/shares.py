@@ -19,6 +19,7 @@ from typing import Callable, Optional, TypeVar
 import numpy as np
 import torch
 
+from gnndist.threads import torch_threads_here
 from gnndist.temporal.models import Batch, Forward, Hop
 
 R = TypeVar("R")
@@ -64,20 +65,13 @@ def merged(fws: list[Forward], sizes: list[int]) -> Forward:
     return Forward(pos=torch.cat([fw.pos for fw in fws]), neg=torch.cat([fw.neg for fw in fws]), embed=embed)
 
 
-def _same_threads() -> None:
-    """Torch's thread count, as the process has it, in this thread's OpenMP settings: a new
-    thread starts with the runtime's default (every core), which matrix products read, whatever
-    `torch.get_num_threads()` says."""
-    torch.set_num_threads(torch.get_num_threads())
-
-
 class Shares:
     """Runs a function on each share, the first on the calling thread, the others on a pool
     whose threads use torch's thread count; grad mode as the caller's."""
 
     def __init__(self, count: int) -> None:
         self.count = count
-        self.pool: Optional[ThreadPoolExecutor] = (ThreadPoolExecutor(count - 1, initializer=_same_threads)
+        self.pool: Optional[ThreadPoolExecutor] = (ThreadPoolExecutor(count - 1, initializer=torch_threads_here)
                                                    if count > 1 else None)
 
     def map(self, fn: Callable[..., R], items: list) -> list[R]:
