@@ -18,9 +18,10 @@ fetched from other ranks, bytes moved between ranks per epoch (all ranks togethe
 gradient all-reduce payload, the collectives each rank enters per training step, the time split
 (mean over ranks) and test AP; then, per rank count, partitioned bytes with the temporal
 partitioner over those with random partitioning, and every setting's events/s over one
-process's. One process runs first as `gnndist train` runs it (torch on one thread, the
-share each of 2 ranks on 2 cores gets) and with torch on every core (`OMP_NUM_THREADS` = the
-core count; run only on a machine of more than one core with the variable unset); the faster
+process's. One process runs first as `gnndist train` runs it (torch on one thread, each batch
+run as 2 shares of its events on 2 threads where it has 2 cores: `gnndist/temporal/shares.py`)
+and with torch on every core (`OMP_NUM_THREADS` = the core count, one share; run only on a
+machine of more than one core with the variable unset); the faster
 of the two is the reference, run again after every setting, and each setting's ratio is over
 the mean of the reference runs just before and just after it: a small shared machine's speed
 drifts by more than the overheads measured here within the hour a run takes.
