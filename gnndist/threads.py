@@ -47,9 +47,9 @@ The second core of a one-rank temporal job is used by splitting work, not operat
 batch runs as `step_shares()` shares of its events, each on a Python thread of its own with
 its own forward and backward pass (`gnndist.temporal.shares`). A share's operations run on its
 own thread, so none waits at a barrier for a thread that another job holds; the threads meet
-once per step. On the 2-core machine (2026-12-04, UCI TGN epochs, `benchmarks/tgn_vs_pyg.py`)
-two shares ran 25,365-27,158 events/s where one ran 22,263-22,877, and beside one CPU-bound
-process still 0.68x their speed alone.
+once per step. On the 2-core machine (2026-12-04, UCI TGN epochs after a first one) two shares
+ran 24,100-30,400 events/s where one ran 21,600-22,900; beside one CPU-bound process
+(`benchmarks/tgn_vs_pyg.py --busy 1`) they kept 0.80x and 0.67x of their events/s alone.
 """
 from __future__ import annotations
 
