@@ -19,6 +19,7 @@ from typing import Callable, Optional, TypeVar
 import numpy as np
 import torch
 
+from gnndist.device import to_device
 from gnndist.threads import torch_threads_here
 from gnndist.temporal.models import Batch, Forward, Hop
 
@@ -50,7 +51,7 @@ def share_hops(hops: list[Hop], rows: np.ndarray, ks: list[int]) -> list[Hop]:
     for h, hop in enumerate(hops):
         m = math.prod(ks[:h])
         idx = (rows[:, None] * m + np.arange(m)).reshape(-1)
-        t = torch.from_numpy(idx).to(hop.nbr.device)
+        t = to_device(idx, hop.nbr.device)
         out.append(Hop(*(a.index_select(0, t) for a in (hop.nbr, hop.eid, hop.ts, hop.dt, hop.mask, hop.feat)),
                        hop.host_nbr[idx], hop.host_mask[idx]))
     return out

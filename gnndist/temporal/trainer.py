@@ -277,7 +277,7 @@ class LinkTrainer:
         Returns each share's events, `Forward` and `then`'s result."""
         b, n = batch.neg.shape
         cuts = bounds(b, self.shares.count)
-        if len(cuts) <= 1 or self.serves_negatives():
+        if len(cuts) <= 1:  # also where negatives are served: those ranks run one share
             fw = self.forward(batch)
             return [(batch, fw, then(fw))]
         model, state = self.model, None if self.state is None else self.state.state  # reads untimed: threads overlap
@@ -285,7 +285,8 @@ class LinkTrainer:
         hops = self.neighbours(*sampled) if sampled[2] else []
         parts = []
         for lo, hi in cuts:
-            rows = query_positions(b, n, lo, hi)[:(hi - lo) * (2 + n) if model.sampling.rows == "queries" else 2 * (hi - lo)]
+            mine = query_positions(b, n, lo, hi)
+            rows = model.neighbour_queries(mine, mine, 2 * (hi - lo))[0]  # the share's rows that have neighbours
             parts.append((share_batch(batch, lo, hi), share_hops(hops, rows, sampled[2])))
 
         def run(part: tuple[Batch, list[Hop]]) -> tuple[Batch, Forward, Any]:
