@@ -290,11 +290,8 @@ def setup(device: str = "cpu") -> torch.device:
     global _watch, _entered
     _entered = 0  # the ranks' counts are compared when a collective fails
     if device.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise GnndistError("--device cuda given but CUDA is not available")
-        local = int(os.environ.get("LOCAL_RANK", "0"))
-        torch.cuda.set_device(local)
-        dev = torch.device("cuda", local)
+        dev = rank_gpu(int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(dev)
     else:
         dev = torch.device("cpu")
     if in_torchrun() and not dist.is_initialized():
@@ -314,6 +311,18 @@ def setup(device: str = "cpu") -> torch.device:
         if dev.type == "cuda":
             host_group("counts")  # made here, where every rank is, not at a first exchange
     return dev
+
+
+def rank_gpu(local_rank: int) -> torch.device:
+    """The GPU of the rank with this local rank: one GPU per rank (NCCL refuses two ranks on
+    one GPU), so a host runs at most as many ranks as it has GPUs."""
+    if not torch.cuda.is_available():
+        raise GnndistError("--device cuda given but CUDA is not available")
+    gpus = torch.cuda.device_count()
+    if local_rank >= gpus:
+        raise GnndistError(f"--device cuda runs one rank per GPU, and this host has {gpus}: local rank "
+                           f"{local_rank} has none (run at most {gpus} rank(s) per host)")
+    return torch.device("cuda", local_rank)
 
 
 def _several_nodes(world: int) -> bool:

@@ -283,6 +283,8 @@ def run_job(data: Data, nproc: int, split: Split, rank_fn: Callable[..., dict], 
             return _torchrun_rank(data, split, rank_fn, args, device, quiet)
         if nproc == 1:
             return rank_fn(rank_source(data, 1, split, quiet), *args)
+        if device.startswith("cuda"):
+            dist.rank_gpu(nproc - 1)  # told before the data is split and the ranks start
         return launch(nproc, rank_fn, make_store(data, nproc, split, quiet), *args)[0]
 
 

@@ -157,6 +157,22 @@ def test_a_bad_timeout_is_refused_before_anything_starts(value, tmp_path, monkey
     assert not (tmp_path / "cache").exists()  # nothing partitioned, no rank started
 
 
+@pytest.mark.parametrize("gpus", [0, 1])
+def test_more_ranks_than_gpus_is_refused_before_anything_starts(gpus, tmp_path, monkeypatch, capsys):
+    """One rank per GPU (NCCL refuses two ranks on one GPU); told before the data is split."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    monkeypatch.setenv("GNNDIST_CACHE", str(tmp_path / "cache"))
+    assert main(["train", "synthetic-temporal", "--num-events", "500", "--nproc", "2", "--device", "cuda"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("gnndist train: error: " + ("--device cuda given but CUDA is not available" if gpus == 0 else
+                   "--device cuda runs one rank per GPU, and this host has 1: local rank 1 has none "
+                   "(run at most 1 rank(s) per host)") + "\n")
+    assert not (tmp_path / "cache").exists()
+    if gpus:
+        assert dist.rank_gpu(0) == torch.device("cuda", 0)
+
+
 def test_the_interface_holding_each_address_is_found():
     """Against `ip -o addr`: every (primary) address maps to the interface that lists it."""
     if shutil.which("ip") is None:

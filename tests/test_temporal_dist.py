@@ -284,6 +284,7 @@ def test_no_rank_holds_an_array_per_event_of_the_whole_graph(launched):
             fig = m["ranks"][r]
             assert fig["events_held"] == held["events_held"] and fig["tcsr_entries"] == held["tcsr"]
             assert fig["edge_feature_rows"] == held["events_held"] and fig["peak_rss_bytes"] > 0
+            assert fig["peak_gpu_bytes"] is None  # on the CPU
     for out in results:
         held = out["tgn", "partitioned"][2]
         assert held["own_rows"] and held["no_foreign"]

@@ -418,8 +418,8 @@ class LinkTrainer:
 
     def rank_figures(self) -> list[dict[str, Any]]:
         """What each rank holds (gathered): events, T-CSR entries, edge-feature rows, node-state
-        rows, bytes by category, its peak resident memory, and its edge-cache counters of the
-        last training epoch."""
+        rows, bytes by category, its peak resident memory (and on a GPU its peak of allocated GPU
+        memory), and its edge-cache counters of the last training epoch."""
         ev, st = self.events, (self.state.state if self.state is not None else None)
         indptr, nbr, eid, ts = ev.tcsr()
         cache = self.neighbours.features.cache
@@ -434,7 +434,8 @@ class LinkTrainer:
                 sum(t.numel() * t.element_size() for t in state_tensors),
                 0 if cache is None else cache.rows.nbytes,
                 sum(a.nbytes for a in {id(a): a for a in (ev.orig_to_new, ev.new_to_orig)}.values()),
-                peak_rss_bytes(), c.get("requests", 0), c.get("hits", 0), c.get("bytes_fetched", 0)]
+                peak_rss_bytes(), c.get("requests", 0), c.get("hits", 0), c.get("bytes_fetched", 0),
+                torch.cuda.max_memory_allocated(self.device) if self.device.type == "cuda" else -1]
         rows = torch.cat(dist.all_gather_varsize(torch.tensor([mine], dtype=torch.int64, device=self.device)))
         out = []
         for r in rows.cpu().tolist():
@@ -442,7 +443,7 @@ class LinkTrainer:
                         "node_state_rows": r[4],
                         "bytes": dict(zip(("events", "tcsr", "edge_features", "node_state", "cache", "id_maps"),
                                           r[5:11])),
-                        "peak_rss_bytes": r[11],
+                        "peak_rss_bytes": r[11], "peak_gpu_bytes": r[15] if r[15] >= 0 else None,
                         "edge_cache": {"requests": r[12], "hits": r[13], "hit_rate": r[13] / r[12] if r[12] else None,
                                        "bytes_fetched": r[14]}})
         return out
