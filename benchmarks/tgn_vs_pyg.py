@@ -8,8 +8,10 @@ positive). PyG's side follows its examples/tgn.py: TGNMemory (IdentityMessage,
 LastAggregator) + LastNeighborLoader + TransformerConv, with TemporalDataLoader negatives.
 
     python benchmarks/tgn_vs_pyg.py [--data FILE] [--events N] [--threads T] [--lr LR] [--busy N]
+                                    [--device cuda]
 
-Prints training events/s (wall clock and CPU time) and test AP of each, and the ratios. The
+Prints training events/s (wall clock and CPU time) and test AP of each, and the ratios (with
+`--device cuda`, both on the GPU, and each one's peak of allocated GPU memory). The
 sampler's and the attention's compiled kernels are loaded before timing (a one-off per
 process). With `--busy N` both run twice: alone, then beside N CPU-bound processes (another
 job on a shared machine), and each one's events/s beside them is printed as a ratio to its
@@ -42,14 +44,15 @@ UCI = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "uci_college
 MEMORY = 100
 
 
-def gnndist_side(tg, lr: float, seed: int) -> dict:
+def gnndist_side(tg, lr: float, seed: int, device: str) -> dict:
     """One epoch of `gnndist train --task link --model tgn`, through the trainer itself."""
-    cfg = LinkConfig(model="tgn", epochs=1, batch_size=200, lr=lr, memory_dim=MEMORY, seed=seed, quiet=True)
+    cfg = LinkConfig(model="tgn", epochs=1, batch_size=200, lr=lr, memory_dim=MEMORY, seed=seed, quiet=True,
+                     device=device)
     ep = (m := train_link(tg, cfg))["epochs"][0]
     return {"events_per_s": ep["events_per_s"], "train_s": ep["time_s"], "cpu_s": ep["cpu_s"], "test_ap": m["test"]["ap"]}
 
 
-def pyg_side(tg, lr: float, seed: int) -> dict:
+def pyg_side(tg, lr: float, seed: int, device: str) -> dict:
     """PyG's examples/tgn.py on the same events, timed the same way (training epoch only)."""
     from torch_geometric.data import TemporalData
     from torch_geometric.loader import TemporalDataLoader
@@ -82,22 +85,22 @@ def pyg_side(tg, lr: float, seed: int) -> dict:
     # PyG's TGNMemory cannot hold 0-wide messages: a featureless graph gets one zero column
     msg = torch.from_numpy(tg.edge_feat) if tg.edge_feat is not None else torch.zeros(tg.num_events, 1)
     data = TemporalData(src=torch.from_numpy(tg.src), dst=torch.from_numpy(tg.dst),
-                        t=torch.from_numpy(tg.t.astype(np.int64)), msg=msg)
+                        t=torch.from_numpy(tg.t.astype(np.int64)), msg=msg).to(device)
     memory = TGNMemory(tg.num_nodes, msg.shape[1], MEMORY, TIME_DIM,
                        message_module=IdentityMessage(msg.shape[1], MEMORY, TIME_DIM),
-                       aggregator_module=LastAggregator())
-    gnn = GraphAttentionEmbedding(MEMORY, MEMORY, msg.shape[1], memory.time_enc)
-    link_pred = LinkPredictor(MEMORY)
+                       aggregator_module=LastAggregator()).to(device)
+    gnn = GraphAttentionEmbedding(MEMORY, MEMORY, msg.shape[1], memory.time_enc).to(device)
+    link_pred = LinkPredictor(MEMORY).to(device)
     params = set(memory.parameters()) | set(gnn.parameters()) | set(link_pred.parameters())
     optimizer = torch.optim.Adam(params, lr=lr)
     criterion = torch.nn.BCEWithLogitsLoss()
-    loader = LastNeighborLoader(tg.num_nodes, size=NUM_NEIGHBORS)
-    assoc = torch.empty(tg.num_nodes, dtype=torch.long)
+    loader = LastNeighborLoader(tg.num_nodes, size=NUM_NEIGHBORS, device=device)
+    assoc = torch.empty(tg.num_nodes, dtype=torch.long, device=device)
 
     def embed(src, dst, neg, t_batch):
         n_id = torch.cat([src, dst, neg]).unique()
         n_id, edge_index, e_id = loader(n_id)
-        assoc[n_id] = torch.arange(n_id.size(0))
+        assoc[n_id] = torch.arange(n_id.size(0), device=device)
         z, last_update = memory(n_id)
         z = gnn(z, last_update, edge_index, data.t[e_id], data.msg[e_id])
         return (link_pred(z[assoc[src]], z[assoc[dst]]), link_pred(z[assoc[src]], z[assoc[neg]]))
@@ -114,6 +117,8 @@ def pyg_side(tg, lr: float, seed: int) -> dict:
         loss.backward()
         optimizer.step()
         memory.detach()
+    if device == "cuda":
+        torch.cuda.synchronize()
     seconds = time.perf_counter() - t0
     cpu = time.process_time() - c0
 
@@ -129,10 +134,10 @@ def pyg_side(tg, lr: float, seed: int) -> dict:
             rows = np.arange(e - s)
             neg = torch.randint(0, tg.num_nodes, (e - s,)) if s < val_end else torch.from_numpy(
                 test_neg.batch((s - val_end) // 200, e - s, rows, tg.src[s:e], tg.dst[s:e])[:, 0])
-            pos_out, neg_out = embed(b.src, b.dst, neg, b.t)
+            pos_out, neg_out = embed(b.src, b.dst, neg.to(device), b.t)
             if s >= val_end:
-                pos_all.append(pos_out.view(-1).numpy())
-                neg_all.append(neg_out.view(-1).numpy())
+                pos_all.append(pos_out.view(-1).cpu().numpy())
+                neg_all.append(neg_out.view(-1).cpu().numpy())
             memory.update_state(b.src, b.dst, b.t, b.msg)
             loader.insert(b.src, b.dst)
     return {"events_per_s": train_end / seconds, "train_s": seconds, "cpu_s": cpu,
@@ -155,14 +160,25 @@ def busy(n: int):
             q.wait()
 
 
+def on_gpu_peak(side, tg, lr: float, seed: int, device: str) -> dict:
+    """`side`'s figures, with its peak of allocated GPU memory on `--device cuda`."""
+    if device != "cuda":
+        return side(tg, lr, seed, device)
+    torch.cuda.reset_peak_memory_stats()
+    return {**side(tg, lr, seed, device), "peak_gpu_bytes": torch.cuda.max_memory_allocated()}
+
+
 def compare(tg, args: argparse.Namespace, n_busy: int) -> tuple[dict, dict]:
     """Both sides on `tg`, beside `n_busy` busy processes; prints their table."""
     with busy(n_busy):
-        ours = gnndist_side(tg, args.lr, args.seed)
-        theirs = pyg_side(tg, args.lr, args.seed)
-    print(f"{f'--busy {n_busy}':<10}{'events/s':>10}{'train s':>9}{'CPU s':>8}{'test AP':>9}")
+        ours = on_gpu_peak(gnndist_side, tg, args.lr, args.seed, args.device)
+        theirs = on_gpu_peak(pyg_side, tg, args.lr, args.seed, args.device)
+    gpu = args.device == "cuda"
+    print(f"{f'--busy {n_busy}':<10}{'events/s':>10}{'train s':>9}{'CPU s':>8}{'test AP':>9}"
+          + (f"{'GPU MiB':>9}" if gpu else ""))
     for name, r in (("gnndist", ours), ("PyG", theirs)):
-        print(f"{name:<10}{r['events_per_s']:>10,.0f}{r['train_s']:>9.1f}{r['cpu_s']:>8.1f}{r['test_ap']:>9.4f}")
+        print(f"{name:<10}{r['events_per_s']:>10,.0f}{r['train_s']:>9.1f}{r['cpu_s']:>8.1f}{r['test_ap']:>9.4f}"
+              + (f"{r['peak_gpu_bytes'] / 2**20:>9,.0f}" if gpu else ""))
     print(f"speed-up {ours['events_per_s'] / theirs['events_per_s']:.2f}x (wall clock), "
           f"AP difference {ours['test_ap'] - theirs['test_ap']:+.4f}; load {open('/proc/loadavg').read().split()[0]}")
     return ours, theirs
@@ -175,6 +191,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     p.add_argument("--lr", type=float, default=DEFAULTS.lr, help="learning rate of both")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where both train and score")
     p.add_argument("--busy", type=int, default=0, metavar="N",
                    help="also run both beside N CPU-bound processes and print the slow-down ratios")
     args = p.parse_args()
@@ -185,7 +202,7 @@ def main() -> None:
         tg = tg.slice(0, min(args.events, tg.num_events))
     print(f"{args.data}: {tg.num_events} events, {tg.num_nodes} nodes; torch threads {torch.get_num_threads()}, "
           f"{os.cpu_count()} cores, OMP_WAIT_POLICY as gnndist left it: {os.environ.get('OMP_WAIT_POLICY')}, "
-          f"lr {args.lr}; one training epoch each; load {open('/proc/loadavg').read().split()[0]}")
+          f"lr {args.lr}; one training epoch each on {args.device}; load {open('/proc/loadavg').read().split()[0]}")
     # load the sampler's and the attention's compiled kernels first (compiled once per machine,
     # then read from numba's cache once per process)
     sample_temporal_neighbors(tg, tg.src[:1], tg.t[:1], NUM_NEIGHBORS)

@@ -4,6 +4,9 @@ tensors would live on a CUDA device and counts the operations that would make th
 for them. The sampling and the bookkeeping of rows run on host arrays, and the phase timers
 use CUDA events; the one read-back left is the step's loss (APAN: and the grouping of its
 delivered mails)."""
+import warnings
+from collections import Counter
+
 import pytest
 import torch
 
@@ -34,17 +37,22 @@ def simulated(trainer: LinkTrainer) -> SimulatedDevice:
     sim.put_module(trainer.model)
     if trainer.state is not None:
         sim.put(*trainer.state.state.state_dict().values())
+    during_steps(trainer, lambda on: setattr(sim, "counting", on))
+    return sim
+
+
+def during_steps(trainer: LinkTrainer, switch) -> None:
+    """`switch(True)` as the trainer starts building a batch or stepping, `switch(False)` as it ends."""
     for name in ("batch", "step"):
         method = getattr(trainer, name)
 
         def counted(*args, _method=method):
-            sim.counting = True
+            switch(True)
             try:
                 return _method(*args)
             finally:
-                sim.counting = False
+                switch(False)
         setattr(trainer, name, counted)
-    return sim
 
 
 def test_the_simulated_device_counts_read_backs_and_data_sized_results():
@@ -73,6 +81,46 @@ def test_a_training_step_waits_for_the_device_at_most_three_times(model):
     per_step = sum(sim.syncs.values()) / trainer.steps_per_epoch
     assert per_step <= MOST, dict(sim.syncs)
     assert per_step >= 1  # the loss is read back: the counter sees the device
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (the count above runs everywhere)")
+@pytest.mark.parametrize("model", MODELS)
+def test_on_a_gpu_a_training_step_synchronizes_at_most_three_times(model, record_property):
+    """The same count on a real GPU, by CUDA's own sync debug mode, which warns at every
+    operation that makes the host wait for the device (the timers' waits counted apart)."""
+    assert sync_warnings(watched_read_back)  # the mode sees a read-back
+    tg = load("synthetic-temporal", num_nodes=60, num_events=1200, edge_dim=3)
+    trainer = LinkTrainer(RankEvents.from_graph(tg), LinkConfig(model=model, memory_dim=16, time_dim=8,
+                                                                 batch_size=100, quiet=True), torch.device("cuda"))
+    inside, waits, wait = [False], [0], trainer.timers.wait
+
+    def switch(on: bool) -> None:
+        inside[0] = on
+        torch.cuda.set_sync_debug_mode("warn" if on else "default")
+
+    def counted_wait() -> None:
+        waits[0] += inside[0]
+        wait()
+    trainer.timers.wait = counted_wait
+    during_steps(trainer, switch)
+    syncs = sync_warnings(lambda: trainer.train_epoch(1))
+    per_step = (len(syncs) + waits[0]) / trainer.steps_per_epoch
+    record_property("syncs_per_step", per_step)
+    assert 1 <= per_step <= MOST, Counter(syncs)
+
+
+def sync_warnings(run) -> list[str]:
+    """Where CUDA's sync debug mode warned while `run()` ran."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run()
+    return [f"{w.filename}:{w.lineno}" for w in caught if "synchronizing" in str(w.message)]
+
+
+def watched_read_back() -> None:
+    torch.cuda.set_sync_debug_mode("warn")
+    torch.ones(3, device="cuda").sum().item()
+    torch.cuda.set_sync_debug_mode("default")
 
 
 DISTRIBUTED = ("tgn", "apan", "dyrep")  # state writes, mail deliveries, parameters without gradients
