@@ -1,5 +1,6 @@
 """The distributed runtime on 2-3 local gloo ranks: exchanges, gathers, and failures that end
 in one line naming the rank at fault (not the one that noticed) instead of a hang."""
+import contextlib
 import os
 import shutil
 import signal
@@ -58,6 +59,48 @@ def test_two_gloo_ranks_sum_in_one_swap():
     a, b = (torch.tensor([[1.5, -2.0], [3.25, 0.1]]) * (r + 1) + r for r in range(2))
     for x, m, collectives in launch(2, pair_sum_worker):
         assert x == (a + b).tolist() and m == [1, 5] and collectives == 2
+
+
+def carried_sum_worker(carry: bool) -> list:
+    """Per case (an exchange of int64 rows with known or unknown sizes, a gather of uint8 rows,
+    no exchange at all): the rows received, the summed gradients and extra, the collectives."""
+    dist.setup("cpu")
+    r, w = dist.rank(), dist.world_size()
+    torch.manual_seed(r)
+    lin = torch.nn.Linear(3, 5)
+    unused = torch.nn.Parameter(torch.zeros(2))  # no gradient on any rank: keeps none
+    params = [*lin.parameters(), unused]
+    cases = {"exchange": lambda: dist.exchange([torch.full((r + p + 1, 3), 10 * r + p) for p in range(w)]),
+             "planned": lambda: dist.exchange([torch.full((p + 1, 3), 10 * r + p) for p in range(w)],
+                                              recv_sizes=[r + 1] * w),
+             "gather": lambda: dist.all_gather_varsize(torch.full((r + 2, 5), r, dtype=torch.uint8),
+                                                       sizes=[q + 2 for q in range(w)]),
+             "none": lambda: []}
+    out = []
+    for name, make in cases.items():
+        lin.zero_grad()
+        (lin(torch.randn(4, 3)) ** 2).sum().backward()
+        s = dist.GradientSum(params, torch.tensor([float(r + 1)]))
+        k0 = dist.collectives_entered()
+        with dist.carrying(s) if carry else contextlib.nullcontext():
+            got = make()
+        extra = s.result()
+        out.append((name, [g.tolist() for g in got], [None if p.grad is None else p.grad.tolist() for p in params],
+                    extra.tolist(), dist.collectives_entered() - k0))
+    return out
+
+
+@pytest.mark.parametrize("w", [2, 3])
+def test_a_state_write_exchange_carries_the_gradient_sum_of_two_ranks(w):
+    """Inside `carrying`, the first exchange or gather on the default group of two gloo ranks
+    also sums the gradients: the same rows and sums as apart, in one collective fewer; with
+    three ranks, or with no exchange in the block, the sum runs apart."""
+    apart, carried = launch(w, carried_sum_worker, False), launch(w, carried_sum_worker, True)
+    for r in range(w):
+        for (name, rows, grads, extra, k_apart), (_, rows_c, grads_c, extra_c, k_carried) in zip(apart[r], carried[r]):
+            assert rows_c == rows and grads_c == grads and extra_c == extra == [w * (w + 1) / 2], (name, r)
+            assert grads[-1] is None  # no rank had a gradient for it
+            assert k_carried == k_apart - (w == 2 and name != "none"), (name, k_apart, k_carried)
 
 
 def single_process_is_identity():

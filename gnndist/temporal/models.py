@@ -254,7 +254,7 @@ class TemporalGNN(nn.Module):
         return h
 
     def write(self, state: Optional[NodeState], batch: Batch, fw: Forward) -> None:
-        """Store the batch's new memories and mails (after the optimizer step)."""
+        """Store the batch's new memories and mails (after the backward pass)."""
         if state is None:
             return
         b = batch.src.numel()

@@ -301,7 +301,7 @@ class LinkTrainer:
             self.model.write(self.state, share, fw)
 
     def step(self, batch: Batch, global_batch: int) -> tuple[float, Forward]:
-        """Forward and backward of each share, summed gradients, optimizer step, state writes:
+        """Forward and backward of each share, state writes, summed gradients, optimizer step:
         the global loss, and this rank's `Forward`."""
         def backward(fw: Forward) -> tuple[Tensor, tuple[Optional[Tensor], ...]]:
             loss = batch_loss(fw, global_batch)
@@ -312,14 +312,16 @@ class LinkTrainer:
             grads = [g[i] for _, _, (_, g) in runs if g[i] is not None]
             p.grad = functools.reduce(torch.add, grads) if grads else None
         loss = functools.reduce(torch.add, [loss for _, _, (loss, _) in runs])
+        summed = dist.GradientSum(self.params, loss.reshape(1))
+        with dist.carrying(summed):  # the state writes need no parameters: they go first, with the sum
+            self.write(runs)
         with self.timers.phase("sync"):
-            total = float(dist.sum_gradients(self.params, loss.reshape(1))[0])
+            total = float(summed.result()[0])
         if not math.isfinite(total):
             raise GnndistError(f"the training loss became {total}; try a smaller --lr")
         if self.cfg.clip_grad is not None:  # the summed gradient: the same on every rank
             torch.nn.utils.clip_grad_norm_(self.params, self.cfg.clip_grad)
         self.optimizer.step()
-        self.write(runs)
         return total, runs[0][1] if len(runs) == 1 else merged([fw for _, fw, _ in runs],
                                                                [share.src.numel() for share, _, _ in runs])
 
