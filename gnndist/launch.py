@@ -318,9 +318,13 @@ def _thread_locks_only() -> None:
     tqdm.set_lock(threading.RLock())
 
 
-def _run_rank(errdir: str, entrypoint: Callable[..., Any], *args: Any) -> Any:
-    """Child side of `launch`: a user error leaves its one-line message in `errdir` (and this
-    rank's pid, so that `launch` can end a rank that does not stop)."""
+def _run_rank(errdir: str, cores: list[int], entrypoint: Callable[..., Any], *args: Any) -> Any:
+    """Child side of `launch`: on its slice of the launcher's `cores` (`threads.rank_cores`), a
+    user error leaves its one-line message in `errdir` (and this rank's pid, so that `launch` can
+    end a rank that does not stop)."""
+    mine = threads.rank_cores(cores, int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"]))
+    if mine is not None:
+        threads.pin(mine)
     r = os.environ.get("RANK", "0")
     Path(errdir, f"pid-{r}").write_text(str(os.getpid()))
     _thread_locks_only()
@@ -354,7 +358,8 @@ def _end_stragglers(errdir: str, done: threading.Event, grace: float = 2.0) -> N
 
 
 def launch(nproc: int, entrypoint: Callable[..., Any], *args: Any) -> list[Any]:
-    """Run `entrypoint(*args)` on `nproc` local ranks with torch's elastic launcher.
+    """Run `entrypoint(*args)` on `nproc` local ranks with torch's elastic launcher, each
+    pinned to its slice of this process's cores (`threads.rank_cores`).
 
     Returns the per-rank return values in rank order. If a rank fails, raises `GnndistError`
     with the one-line reason of the rank that failed first (not of its peers' follow-up errors),
@@ -381,7 +386,7 @@ def launch(nproc: int, entrypoint: Callable[..., Any], *args: Any) -> list[Any]:
         reaper = threading.Thread(target=_end_stragglers, args=(errdir, done), daemon=True)
         reaper.start()
         try:
-            out = elastic_launch(config, _run_rank)(errdir, entrypoint, *args)
+            out = elastic_launch(config, _run_rank)(errdir, sorted(os.sched_getaffinity(0)), entrypoint, *args)
         except ChildFailedError as e:
             files = sorted((f for f in os.listdir(errdir) if f.endswith(".txt")),
                            key=lambda f: (not f.startswith("own"), f))

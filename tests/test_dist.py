@@ -6,6 +6,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 
@@ -13,7 +14,7 @@ import pytest
 import torch
 
 import gnndist
-from gnndist import GnndistError, dist
+from gnndist import GnndistError, dist, threads
 from gnndist import launch as glaunch
 from gnndist.cli import main
 from gnndist.datasets import load
@@ -101,6 +102,34 @@ def test_a_state_write_exchange_carries_the_gradient_sum_of_two_ranks(w):
             assert rows_c == rows and grads_c == grads and extra_c == extra == [w * (w + 1) / 2], (name, r)
             assert grads[-1] is None  # no rank had a gradient for it
             assert k_carried == k_apart - (w == 2 and name != "none"), (name, k_apart, k_carried)
+
+
+def affinity_worker() -> dict:
+    """The cores this rank's threads may run on: each thread it has, and one it starts now."""
+    dist.setup("cpu")
+    try:
+        started = {}
+        t = threading.Thread(target=lambda: started.update(cores=os.sched_getaffinity(0)))
+        t.start(), t.join()
+        tasks = [os.sched_getaffinity(int(tid)) for tid in os.listdir("/proc/self/task")]
+        return {"tasks": tasks, "started": started["cores"]}
+    finally:
+        dist.teardown()
+
+
+@pytest.mark.parametrize("w", [2, 3])
+def test_local_ranks_run_on_disjoint_slices_of_the_cores(w):
+    """Every thread of each local rank, those started later too, on its own slice of the
+    launcher's cores; with fewer cores than ranks, on all of them."""
+    cores = sorted(os.sched_getaffinity(0))
+    slices = [threads.rank_cores(cores, r, w) for r in range(w)]
+    if len(cores) >= w:
+        assert sorted(sum(slices, [])) == cores and all(slices)  # disjoint, every core used
+    else:
+        assert slices == [None] * w
+    for r, got in enumerate(launch(w, affinity_worker)):
+        want = set(cores if slices[r] is None else slices[r])
+        assert got["started"] == want and all(t == want for t in got["tasks"]), (r, got)
 
 
 def single_process_is_identity():
