@@ -150,9 +150,9 @@ def rank_cores(cores: Sequence[int], local_rank: int, local_world: int) -> Optio
 def pin(cores: Sequence[int]) -> None:
     """Every thread of this process, and every thread it starts later (threads inherit their
     creator's), on `cores` only. Local ranks that share a machine run on disjoint cores: left to
-    the scheduler, 2 ranks on 2 cores met in their per-step collectives 2.1 ms apart on average
-    (3.6 ms at the 90th percentile), pinned 1.2-1.4 ms (2.1-2.3 ms), and trained 21,531-21,674
-    events/s against 18,792-19,746 (replicated TGN, 200k events, alternated runs, 2026-12-04)."""
+    the scheduler, 2 ranks on 2 cores reached their per-step exchange 2.1-2.2 ms apart on average,
+    pinned 1.2-1.3 ms, and trained 21,531 and 21,674 events/s against 18,792 and 19,746
+    (replicated TGN, 200k events, alternated runs, 2026-12-04)."""
     for tid in os.listdir("/proc/self/task"):
         try:
             os.sched_setaffinity(int(tid), cores)
