@@ -622,7 +622,7 @@ def _exchange_carrying(send: Sequence[torch.Tensor], recv_sizes: list[int], s: G
     _check(f"{name} (with the gradient sum)", lambda: dist.all_to_all_single(got, out, out_split, in_split))
     flat.add_(got[:flat.numel() * 4].view(torch.float32))  # a + b == b + a: the same sum on both ranks
     s.summed = True
-    parts = [send[me].reshape(-1, *rows.shape[1:]), got[head:].view(rows.dtype).reshape(-1, *rows.shape[1:])]
+    parts = [send[me], got[head:].view(rows.dtype).reshape(recv_sizes[other], *rows.shape[1:])]
     return parts if me == 0 else parts[::-1]
 
 
