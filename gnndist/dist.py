@@ -602,7 +602,9 @@ def carrying(s: GradientSum) -> Iterator[None]:
 def _take_carried(group: Any) -> Optional[GradientSum]:
     """The gradient sum this exchange on `group` carries, if any (it carries it once)."""
     global _carried
-    s, _carried = (_carried, None) if group is None else (None, _carried)
+    if group is not None:
+        return None
+    s, _carried = _carried, None
     return s
 
 
@@ -614,8 +616,9 @@ def _exchange_carrying(send: Sequence[torch.Tensor], recv_sizes: list[int], s: G
     flat, rows = s.flat(), send[other].contiguous()
     head = -(-flat.numel() * 4 // 16) * 16
     row_bytes = math.prod(rows.shape[1:]) * rows.element_size()
-    out = torch.zeros(head + rows.numel() * rows.element_size(), dtype=torch.uint8)
+    out = torch.empty(head + rows.numel() * rows.element_size(), dtype=torch.uint8)
     out[:flat.numel() * 4] = flat.view(torch.uint8)
+    out[flat.numel() * 4:head] = 0
     out[head:] = rows.reshape(-1).view(torch.uint8)
     got = torch.empty(head + recv_sizes[other] * row_bytes, dtype=torch.uint8)
     out_split, in_split = [[0, n] if me == 0 else [n, 0] for n in (got.numel(), out.numel())]

@@ -378,15 +378,16 @@ def launch(nproc: int, entrypoint: Callable[..., Any], *args: Any) -> list[Any]:
                           rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0", max_restarts=0,
                           monitor_interval=0.1, start_method="spawn")
     # as torchrun does: ranks share the cores, so each gets its part (unless the user chose)
+    cores = sorted(os.sched_getaffinity(0))  # each rank is pinned to its slice of them
     omp = os.environ.get("OMP_NUM_THREADS")
     if omp is None:
-        os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // nproc))
+        os.environ["OMP_NUM_THREADS"] = str(max(1, len(cores) // nproc))
     with tempfile.TemporaryDirectory(prefix="gnndist-err-") as errdir:
         done = threading.Event()
         reaper = threading.Thread(target=_end_stragglers, args=(errdir, done), daemon=True)
         reaper.start()
         try:
-            out = elastic_launch(config, _run_rank)(errdir, sorted(os.sched_getaffinity(0)), entrypoint, *args)
+            out = elastic_launch(config, _run_rank)(errdir, cores, entrypoint, *args)
         except ChildFailedError as e:
             files = sorted((f for f in os.listdir(errdir) if f.endswith(".txt")),
                            key=lambda f: (not f.startswith("own"), f))
