@@ -17,6 +17,7 @@ import atexit
 import contextlib
 import datetime
 import fcntl
+import gc
 import ipaddress
 import math
 import os
@@ -170,8 +171,12 @@ class Watch:
         return f"{self.prefix}{kind}/{rank}"
 
     def put(self, kind: str, value: str) -> None:
-        """Set this rank's `kind` entry."""
-        self._query.set(self._key(kind, self.rank), value)
+        """Set this rank's `kind` entry, in the store when this returns: a store's `set` does not
+        wait for the store, so a rank that read the entry after a collective could miss it
+        (`check`, a round trip on the same connection, comes back after the set is done)."""
+        key = self._key(kind, self.rank)
+        self._query.set(key, value)
+        self._query.check([key])
 
     def get(self, kind: str, rank: int) -> Optional[str]:
         """Rank `rank`'s `kind` entry, None if it has none."""
@@ -361,9 +366,15 @@ def _join_failure(w: Watch, e: BaseException) -> str:
 
 
 def teardown() -> None:
-    """Leave the process group (if joined)."""
+    """Leave the process group (if joined) and end its groups' worker threads now, while the
+    interpreter runs: a gloo worker that drops a finished collective's tensors once the
+    interpreter is finalizing aborts the process ("terminate called without an active
+    exception"), and the other ranks' torchrun then waits out its exit barrier. A group's
+    threads end when its last reference goes; the objects that held one are garbage by now."""
     if dist.is_initialized():
         dist.destroy_process_group()
+    _host_groups.clear()
+    gc.collect()
 
 
 def rank() -> int:

@@ -132,6 +132,46 @@ def test_local_ranks_run_on_disjoint_slices_of_the_cores(w):
         assert got["started"] == want and all(t == want for t in got["tasks"]), (r, got)
 
 
+def native_threads() -> int:
+    """This process's threads that Python did not start (gloo's workers among them)."""
+    return len(os.listdir("/proc/self/task")) - threading.active_count()
+
+
+def teardown_worker() -> tuple:
+    before = native_threads()
+    dist.setup("cpu")
+    dist.exchange([torch.ones(3) for _ in range(2)])
+    dist.exchange([torch.ones(3) for _ in range(2)], group=dist.host_group("samplers"))
+    joined = native_threads()
+    dist.teardown()
+    return before, joined, native_threads()
+
+
+def test_teardown_ends_the_groups_worker_threads_before_the_interpreter_exits():
+    """A gloo worker still alive when the interpreter finalizes can abort the process as it drops
+    a finished collective's tensors; teardown must leave no group thread behind."""
+    for before, joined, after in launch(2, teardown_worker):
+        assert joined > before  # the groups' threads are seen
+        assert after == before
+
+
+def test_an_entry_put_by_one_rank_is_read_at_once_by_another(monkeypatch):
+    """What a rank puts in the job's store is there when `put` returns (a store's own `set`
+    returns before the store has it: without the round trip, from 2 to about 1,000 of these 2,000
+    reads missed their entry here, 2026-12-04)."""
+    store = torch.distributed.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(store.port))
+    here = dist.Host("test", "127.0.0.1", None)
+    writer, reader = dist.Watch(0, 2, here), dist.Watch(1, 2, here)
+    try:
+        missed = [i for i in range(2000) if (writer.put(f"entry{i}", "x"), reader.get(f"entry{i}", 0))[1] != "x"]
+        assert missed == []
+    finally:
+        writer.close()
+        reader.close()
+
+
 def single_process_is_identity():
     assert dist.world_size() == 1
     x = torch.arange(4)

@@ -98,7 +98,11 @@ class Hosts:
     def run(self, argvs: tuple[list[str], list[str]], timeout: float = 110, c10d: bool = False) -> list[int]:
         """Both hosts' nodes to the end; their exit statuses."""
         procs = [self.start(i, argv, c10d=c10d) for i, argv in enumerate(argvs)]
-        return [p.wait(timeout=timeout) for p in procs]
+        deadline = time.monotonic() + timeout
+        try:
+            return [p.wait(timeout=max(0.0, deadline - time.monotonic())) for p in procs]
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"a node still ran after {timeout:.0f}s:\n{self.err(0)[-3000:]}\n{self.err(1)[-3000:]}")
 
     def err(self, i: int) -> str:
         return (self.tmp / f"host{i}.err").read_text()
