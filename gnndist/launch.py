@@ -306,6 +306,7 @@ def _torchrun_rank(data: Data, split: Split, rank_fn: Callable[..., dict], args:
         result = rank_fn(source, *args)
     except Exception as e:
         dist.post_failure(e)
+        dist.teardown()  # its groups' threads end before the interpreter does (as on success)
         raise
     if world > 1 and int(os.environ["RANK"]) != 0:
         dist.say(f"done; rank 0 (host {rank0_host}) prints the figures and writes --metrics-out, if given there")

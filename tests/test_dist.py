@@ -172,6 +172,23 @@ def test_an_entry_put_by_one_rank_is_read_at_once_by_another(monkeypatch):
         reader.close()
 
 
+def failing_job_worker(store: str) -> tuple:
+    def rank_fn(source, *args):
+        dist.exchange([torch.ones(3) for _ in range(2)])
+        raise GnndistError("stops here")
+
+    before = native_threads()
+    with pytest.raises(GnndistError, match="stops here"):
+        glaunch.run_job(store, 2, glaunch.Split("static", "metis", ()), rank_fn, Cfg())
+    return before, native_threads()
+
+
+def test_a_rank_that_fails_also_ends_its_groups_worker_threads(tmp_path):
+    partition_graph(load("synthetic-static", num_nodes=200, num_edges=800, seed=1), 2, out=tmp_path / "s")
+    for before, after in launch(2, failing_job_worker, str(tmp_path / "s")):
+        assert after == before
+
+
 def single_process_is_identity():
     assert dist.world_size() == 1
     x = torch.arange(4)
