@@ -11,9 +11,9 @@ LastAggregator) + LastNeighborLoader + TransformerConv, with TemporalDataLoader 
                                     [--device cuda]
 
 Prints training events/s (wall clock and CPU time) and test AP of each, and the ratios (with
-`--device cuda`, both on the GPU, and each one's peak of allocated GPU memory). The
-sampler's and the attention's compiled kernels are loaded before timing (a one-off per
-process). With `--busy N` both run twice: alone, then beside N CPU-bound processes (another
+`--device cuda`, both on the GPU, and each one's peak of allocated GPU memory). gnndist's
+trainer compiles (first run on a machine) or loads its numba kernels when it is built, before
+its epoch is timed. With `--busy N` both run twice: alone, then beside N CPU-bound processes (another
 job on a shared machine), and each one's events/s beside them is printed as a ratio to its
 events/s alone.
 """
@@ -33,9 +33,7 @@ import torch
 from gnndist.datasets import chronological_split, load
 from gnndist.temporal.linkpred import EvalNegatives, average_precision
 from gnndist.temporal.config import LinkConfig
-from gnndist.temporal.keys import key_scores, key_sums
 from gnndist.temporal.trainer import train_link
-from gnndist.samplers.temporal import sample_temporal_neighbors
 
 DEFAULTS = LinkConfig()
 TIME_DIM, NUM_NEIGHBORS, EVAL_NEGATIVES = DEFAULTS.time_dim, DEFAULTS.num_neighbors, DEFAULTS.eval_negatives
@@ -203,11 +201,6 @@ def main() -> None:
     print(f"{args.data}: {tg.num_events} events, {tg.num_nodes} nodes; torch threads {torch.get_num_threads()}, "
           f"{os.cpu_count()} cores, OMP_WAIT_POLICY as gnndist left it: {os.environ.get('OMP_WAIT_POLICY')}, "
           f"lr {args.lr}; one training epoch each on {args.device}; load {open('/proc/loadavg').read().split()[0]}")
-    # load the sampler's and the attention's compiled kernels first (compiled once per machine,
-    # then read from numba's cache once per process)
-    sample_temporal_neighbors(tg, tg.src[:1], tg.t[:1], NUM_NEIGHBORS)
-    keys, u = torch.zeros(1, 1, 1), torch.zeros(1, 1, 1, requires_grad=True)
-    (key_scores(keys, None, u).sum() + key_sums(u, keys, None).sum()).backward()
     alone = compare(tg, args, 0)
     if args.busy:
         beside = compare(tg, args, args.busy)

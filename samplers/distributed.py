@@ -18,6 +18,7 @@ import torch
 from gnndist import dist as gdist
 from gnndist.errors import GnndistError
 from gnndist.graph import _as_ids, owners, tcsr_rows
+from gnndist.samplers.kernels import load_tcsr_kernels
 from gnndist.samplers.static import Blocks, build_blocks, check_fanouts, sample_rows
 from gnndist.samplers.temporal import TemporalSample, check_query, multihop, sample_tcsr
 
@@ -202,6 +203,10 @@ class DistTemporalSampler:
     @property
     def num_nodes(self) -> int:
         return int(self.node_offsets[-1])
+
+    def load_kernels(self) -> None:
+        """Compile or load the sampling kernels for this rank's T-CSR (`load_tcsr_kernels`)."""
+        load_tcsr_kernels(*self.tcsr)
 
     def sample_hop(self, nodes: np.ndarray, times: np.ndarray, k: int, hop: int, strategy: str, seed: int,
                    features: Optional[Callable[[np.ndarray], np.ndarray]] = None) -> TemporalSample:

@@ -264,6 +264,18 @@ def _tcsr_parallel(indptr, nbr, eid, ts, rows, ids, times, k, uniform, seed, sal
                     seed, salt, out_nbr, out_eid, out_ts, out_dt, out_mask)
 
 
+def load_tcsr_kernels(indptr, nbr, eid, ts) -> None:
+    """Compile (the first time on a machine) or load from numba's cache both T-CSR sampling
+    kernels for these T-CSR arrays (their types), and start numba's threads, by sampling no
+    queries: what a first sampling call would otherwise pay (in a timed epoch, say)."""
+    none = np.zeros(0, np.int64)
+    args = (indptr, nbr, eid, ts, none, none, np.zeros(0), 1, False, as_seed(0), 0, np.zeros((0, 1), np.int64),
+            np.zeros((0, 1), np.int64), np.zeros((0, 1)), np.zeros((0, 1), np.float32), np.zeros((0, 1), np.bool_))
+    _tcsr_serial(*args)
+    with numba_parallel():
+        _tcsr_parallel(*args, numba.get_num_threads())
+
+
 def tcsr_sample(indptr, nbr, eid, ts, rows, ids, times, k, uniform, seed, salt,
                 out_nbr, out_eid, out_ts, out_dt, out_mask) -> None:
     """Fill every entry of the [Q, k] outputs for query q = (T-CSR row rows[q], global id

@@ -100,7 +100,7 @@ from gnndist.datasets.generators import synthetic_temporal
 from gnndist.temporal import trainer
 seen = []
 epoch = trainer.LinkTrainer.train_epoch
-def spy(self, *a):  # the epoch's sampling plan is numba's first parallel kernel
+def spy(self, *a):  # numba's parallel sampling kernel ran when the trainer was built, and runs in the epoch
     out = epoch(self, *a)
     seen.append(torch.get_num_threads())
     return out

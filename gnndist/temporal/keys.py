@@ -69,6 +69,15 @@ def _add_outer(w, u, index, out):
                         out[row, c] += a * u[h, r, c]
 
 
+def load_kernels() -> None:
+    """Compile (the first time on a machine) or load from numba's cache the kernels, for float32
+    rows and int64 indices: what a first training step would otherwise pay."""
+    table, index, w = np.zeros((1, 1), np.float32), np.zeros((1, 1), np.int64), np.zeros((1, 1, 1), np.float32)
+    _scores(table, index, w, np.zeros((1, 1, 1), np.float32))
+    _sums(w, table, index, np.zeros((1, 1, 1), np.float32))
+    _add_outer(w, w, index, np.zeros((1, 1), np.float32))
+
+
 def _host(t: Tensor) -> np.ndarray:
     return t.detach().contiguous().numpy()
 

@@ -41,6 +41,12 @@ def _cos_encode(t, w, b, out):
             out[i, j] = p
 
 
+def load_kernel() -> None:
+    """Compile (the first time on a machine) or load from numba's cache the CPU kernel, for
+    float32 times: what a first training step would otherwise pay."""
+    _cos_encode(np.zeros(1, np.float32), np.zeros(1), np.zeros(1), np.zeros((1, 1), np.float32))
+
+
 class FixedTimeEncoder(TimeEncoder):
     """PyG's `cos(w * dt + b)` encoder (same parameters, fixed), computed with the argument
     reduced in float64 (see the module docstring)."""

@@ -54,6 +54,7 @@ from gnndist.partition import load_id_maps, load_partition
 from gnndist.runlog import RunLog
 from gnndist.samplers import sampler_group
 from gnndist.samplers.distributed import StepRequests
+from gnndist.temporal import keys, time_encoding
 from gnndist.temporal.config import LinkConfig
 from gnndist.temporal.dist_state import PartitionedNodeState, ReplicatedNodeState
 from gnndist.temporal.events import RankEvents
@@ -152,6 +153,11 @@ class LinkTrainer:
         self.progress = dist.rank() == 0 and show_progress(cfg.quiet)
         self.neighbours = Neighbours(events, self.model.sampling.strategy, cfg.seed, self.timers, device,
                                      self.progress, cfg.cache)
+        # the numba kernels a step runs, compiled (first run on a machine) or loaded now, not in the first epoch
+        self.neighbours.sampler.load_kernels()
+        if device.type == "cpu":
+            keys.load_kernels()
+            time_encoding.load_kernel()
         start = float(events.t.min(initial=np.inf))
         start = -float(dist.all_reduce(torch.tensor([-start], dtype=torch.float64, device=device), "max"))
         state = new_state(self.model, events, cfg.memory, start, device)
