@@ -132,10 +132,10 @@ print(json.dumps({"built": built, "trained": count()}))
 
 def test_a_trainer_has_every_kernel_its_steps_run_before_the_first_epoch():
     """In a fresh process, every numba kernel a TGN epoch and its validation run (the sampler's
-    serial and parallel ones: windows of 23 steps of 600 queries of 10 neighbours) is compiled
-    or loaded from numba's cache when the trainer is built, for the types the steps use: the
-    first epoch's time holds none of it (on a cold cache that was about 1 s of UCI's 1.4 s
-    epoch)."""
+    parallel one among them: windows of steps of 300 queries of 10 neighbours), and the
+    sampler's serial one, is compiled or loaded from numba's cache when the trainer is built,
+    for the types the steps use: no epoch's time holds it (on a cold cache, about 0.6 s of the
+    benchmark's UCI epoch)."""
     p = subprocess.run([sys.executable, "-c", KERNELS], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     got = json.loads(p.stdout.strip().splitlines()[-1])
