@@ -264,6 +264,15 @@ def _tcsr_parallel(indptr, nbr, eid, ts, rows, ids, times, k, uniform, seed, sal
                     seed, salt, out_nbr, out_eid, out_ts, out_dt, out_mask)
 
 
+def _tcsr_run(args: tuple, parallel: bool) -> None:
+    """The serial or the parallel T-CSR kernel on `tcsr_sample`'s arguments."""
+    if parallel:
+        with numba_parallel():
+            _tcsr_parallel(*args, numba.get_num_threads())
+    else:
+        _tcsr_serial(*args)
+
+
 def load_tcsr_kernels(indptr, nbr, eid, ts) -> None:
     """Compile (the first time on a machine) or load from numba's cache both T-CSR sampling
     kernels for these T-CSR arrays (their types), and start numba's threads, by sampling no
@@ -271,9 +280,8 @@ def load_tcsr_kernels(indptr, nbr, eid, ts) -> None:
     none = np.zeros(0, np.int64)
     args = (indptr, nbr, eid, ts, none, none, np.zeros(0), 1, False, as_seed(0), 0, np.zeros((0, 1), np.int64),
             np.zeros((0, 1), np.int64), np.zeros((0, 1)), np.zeros((0, 1), np.float32), np.zeros((0, 1), np.bool_))
-    _tcsr_serial(*args)
-    with numba_parallel():
-        _tcsr_parallel(*args, numba.get_num_threads())
+    for parallel in (False, True):
+        _tcsr_run(args, parallel)
 
 
 def tcsr_sample(indptr, nbr, eid, ts, rows, ids, times, k, uniform, seed, salt,
@@ -282,8 +290,4 @@ def tcsr_sample(indptr, nbr, eid, ts, rows, ids, times, k, uniform, seed, salt,
     ids[q], time times[q]): its events strictly earlier than times[q], most recent first, then
     padding (0, False). Each row's list must be sorted by time."""
     args = (indptr, nbr, eid, ts, rows, ids, times, k, uniform, seed, salt, out_nbr, out_eid, out_ts, out_dt, out_mask)
-    if rows.size * k >= PARALLEL_MIN:
-        with numba_parallel():
-            _tcsr_parallel(*args, numba.get_num_threads())
-    else:
-        _tcsr_serial(*args)
+    _tcsr_run(args, rows.size * k >= PARALLEL_MIN)
