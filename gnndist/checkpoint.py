@@ -1,20 +1,23 @@
 """Training checkpoints: one file per epoch (DIR/epoch-0003.pt), written atomically and read
 back with `weights_only=True`. The last 2 epochs are kept, so that a run whose ranks crashed
-between their writes can resume from the older epoch that every rank completed."""
+between their writes can resume from the older epoch that every rank completed. A run that
+replaces an earlier run's checkpoint keeps it in DIR/.replaced until it ends well (`run`)."""
 from __future__ import annotations
 
 import os
 import random
+import shutil
 import zipfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import numpy as np
 import torch
 
 from gnndist.errors import GnndistError, first_line
 from gnndist.io import atomic_file
-from gnndist.outputs import CHECKPOINT_FILE, checkpoint_name
+from gnndist.outputs import CHECKPOINT_FILE, REPLACED, checkpoint_name
 
 FORMAT = 1
 KEEP = 2  # complete epochs kept in a checkpoint folder
@@ -81,6 +84,41 @@ def save(directory: str | os.PathLike, payload: dict[str, Any]) -> Path:
     for f in directory.glob(".epoch-*.pt.tmp-*"):  # left by a writer that was killed
         f.unlink(missing_ok=True)
     return path
+
+
+@contextmanager
+def run(directory: Optional[str | os.PathLike], resume: bool) -> Iterator[None]:
+    """The block of a training run that writes its checkpoint to DIR (None: no checkpoint).
+    Without `resume`, the epoch files an earlier run left in DIR move to DIR/.replaced first
+    (where .replaced exists already, those are of a run that failed while replacing it: they
+    are deleted). A run that ends well deletes DIR/.replaced; one that fails before its first
+    save moves the files back, and one that fails after it leaves both, its error naming
+    .replaced: a failed run loses no checkpoint, and its own epochs stay there to --resume."""
+    if directory is None:
+        yield
+        return
+    directory = Path(directory)
+    aside = directory / REPLACED
+    if not resume:
+        left = list(_epoch_files(directory).values()) + list(directory.glob(".epoch-*.pt.tmp-*"))
+        if left and not aside.is_dir():
+            aside.mkdir()
+            for f in left:
+                os.replace(f, aside / f.name)
+        else:
+            for f in left:
+                f.unlink()
+    try:
+        yield
+    except BaseException as e:
+        if aside.is_dir() and not _epoch_files(directory):
+            for f in aside.iterdir():
+                os.replace(f, directory / f.name)
+            aside.rmdir()
+        elif aside.is_dir() and isinstance(e, GnndistError):
+            raise GnndistError(f"{e} (the checkpoint this run replaces is kept in {aside})") from None
+        raise
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def load(directory: str | os.PathLike, epoch: Optional[int] = None) -> dict[str, Any]:

@@ -33,9 +33,10 @@ KINDS = {"store": ("partition store", "--out", True), "metrics": ("metrics file"
          "plot": ("plot", "output path", False), "predictions": ("predictions", "-o", False)}
 SOFTWARE = f"gnndist {gnndist.__version__}"  # the PNG tEXt "Software" value of gnndist's plots
 CHECKPOINT_FILE = re.compile(r"epoch-(\d+)\.pt")  # one epoch's checkpoint; `checkpoint_name` writes it
-# what a checkpoint folder may hold: epoch files (per rank in rank{r}/) and the temp files of
-# interrupted atomic writes (gnndist.io.atomic_file: ".NAME.tmp-XXXX")
-_CHECKPOINT_ENTRY = re.compile(r"(rank\d+/)?\.?epoch-\d+\.pt(\.tmp-\w+)?")
+REPLACED = ".replaced"  # the folder of a checkpoint that a running or failed run replaces (gnndist.checkpoint.run)
+# what a checkpoint folder may hold: epoch files (per rank in rank{r}/, replaced ones in .replaced/)
+# and the temp files of interrupted atomic writes (gnndist.io.atomic_file: ".NAME.tmp-XXXX")
+_CHECKPOINT_ENTRY = re.compile(r"(rank\d+/)?(\.replaced/)?\.?epoch-\d+\.pt(\.tmp-\w+)?")
 _TFEVENTS = re.compile(r"(.+/)?events\.out\.tfevents\.[^/]+")
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _MAX_METRICS_BYTES = 64 << 20  # a larger file is not a metrics file gnndist wrote

@@ -558,8 +558,10 @@ def test_outputs_never_touch_inputs(tmp_path):
 
 def test_checkpoint_log_and_plot_folders_hold_only_gnndist_files(tmp_path):
     ck = tmp_path / "ck"
-    (ck / "rank1").mkdir(parents=True)
-    for rel in ("epoch-0002.pt", "rank1/epoch-0003.pt", ".epoch-0004.pt.tmp-ab_12"):
+    for sub in ("rank1/.replaced", ".replaced"):
+        (ck / sub).mkdir(parents=True)
+    for rel in ("epoch-0002.pt", "rank1/epoch-0003.pt", ".epoch-0004.pt.tmp-ab_12", ".replaced/epoch-0001.pt",
+                "rank1/.replaced/epoch-0002.pt"):
         (ck / rel).write_bytes(b"")
     assert check_output(ck, "checkpoint") == ck
     (ck / "rank1" / "notes.txt").write_text("mine")
@@ -605,6 +607,64 @@ def test_checkpoints_keep_the_last_two_complete_epochs(tmp_path):
     assert checkpoint.epochs(d) == [1, 3] and not (d / checkpoint_name(2)).exists()
     with pytest.raises(GnndistError, match="no checkpoint to resume from in"):
         checkpoint.load(tmp_path / "none")
+
+
+def test_a_failed_run_loses_no_checkpoint(tmp_path):
+    """`checkpoint.run`: an earlier run's epochs survive a run that replaces them and fails, in
+    place where it saved nothing, in .replaced (named by its error) where it did; a run that
+    ends well drops them; a later run deletes a failed run's epochs, not the replaced ones."""
+    d = tmp_path / "ck"
+    for e in (2, 3):
+        checkpoint.save(d, {"epoch": e, "w": torch.full((3,), float(e))})
+    before = {f.name: f.read_bytes() for f in d.iterdir()}
+
+    def failing_run(saves: int, error: BaseException) -> None:
+        with checkpoint.run(d, resume=False):
+            for e in range(1, saves + 1):
+                checkpoint.save(d, {"epoch": e, "w": torch.zeros(3)})
+            raise error
+
+    with pytest.raises(GnndistError, match="^the loss became nan$"):
+        failing_run(0, GnndistError("the loss became nan"))
+    assert {f.name: f.read_bytes() for f in d.iterdir()} == before
+    with pytest.raises(GnndistError, match=f"^the loss became nan \\(the checkpoint this run replaces is kept in "
+                                           f"{d}/.replaced\\)$"):
+        failing_run(1, GnndistError("the loss became nan"))
+    assert checkpoint.epochs(d) == [1] and {f.name: f.read_bytes() for f in (d / ".replaced").iterdir()} == before
+    assert check_output(d, "checkpoint") == d
+    with pytest.raises(KeyboardInterrupt):  # not a GnndistError: the same files, the error as it was
+        failing_run(2, KeyboardInterrupt())
+    assert checkpoint.epochs(d) == [1, 2] and {f.name: f.read_bytes() for f in (d / ".replaced").iterdir()} == before
+    with checkpoint.run(d, resume=True):  # resuming the failed run keeps what it replaces until it ends
+        assert checkpoint.epochs(d) == [1, 2] and (d / ".replaced").is_dir()
+        checkpoint.save(d, {"epoch": 3, "w": torch.ones(3)})
+    assert checkpoint.epochs(d) == [2, 3] and not (d / ".replaced").exists()
+    with checkpoint.run(d, resume=False):
+        assert checkpoint.epochs(d) == [] and checkpoint.epochs(d / ".replaced") == [2, 3]
+        checkpoint.save(d, {"epoch": 1, "w": torch.ones(3)})
+    assert sorted(os.listdir(d)) == [checkpoint_name(1)]
+
+
+def test_train_that_fails_keeps_the_checkpoint_it_replaces(tmp_path, monkeypatch, capsys):
+    """`gnndist train --checkpoint` into a folder of an earlier run, failing in its second epoch."""
+    from gnndist.temporal.trainer import LinkTrainer
+    ck = tmp_path / "ck"
+    argv = ["train", *TEMPORAL, "--epochs", "2", "--checkpoint", str(ck), "--quiet"]
+    assert main(argv) == 0
+    before = {f.name: f.read_bytes() for f in ck.iterdir()}
+    train_epoch = LinkTrainer.train_epoch
+
+    def failing(self, epoch):
+        if epoch == 2:
+            raise GnndistError("the training loss became nan; try a smaller --lr")
+        return train_epoch(self, epoch)
+
+    monkeypatch.setattr(LinkTrainer, "train_epoch", failing)
+    capsys.readouterr()
+    assert main(argv) == 2
+    assert capsys.readouterr().err.strip().endswith(f"(the checkpoint this run replaces is kept in {ck}/.replaced)")
+    assert {f.name: f.read_bytes() for f in (ck / ".replaced").iterdir()} == before
+    assert checkpoint.epochs(ck) == [1]
 
 
 def test_ranks_that_crashed_between_writes_share_an_older_epoch(tmp_path):

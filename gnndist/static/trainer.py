@@ -408,10 +408,11 @@ def node_rank(source: Union[Graph, str], cfg: NodeConfig, outputs: Outputs = Out
     (one part per rank). Rank 0 prints the figures and writes `outputs.metrics_out`."""
     device = dist.setup(cfg.device)
     try:
-        metrics = NodeTrainer(rank_graph(source, cfg, device), cfg, device).fit(outputs=outputs)
-        if dist.rank() == 0:
-            if outputs.metrics_out:
+        with checkpoint.run(outputs.checkpoint if dist.rank() == 0 else None, resume=False):
+            metrics = NodeTrainer(rank_graph(source, cfg, device), cfg, device).fit(outputs=outputs)
+            if dist.rank() == 0 and outputs.metrics_out:
                 write_metrics(outputs.metrics_out, metrics)
+        if dist.rank() == 0:
             t = metrics["test"]
             print(f"{cfg.model} on {dist.world_size()} rank(s): test_acc {t['acc']:.4f} "
                   f"(best val_acc {t['best_val_acc']:.4f} at epoch {t['best_epoch']})", flush=True)

@@ -571,16 +571,22 @@ def _table(rows: list[tuple[str, dict[str, float]]]) -> str:
 
 def fit(trainer: LinkTrainer, outputs: Outputs = Outputs()) -> dict[str, Any]:
     """Train with model selection on validation AP, then test the selected parameters; write
-    checkpoints each epoch and, on rank 0, the metrics. Returns the metrics (the same on every
-    rank)."""
+    checkpoints each epoch (`checkpoint.run`) and, on rank 0, the metrics. Returns the metrics
+    (the same on every rank)."""
+    ckpt_dir = None
+    if outputs.checkpoint:
+        ev = trainer.events
+        ckpt_dir = Path(outputs.checkpoint) / f"rank{ev.rank}" if ev.num_parts > 1 else Path(outputs.checkpoint)
+    with checkpoint.run(ckpt_dir, outputs.resume):
+        return _fit(trainer, outputs, ckpt_dir)
+
+
+def _fit(trainer: LinkTrainer, outputs: Outputs, ckpt_dir: Optional[Path]) -> dict[str, Any]:
     cfg, ev, lead = trainer.cfg, trainer.events, dist.rank() == 0
     config = {**cfg.to_dict(), "num_nodes": ev.num_nodes, "num_events": ev.num_events, "edge_dim": ev.edge_dim,
               "world_size": ev.num_parts}
     resume_keys = ("model", "batch_size", "lr", "lr_schedule", "clip_grad", "memory_dim", "time_dim", "num_neighbors",
                    "sampling", "neg", "seed", "memory", "num_nodes", "num_events", "edge_dim", "world_size")
-    ckpt_dir = None
-    if outputs.checkpoint:
-        ckpt_dir = Path(outputs.checkpoint) / f"rank{ev.rank}" if ev.num_parts > 1 else Path(outputs.checkpoint)
     history: list[dict[str, Any]] = []
     best: Optional[dict[str, Any]] = None  # epoch, val_ap, parameters
     first = 1
