@@ -14,7 +14,7 @@ if "--debug" not in sys.argv[1:]:
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 from typing import Optional, Sequence
 
-from gnndist.errors import GnndistError, first_line
+from gnndist.errors import GnndistError, allocating, first_line
 
 EPILOG = """examples:
   gnndist datasets
@@ -90,7 +90,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.debug:
         os.environ["GNNDIST_DEBUG"] = "1"  # ranks started by --nproc show their tracebacks too
     try:
-        return int(args.run(args) or 0)
+        with allocating(f"gnndist {args.command}"):
+            return int(args.run(args) or 0)
     except (GnndistError, OSError) as e:
         if args.debug:
             raise

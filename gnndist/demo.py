@@ -29,16 +29,14 @@ def run(args: argparse.Namespace) -> int:
     cfg = LinkConfig(model="tgn", epochs=args.epochs, seed=args.seed, quiet=args.quiet)  # checks the flags
 
     from gnndist.datasets import load
-    from gnndist.footprint import allocating
     from gnndist.launch import Outputs
     from gnndist.temporal.trainer import train_link
 
     outputs = Outputs(metrics_out=args.metrics_out)
     outputs.check("synthetic-temporal")
-    with allocating("gnndist demo"):
-        tg = load("synthetic-temporal", num_nodes=args.num_nodes, num_events=args.num_events, seed=args.seed)
-        print(f"synthetic-temporal: {tg.num_nodes} nodes, {tg.num_events} events, {tg.edge_dim} edge features; "
-              f"TGN, {args.epochs} epochs", file=sys.stderr)
-        train_link(tg, cfg, outputs=outputs)
+    tg = load("synthetic-temporal", num_nodes=args.num_nodes, num_events=args.num_events, seed=args.seed)
+    print(f"synthetic-temporal: {tg.num_nodes} nodes, {tg.num_events} events, {tg.edge_dim} edge features; "
+          f"TGN, {args.epochs} epochs", file=sys.stderr)
+    train_link(tg, cfg, outputs=outputs)
     print(f"done in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     return 0

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Optional
@@ -20,7 +19,7 @@ from typing import Any, Callable, Iterator, Optional
 import numpy as np
 import torch
 
-from gnndist.errors import GnndistError, first_line
+from gnndist.errors import GnndistError, allocating
 from gnndist.partition.stats import available_memory_bytes, fmt_bytes
 from gnndist.samplers.cache import capacity_rows
 from gnndist.static.models import StaticGNN
@@ -138,24 +137,6 @@ def node_footprint(graph: Any, cfg: Any, device: torch.device = torch.device("cp
     return Footprint(what, torch.device(device), [
         Part("model with gradients and Adam state", _model_bytes(model), "--hidden"),
         Part("feature cache", cache, "--cache-size", on_device=False)])
-
-
-def is_allocation_failure(e: BaseException) -> bool:
-    """Whether `e` is numpy's or torch's report of an allocation that failed."""
-    return isinstance(e, MemoryError) or (isinstance(e, RuntimeError) and any(
-        s in str(e) for s in ("can't allocate memory", "not enough memory", "out of memory")))
-
-
-@contextmanager
-def allocating(what: str) -> Iterator[None]:
-    """An allocation failure inside becomes one GnndistError: not enough memory for `what`."""
-    try:
-        yield
-    except (MemoryError, RuntimeError) as e:
-        if not is_allocation_failure(e):
-            raise
-        reason = re.sub(r"^\[enforce fail at [^\]]*\]\s*(err == 0\.\s*)?", "", first_line(e))
-        raise GnndistError(f"not enough memory for {what}: {reason}") from None
 
 
 def memory_checked(footprint: Callable[..., Footprint]) -> Callable:

@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
     check_flags(args)
     cfg = node_config(args) if args.task == "node" else link_config(args)
 
-    from gnndist.footprint import allocating
+    from gnndist.errors import allocating
     from gnndist.launch import Outputs, is_store, over_seeds
 
     if args.task == "node":

@@ -409,6 +409,13 @@ CASES = [
           "lower --memory-dim"]),
     Case("train-memory-dim-beyond-counting", train("link", "--memory-dim", str(2**62)),
          ["the tgn trainer is too large to allocate on any machine (its sizes overflow 64-bit counts); lower --memory-dim"]),
+    Case("info-generator-too-large", lambda c: ["info", "synthetic-static", "--num-nodes", str(10**11), "--num-edges", "10"],
+         ["gnndist info: error: not enough memory for gnndist info: Unable to allocate"]),
+    Case("partition-generator-too-large", partition(["synthetic-temporal", "--num-nodes", "10", "--num-events",
+                                                     str(10**13)]),
+         ["not enough memory for gnndist partition: Unable to allocate"]),
+    Case("demo-generator-too-large", lambda c: ["demo", "--num-events", str(10**13), "--quiet"],
+         ["not enough memory for gnndist demo: Unable to allocate"]),
     Case("train-hidden-too-large", train("node", "--hidden", "1000000000"),
          ["the sage trainer needs an estimated", "lower --hidden"]),
     Case("train-gat-hidden-not-a-multiple-of-heads", train("node", "--model", "gat", "--hidden", "30"),
@@ -417,7 +424,7 @@ CASES = [
 # torch_geometric's import calls torch.jit.script, which torch 2.13 deprecates: a warning users do not
 # see (Python shows DeprecationWarnings raised in __main__ only), which the subprocess runs allow
 PYG_IMPORT_WARNING = "`torch.jit.script` is deprecated"
-SUBPROCESS = ["csv-form-feed-only", "planetoid-16tib-array", "data-seed-negative-static", "info-meta-nested",
+SUBPROCESS = ["csv-form-feed-only", "info-generator-too-large", "planetoid-16tib-array", "data-seed-negative-static", "info-meta-nested",
               "out-is-the-input", "train-memory-dim-too-large", "demo-seed-negative"]
 
 
