@@ -121,9 +121,9 @@ def run(directory: Optional[str | os.PathLike], resume: bool) -> Iterator[None]:
     shutil.rmtree(aside, ignore_errors=True)
 
 
-def load(directory: str | os.PathLike, epoch: Optional[int] = None) -> dict[str, Any]:
+def load(directory: str | os.PathLike, epoch: Optional[int] = None, needs: tuple[str, ...] = ()) -> dict[str, Any]:
     """The payload saved in DIR for `epoch` (default: the newest); a missing, truncated or
-    foreign checkpoint is a `GnndistError` naming the file."""
+    foreign checkpoint, or one without the keys `needs`, is a `GnndistError` naming the file."""
     directory = Path(directory)
     files = _epoch_files(directory)
     if not files:
@@ -146,4 +146,7 @@ def load(directory: str | os.PathLike, epoch: Optional[int] = None) -> dict[str,
         raise GnndistError(f"cannot read checkpoint {path}: {first_line(e)}{fallback}") from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT or payload.get("epoch") != epoch:
         raise GnndistError(f"{path} is not a gnndist checkpoint of epoch {epoch} (format {FORMAT}){fallback}")
+    missing = [k for k in needs if k not in payload]
+    if missing:
+        raise GnndistError(f"{path} is not a whole training checkpoint (it lacks {', '.join(missing)}){fallback}")
     return payload

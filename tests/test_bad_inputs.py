@@ -345,6 +345,9 @@ CASES = [
          ["ckpt/epoch-0001.pt", "cannot read checkpoint", "it is empty (0 bytes)"]),
     Case("resume-truncated-checkpoint", _resume(lambda b: b[:len(b) // 2]),
          ["ckpt/epoch-0001.pt", "it is truncated or not a torch file"]),
+    Case("resume-checkpoint-without-training-state", _resume(lambda b: b),  # {"format", "epoch", "w"} only
+         ["ckpt/epoch-0001.pt is not a whole training checkpoint (it lacks config, model, optimizer, node_state, "
+          "rng, history, best)"]),
     # ---- train and demo flags: refused before any data is read
     flags_case("train-seed-negative-link", "link", ["--seed", "-1"], ["--seed must be an integer from 0 to 2**63-1, got -1"]),
     flags_case("train-seed-negative-node", "node", ["--seed", "-1"], ["--seed must be an integer from 0 to 2**63-1, got -1"]),

@@ -569,6 +569,9 @@ def _table(rows: list[tuple[str, dict[str, float]]]) -> str:
     return "\n".join(lines)
 
 
+RESUMED = ("config", "model", "optimizer", "node_state", "rng", "history", "best")  # what a resume reads
+
+
 def fit(trainer: LinkTrainer, outputs: Outputs = Outputs()) -> dict[str, Any]:
     """Train with model selection on validation AP, then test the selected parameters; write
     checkpoints each epoch (`checkpoint.run`) and, on rank 0, the metrics. Returns the metrics
@@ -594,7 +597,7 @@ def _fit(trainer: LinkTrainer, outputs: Outputs, ckpt_dir: Optional[Path]) -> di
         held = checkpoint.epochs(ckpt_dir)
         if not held:
             checkpoint.load(ckpt_dir)  # says what is wrong with what is there
-        saved = checkpoint.load(ckpt_dir, common_epoch(held, trainer.device))
+        saved = checkpoint.load(ckpt_dir, common_epoch(held, trainer.device), needs=RESUMED)
         for key in resume_keys:
             if saved["config"].get(key) != config[key]:
                 raise GnndistError(f"checkpoint in {outputs.checkpoint} was written with {key}="
