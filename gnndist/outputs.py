@@ -53,18 +53,21 @@ def plot_metadata() -> dict[str, str]:
     return {"Software": SOFTWARE}
 
 
-def write_metrics(path: PathLike, obj: dict[str, Any]) -> Path:
+def write_metrics(path: PathLike, obj: dict[str, Any], flag: Optional[str] = None) -> Path:
     """Write `obj` as the metrics JSON file `path` (atomically), stamped with a top-level
-    `"gnndist": {"version", "kind": "metrics"}` key; refused as `check_output(path, "metrics")`."""
-    path = check_output(path, "metrics")
+    `"gnndist": {"version", "kind": "metrics"}` key; refused as `check_output(path, "metrics", flag=flag)`."""
+    path = check_output(path, "metrics", flag=flag)
     write_json(path, {"gnndist": {"version": gnndist.__version__, "kind": "metrics"}, **obj})
     return path
 
 
-def check_output(path: PathLike, kind: str, inputs: Iterable[Optional[PathLike]] = ()) -> Path:
+def check_output(path: PathLike, kind: str, inputs: Iterable[Optional[PathLike]] = (),
+                 flag: Optional[str] = None) -> Path:
     """`path` as a Path, after checking that writing a `kind` output there (store, metrics,
-    checkpoint, log_dir, plot or predictions) loses nothing: see the module docstring. Raises GnndistError."""
-    what, flag, folder = KINDS[kind]
+    checkpoint, log_dir, plot or predictions) loses nothing: see the module docstring. Raises
+    GnndistError, naming `flag` (default: the kind's usual flag) as what to change."""
+    what, usual_flag, folder = KINDS[kind]
+    flag = flag or usual_flag
     out = Path(path)
 
     def refuse(why: str) -> GnndistError:

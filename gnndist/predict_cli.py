@@ -87,12 +87,12 @@ def run(args: argparse.Namespace) -> int:
 
     if args.split:
         if args.out:
-            check_output(args.out, "metrics", inputs)
+            check_output(args.out, "metrics", inputs, flag="-o")
         test = link.link_test(saved, data, **run_opts)
         if args.out:
             path = write_metrics(args.out, {"task": "link", "model": saved.config.get("model"),
                                             "checkpoint": args.checkpoint, "selected_epoch": saved.selected_epoch,
-                                            "world_size": args.nproc, "test": test})
+                                            "world_size": args.nproc, "test": test}, flag="-o")
             print(f"wrote {path}")
         return 0
     if not args.out:

@@ -366,6 +366,9 @@ def test_predict_progress_bars_only_on_a_terminal(runs, tmp_path, capsys, monkey
     (["{tmp}", *LINK_DATA, "--split", "test"], "no checkpoint"),
     (["{link2}", "{store}", "--split", "test"], "has 2 parts but 1 rank(s) run; use --nproc 2"),
     (["{link1}", *LINK_DATA, "--split", "test", "-o", "{link1}/t.json"], "it is inside the input folder"),
+    (["{link1}", *LINK_DATA, "--split", "test", "-o", "{tmp}/exists.npy"],
+     "refusing to write the metrics file to {tmp}/exists.npy: it exists and is not a metrics file gnndist wrote"),
+    (["{link1}", *LINK_DATA, "--split", "test", "-o", "{tmp}/exists.npy"], "; choose another -o"),
 ])
 def test_predict_errors_are_one_line(runs, cache, tmp_path, capsys, args, message):
     (tmp_path / "exists.npy").write_bytes(b"precious")
