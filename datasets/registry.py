@@ -96,6 +96,8 @@ def _file_format(path: str, format: Optional[str]) -> str:
     """The format to read `path` with: `format` if given (checked), else detected."""
     if format is not None and format not in FORMATS:
         raise GnndistError(f"unknown format '{format}' (known: {', '.join(FORMATS)})")
+    if not os.path.exists(path) and path in GENERATORS:
+        raise GnndistError(f"--format {format} is for files; {path} is a built-in dataset (leave --format out)")
     if not os.path.exists(path):
         raise GnndistError(f"{path}: no such file, folder or built-in dataset "
                            f"(built-ins: {', '.join(GENERATORS)})")

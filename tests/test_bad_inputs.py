@@ -227,6 +227,8 @@ CASES = [
          ["toy", "found 2 (other, toy)"]),
     Case("planetoid-bad-labels", partition(lambda c: c.planetoid(ally=np.full((500, 3), 0.5))),
          ["ind.toy.ally", "expected one-hot label rows"]),
+    Case("format-of-a-built-in", lambda c: ["info", "synthetic-static", "--format", "snap"],
+         ["--format snap is for files; synthetic-static is a built-in dataset (leave --format out)"]),
     Case("format-unknown", partition(lambda c: c.file("g.txt", "1 2 3\n"), "--format", "xml"),
          ["unknown format 'xml'"]),
     Case("data-missing", partition(lambda c: str(c.tmp / "nothing.txt")), ["nothing.txt", "no such file"]),
@@ -250,6 +252,8 @@ CASES = [
     Case("parts-zero", lambda c: ["partition", *STATIC, "--parts", "0", "--out", c.out], ["--parts must be between"]),
     Case("parts-above-nodes", lambda c: ["partition", *STATIC, "--parts", "201", "--out", c.out],
          ["--parts must be between 1 and the node count (200), got 201"]),
+    Case("parts-too-many-for-metis", lambda c: ["partition", *TEMPORAL, "--parts", "40", "--out", c.out],
+         ["partitioning left", "of the 40 parts without nodes"]),  # METIS prints 10 lines of its own meanwhile
     Case("parts-not-int", lambda c: ["partition", *STATIC, "--parts", "two", "--out", c.out],
          ["--parts", "invalid int value: 'two'"]),
     Case("method-unknown", partition(STATIC, "--method", "magic"), ["--method", "invalid choice: 'magic'"]),
