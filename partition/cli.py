@@ -44,7 +44,7 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="temporal: copy the events of the K busiest nodes into every part")
     p.add_argument("--time-windows", type=int, default=None, metavar="W",
                    help="temporal graphs: balance owned events in each of W equal time windows; W from 1 to 64, "
-                   "with at least 10 events per part in each window (default: 4)")
+                   "with at least 10 events per part in each window (default: 4, or as many as the events fill)")
     p.add_argument("--recency", type=float, default=None, metavar="R",
                    help="temporal method only: the latest events weigh 1+R times the first; finite, >= 0 "
                    "(default: 1)")

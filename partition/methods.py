@@ -32,6 +32,7 @@ MAX_IMBALANCE_TOL = 10.0  # METIS ufactor 9000; beyond it balance means nothing
 SEED_LIMIT = 2**32
 MAX_TIME_WINDOWS = 64
 MIN_WINDOW_EVENTS_PER_PART = 10
+TIME_WINDOWS = 4  # the default, where the events fill that many (`most_time_windows`)
 
 
 # ---------------------------------------------------------------- parameter checks
@@ -54,11 +55,16 @@ def check_imbalance_tol(imbalance_tol: float) -> float:
     return float(imbalance_tol)
 
 
+def most_time_windows(num_events: int, num_parts: int) -> int:
+    """The most time windows that still hold MIN_WINDOW_EVENTS_PER_PART events per part each (at
+    least 1), and at most MAX_TIME_WINDOWS (each window is one METIS balance constraint: more make
+    it slow and the balance meaningless)."""
+    return min(MAX_TIME_WINDOWS, max(1, num_events // (MIN_WINDOW_EVENTS_PER_PART * num_parts)))
+
+
 def check_time_windows(num_events: int, num_parts: int, num_windows: int) -> int:
-    """The temporal time-window count, checked: from 1 to the most windows that still hold
-    MIN_WINDOW_EVENTS_PER_PART events per part each, and at most MAX_TIME_WINDOWS (each window
-    is one METIS balance constraint: more make it slow and the balance meaningless)."""
-    most = min(MAX_TIME_WINDOWS, max(1, num_events // (MIN_WINDOW_EVENTS_PER_PART * num_parts)))
+    """The temporal time-window count, checked: from 1 to `most_time_windows`."""
+    most = most_time_windows(num_events, num_parts)
     if not 1 <= num_windows <= most:
         raise GnndistError(f"--time-windows must be from 1 to {most} (at most {MAX_TIME_WINDOWS}, and each window "
                            f"needs {MIN_WINDOW_EVENTS_PER_PART} events per part: {num_events} events, {num_parts} "
@@ -78,13 +84,16 @@ def metis_options(imbalance_tol: float, seed: int) -> pymetis.Options:
 
 
 @contextlib.contextmanager
-def _stdout_to_stderr() -> Iterator[None]:
-    """Send what C code writes to file descriptor 1 (METIS's messages) to stderr, so that
-    it never mixes into the command's output (`--json`)."""
+def _c_stdout_dropped() -> Iterator[None]:
+    """Drop what C code writes to file descriptor 1: METIS's messages ("***Cannot bisect a graph
+    with 0 vertices!", five times over), which would mix into the command's output (`--json`) or
+    add lines to its one-line error; what they warn of, parts left without nodes, is checked
+    after the call (`balanced_kway`)."""
     sys.stdout.flush()
     saved = os.dup(1)
     try:
-        os.dup2(2, 1)
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 1)
         yield
     finally:
         ctypes.CDLL(None).fflush(None)  # C stdio buffers what it printed: out before fd 1 is restored
@@ -127,7 +136,7 @@ def metis_kway(xadj: np.ndarray, adjncy: np.ndarray, num_parts: int, vwgt: Optio
     def ptr(a):
         return None if a is None else a.ctypes.data_as(ctypes.c_void_p)
 
-    with _stdout_to_stderr():
+    with _c_stdout_dropped():
         status = _kway_fn()(ptr(scalars[0]), ptr(scalars[1]), ptr(arrays[0]), ptr(arrays[1]), ptr(arrays[2]),
                             None, ptr(arrays[3]), ptr(scalars[2]), None, None, ptr(opt), ptr(scalars[3]),
                             ptr(part))

@@ -295,9 +295,10 @@ def partition_graph(graph: Union[Graph, TemporalGraph], num_parts: int, method: 
     temporal one). `balance` (metis only): vertex weights to balance, any of nodes, edges,
     train (default: nodes). `imbalance_tol`: allowed max/mean of each balanced weight (METIS
     ufactor). `halo`: 1 to store 1-hop halo ids (and features). Temporal graphs only:
-    `replicate_hubs` top-degree nodes replicated into every part, `time_windows` (default 4;
-    the temporal method balances each, the figures of any method count events in each) and
-    `recency` (temporal method only, default 1). An option the method would ignore is refused.
+    `replicate_hubs` top-degree nodes replicated into every part, `time_windows` (default 4, or
+    as many as the events fill, `methods.most_time_windows`; the temporal method balances each,
+    the figures of any method count events in each) and `recency` (temporal method only, default
+    1). An option the method would ignore is refused.
     """
     temporal = isinstance(graph, TemporalGraph)
     method = method or ("temporal" if temporal else "metis")
@@ -313,12 +314,14 @@ def partition_graph(graph: Union[Graph, TemporalGraph], num_parts: int, method: 
         raise GnndistError(f"--recency applies to --method temporal only, not {method}: leave it out")
     if time_windows is not None and not temporal:
         raise GnndistError("--time-windows applies to temporal graphs only: leave it out")
-    time_windows = 4 if time_windows is None else time_windows
     recency = 1.0 if recency is None else recency
     if not 1 <= num_parts <= max(graph.num_nodes, 1):
         raise GnndistError(f"--parts must be between 1 and the node count ({graph.num_nodes}), got {num_parts}")
     if temporal and graph.num_events == 0:
         raise GnndistError("the temporal graph has no events to partition")
+    if time_windows is None:
+        time_windows = min(methods.TIME_WINDOWS, methods.most_time_windows(graph.num_events, num_parts)) \
+            if temporal else methods.TIME_WINDOWS
     if halo not in (0, 1):
         raise GnndistError(f"--halo must be 0 or 1, got {halo}")
     if replicate_hubs and not temporal:
