@@ -122,6 +122,9 @@ def run(args: argparse.Namespace) -> int:
     """Run the subcommand; the exit status. The flags are checked before torch loads."""
     if args.task is None:
         if args.model is not None:
+            if args.model not in STATIC_MODELS + TEMPORAL_MODELS:
+                raise GnndistError(f"--model must be one of {', '.join(TEMPORAL_MODELS)} (link) or "
+                                   f"{', '.join(STATIC_MODELS)} (node), got {args.model!r}")
             args.task = "node" if args.model in STATIC_MODELS else "link"
         else:
             args.task = "node" if data_kind(args.data, args.format) == "static" else "link"

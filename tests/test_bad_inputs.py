@@ -392,6 +392,8 @@ CASES = [
     flags_case("train-node-flag-on-link", "link", ["--fanouts", "5"],
                ["--fanouts applies to --task node only (this run is --task link)"]),
     flags_case("train-model-of-the-other-task", "node", ["--model", "tgn"], ["--task node supports --model"]),
+    Case("train-model-unknown-without-task", lambda c: ["train", *STATIC, "--model", "GAT", "--quiet"],
+         ["--model must be one of tgn, jodie, apan, dyrep, tgat (link) or sage, gcn, gat (node), got 'GAT'"], loads=False),
     flags_case("train-resume-on-node", "node", ["--checkpoint", "ck", "--resume"],
                ["--resume is for --task link; a node checkpoint (--checkpoint) is for `gnndist predict`"]),
     flags_case("train-resume-without-checkpoint", "link", ["--resume"], ["--resume needs --checkpoint DIR"]),
