@@ -64,6 +64,13 @@ class Outputs:
         not write (`gnndist.outputs.check_output`)."""
         if self.resume and not self.checkpoint:
             raise GnndistError("--resume needs --checkpoint DIR")
+        given = [(f, Path(p).resolve()) for f, p in (("--metrics-out", self.metrics_out),
+                                                     ("--checkpoint", self.checkpoint), ("--log-dir", self.log_dir)) if p]
+        for i, (flag_a, a) in enumerate(given):
+            for flag_b, b in given[i + 1:]:
+                if a == b or a in b.parents or b in a.parents:
+                    raise GnndistError(f"{flag_a} and {flag_b} are " + (f"the same path ({a})" if a == b else
+                                       f"nested paths ({a}, {b})") + ": give each output a place of its own")
         name = data.name if isinstance(data, DataSource) else data if isinstance(data, (str, os.PathLike)) else None
         if self.metrics_out:
             check_output(self.metrics_out, "metrics", [name])
