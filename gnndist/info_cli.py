@@ -71,7 +71,7 @@ def _store(args: argparse.Namespace) -> None:
     if args.plot:
         from gnndist.plots import partition_figure, save_png
 
-        save_png(partition_figure(meta), args.plot, inputs=[os.path.join(args.data, "meta.json")])
+        save_png(partition_figure(meta), args.plot, inputs=[args.data])
     checked = verify_store(args.data) if args.verify else 0
     s = summary(meta)
     s["parts_here"] = [p for p in range(meta["num_parts"]) if not files_missing(args.data, meta, p)]

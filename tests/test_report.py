@@ -220,6 +220,8 @@ def test_partition_figure_shows_the_store_figures(kind, tmp_path, capsys):
     before = meta_file.read_bytes()
     one_line_error(["info", str(store), "--plot", str(meta_file)], capsys)
     assert meta_file.read_bytes() == before
+    assert "it is inside the input folder" in one_line_error(["info", str(store), "--plot", str(store / "x.png")], capsys)
+    assert not (store / "x.png").exists()
 
 
 # ------------------------------------------------------------------ info DATA
