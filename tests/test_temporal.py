@@ -385,6 +385,9 @@ def test_time_encoder_is_the_cosine_of_the_true_argument(kernels, monkeypatch):
     assert np.abs(got.numpy() - want).max() < 1e-6
     small = torch.rand(50) * 100
     assert torch.allclose(enc(small), enc.lin(small.view(-1, 1)).cos(), atol=1e-5)
+    # deltas beyond 2**52 s, whose phase float64 no longer holds: a cosine all the same, as torch's
+    huge = torch.tensor([2.0**53, 1e18, 1e30, 3e38])
+    assert bool(((enc(huge) >= -1) & (enc(huge) <= 1)).all())
 
 
 @pytest.mark.parametrize("kernels", [True, False], ids=["cpu-paths", "device-path"])

@@ -32,7 +32,8 @@ def _cos_encode(t, w, b, out):
         ti = np.float64(t[i])
         for j in range(w.shape[0]):
             x = ti * w[j] + b[j]
-            out[i, j] = np.float32(x - np.floor(x / (2 * np.pi) + 0.5) * (2 * np.pi))
+            r = x - np.floor(x / (2 * np.pi) + 0.5) * (2 * np.pi)  # off [-pi, pi] only where |x| > 2**52
+            out[i, j] = np.float32(min(max(r, -np.pi), np.pi))  # where the phase is lost anyway, as in torch
         for j in range(w.shape[0]):  # a loop of its own: the float32 polynomial vectorizes
             y2 = out[i, j] * out[i, j]
             p = _COS_TERMS[0]
