@@ -8,6 +8,7 @@ import argparse
 from typing import Union
 
 from gnndist.datasets.registry import FORMATS, GENERATORS, DataSource, generator_options, load
+from gnndist.errors import GnndistError
 from gnndist.graph import Graph, TemporalGraph
 
 
@@ -41,6 +42,15 @@ def source_from_args(args: argparse.Namespace) -> DataSource:
     if args.format is None and args.data in GENERATORS:
         opts["seed"] = args.data_seed
     return DataSource(args.data, args.format, opts)
+
+
+def refuse_dataset_flags(args: argparse.Namespace, *others: tuple[str, object]) -> None:
+    """For a partition store DATA: a one-line error naming the first of --format, the generator
+    flags and `others` ((flag, value) pairs) that was given; they apply to datasets only."""
+    given = [flag for flag, v in (("--format", args.format), *others) if v is not None]
+    given += [f"--{opt.replace('_', '-')}" for opt in source_from_args(args).options if opt != "seed"]
+    if given:
+        raise GnndistError(f"{given[0]} applies to a dataset; {args.data} is a partition store")
 
 
 def configure(p: argparse.ArgumentParser) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from gnndist.datasets.cli import add_data_args, source_from_args
+from gnndist.datasets.cli import add_data_args, refuse_dataset_flags, source_from_args
 from gnndist.datasets.describe import MEMORY_DIM, MEMORY_FORMULA, facts, format_facts, memory
 from gnndist.datasets.registry import FORMATS, GENERATORS, detect_format
 from gnndist.errors import GnndistError
@@ -62,11 +62,7 @@ def _is_store(path: str) -> bool:
 
 
 def _store(args: argparse.Namespace) -> None:
-    given = [flag for flag, v in (("--format", args.format), ("--nproc", args.nproc),
-                                  ("--memory-dim", args.memory_dim)) if v is not None]
-    given += [f"--{opt.replace('_', '-')}" for opt in source_from_args(args).options if opt != "seed"]
-    if given:
-        raise GnndistError(f"{given[0]} applies to a dataset; {args.data} is a partition store")
+    refuse_dataset_flags(args, ("--nproc", args.nproc), ("--memory-dim", args.memory_dim))
     meta = read_store_meta(args.data)
     if args.plot:
         from gnndist.plots import partition_figure, save_png

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from gnndist.datasets.cli import add_data_args, source_from_args
+from gnndist.datasets.cli import add_data_args, refuse_dataset_flags, source_from_args
 from gnndist.datasets.registry import data_kind
 from gnndist.errors import GnndistError
 from gnndist.static.config import MODELS as STATIC_MODELS, NodeConfig
@@ -138,6 +138,8 @@ def run(args: argparse.Namespace) -> int:
         from gnndist.static.trainer import train_node as train
     else:
         from gnndist.temporal.trainer import train_link as train
+    if is_store(args.data):
+        refuse_dataset_flags(args)
     data = args.data if is_store(args.data) else source_from_args(args)
     outputs = Outputs(args.metrics_out, args.checkpoint, args.resume, args.log_dir)
     with allocating(f"gnndist train on {args.data}"):

@@ -398,6 +398,8 @@ CASES = [
     Case("train-outputs-nested", lambda c: ["train", *TEMPORAL, "--quiet", "--checkpoint", str(c.tmp / "o"),
                                             "--log-dir", str(c.tmp / "o" / "tb")],
          ["--checkpoint and --log-dir are nested paths"], loads=False),
+    Case("train-store-with-dataset-flags", lambda c: ["train", str(c.store()), "--nproc", "2", "--num-nodes", "5",
+                                                      "--quiet"], ["--num-nodes applies to a dataset", "is a partition store"]),
     Case("train-model-unknown-without-task", lambda c: ["train", *STATIC, "--model", "GAT", "--quiet"],
          ["--model must be one of tgn, jodie, apan, dyrep, tgat (link) or sage, gcn, gat (node), got 'GAT'"], loads=False),
     flags_case("train-resume-on-node", "node", ["--checkpoint", "ck", "--resume"],
