@@ -164,6 +164,8 @@ def read_candidates(path: PathLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     def check(values: np.ndarray, names: Optional[list[str]]):
         if values.shape[1] < 3:
             return 0, "expected the 3 columns src, dst, t"
+        if names is not None and values.shape[1] != len(names):
+            return 0, f"expected {len(names)} fields (one per header name), got {values.shape[1]}"
         s, d, t = columns(names)
         return check_ids(values, (s, d)) or check_finite(values[:, [t]], ["t"])
 
