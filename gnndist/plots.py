@@ -264,8 +264,11 @@ def partition_figure(meta: dict) -> "Figure":
 # ------------------------------------------------------------------------------ writing
 
 def save_png(fig: "Figure", path: PathLike, inputs: Sequence[PathLike] = ()) -> Path:
-    """Write `fig` to `path` as a PNG of `size_pixels(fig)`, atomically, after `check_output`."""
+    """Write `fig` to `path` (a .png name) as a PNG of `size_pixels(fig)`, atomically, after
+    `check_output`."""
     check_output(path, "plot", inputs)
+    if not str(path).lower().endswith(".png"):
+        raise GnndistError(f"plots are written as PNG: give a .png path, not {path}")
     with atomic_file(path, "wb") as f:
         fig.savefig(f, format="png", metadata=plot_metadata())
     return Path(path)

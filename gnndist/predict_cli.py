@@ -86,6 +86,8 @@ def run(args: argparse.Namespace) -> int:
     from gnndist.temporal import predict as link
 
     if args.split:
+        if args.out and not args.out.lower().endswith(".json"):
+            raise GnndistError(f"--split writes its figures as JSON: give -o a .json path, not {args.out}")
         if args.out:
             check_output(args.out, "metrics", inputs, flag="-o")
         test = link.link_test(saved, data, **run_opts)

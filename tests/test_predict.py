@@ -356,6 +356,10 @@ def test_predict_progress_bars_only_on_a_terminal(runs, tmp_path, capsys, monkey
     (["{link1}", *LINK_DATA, "--embed-at", "5", "-o", "{tmp}/exists.npy"],
      "refusing to write the predictions to {tmp}/exists.npy: it exists"),
     (["{link1}", *LINK_DATA, "--candidates", "{tmp}/bad.csv", "-o", "{tmp}/x.csv"], "node id 80 is not a node of DATA"),
+    (["{link1}", *LINK_DATA, "--split", "test", "-o", "{tmp}/x.npy"],
+     "--split writes its figures as JSON: give -o a .json path, not {tmp}/x.npy"),
+    (["{link1}", *LINK_DATA, "--candidates", "{tmp}/wide.csv", "-o", "{tmp}/x.csv"],
+     "wide.csv:2: expected 3 fields (one per header name), got 4"),
     (["{link1}", *LINK_DATA, "--candidates", "{tmp}/nohead.csv", "-o", "{tmp}/x.csv"],
      "the header needs one column each named src, dst and t (missing or repeated: t)"),
     (["{link1}", "synthetic-temporal", "--num-nodes", "90", "--num-events", "1200", "--split", "test"],
@@ -366,14 +370,16 @@ def test_predict_progress_bars_only_on_a_terminal(runs, tmp_path, capsys, monkey
     (["{tmp}", *LINK_DATA, "--split", "test"], "no checkpoint"),
     (["{link2}", "{store}", "--split", "test"], "has 2 parts but 1 rank(s) run; use --nproc 2"),
     (["{link1}", *LINK_DATA, "--split", "test", "-o", "{link1}/t.json"], "it is inside the input folder"),
-    (["{link1}", *LINK_DATA, "--split", "test", "-o", "{tmp}/exists.npy"],
-     "refusing to write the metrics file to {tmp}/exists.npy: it exists and is not a metrics file gnndist wrote"),
-    (["{link1}", *LINK_DATA, "--split", "test", "-o", "{tmp}/exists.npy"], "; choose another -o"),
+    (["{link1}", *LINK_DATA, "--split", "test", "-o", "{tmp}/exists.json"],
+     "refusing to write the metrics file to {tmp}/exists.json: it exists and is not a metrics file gnndist wrote"),
+    (["{link1}", *LINK_DATA, "--split", "test", "-o", "{tmp}/exists.json"], "; choose another -o"),
 ])
 def test_predict_errors_are_one_line(runs, cache, tmp_path, capsys, args, message):
     (tmp_path / "exists.npy").write_bytes(b"precious")
+    (tmp_path / "exists.json").write_bytes(b"precious")
     (tmp_path / "bad.csv").write_text("src,dst,t\n1,2,3.5\n80,1,4\n")
     (tmp_path / "nohead.csv").write_text("src,dst,time\n1,2,3\n")
+    (tmp_path / "wide.csv").write_text("src,dst,t\n1,2,3,4\n")
     (tmp_path / "ids.txt").write_text("1\n")
     store = next(p for p in (cache / "partitions").iterdir() if p.name.startswith("synthetic-temporal"))
     names = {"tmp": tmp_path, "store": store, **{k: v["ckpt"] for k, v in runs.items()}}
@@ -381,3 +387,4 @@ def test_predict_errors_are_one_line(runs, cache, tmp_path, capsys, args, messag
     err = one_line_error(["predict", *(a.format(**names) for a in args), "--quiet"], capsys)
     assert message.format(**names) in err, err
     assert sorted(tmp_path.rglob("*")) == before and (tmp_path / "exists.npy").read_bytes() == b"precious"
+    assert (tmp_path / "exists.json").read_bytes() == b"precious"

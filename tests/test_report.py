@@ -154,6 +154,9 @@ def test_plot_refuses_inputs_and_files_it_did_not_write(runs, tmp_path, capsys):
         assert "not a PNG that gnndist wrote" in one_line_error(["plot", str(src), "-o", str(foreign)], capsys)
         assert foreign.read_bytes() == content
     assert "it exists and is a folder" in one_line_error(["plot", str(src), "-o", str(tmp_path)], capsys)
+    assert "plots are written as PNG: give a .png path" in one_line_error(
+        ["plot", str(src), "-o", str(tmp_path / "run.jpg")], capsys)
+    assert not (tmp_path / "run.jpg").exists()
     out = tmp_path / "sub" / "run.png"
     assert main(["plot", str(src), "-o", str(out)]) == 0
     first = out.read_bytes()
