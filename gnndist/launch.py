@@ -35,6 +35,7 @@ from gnndist.io import show_progress
 from gnndist.outputs import check_output, write_metrics
 from gnndist.partition import files_missing, partition_graph, read_store_meta
 from gnndist.runlog import require_tensorboard
+from gnndist.validate import Int, check
 
 TASK_OF_KIND = {"static": "node", "temporal": "link"}
 Data = Union[DataSource, Graph, TemporalGraph, str]  # a str names a partition store or a DataSource
@@ -282,6 +283,10 @@ def run_job(data: Data, nproc: int, split: Split, rank_fn: Callable[..., dict], 
     (which first checks, with every other rank, that they run the same job). Returns rank 0's
     result (this rank's under torchrun). Torch runs on `threads.job_threads` meanwhile."""
     dist.timeout_s()  # a bad GNNDIST_TIMEOUT is told before anything starts
+    check("nproc", nproc, Int())
+    if not isinstance(data, (DataSource, Graph, TemporalGraph, str, os.PathLike)):
+        raise GnndistError("the data must be a Graph, a TemporalGraph, a DataSource, a dataset name or a path, "
+                           f"got {type(data).__name__}")
     outputs = next((a for a in args if isinstance(a, Outputs)), None)
     if outputs is not None:
         outputs.check(data)

@@ -118,6 +118,12 @@ def check(name: str, value: Any, rule: Rule) -> None:
         raise GnndistError(problem if isinstance(rule, OneOf) and rule.text else f"{flag(name)} {problem}")
 
 
+def check_type(what: str, value: Any, cls: type) -> None:
+    """GnndistError unless `value` is a `cls` (a library call's argument `what`)."""
+    if not isinstance(value, cls):
+        raise GnndistError(f"{what} must be of type {cls.__name__}, got {type(value).__name__}")
+
+
 def check_fields(obj: Any, rules: dict[str, Rule]) -> None:
     """`check` every field of `obj` that `rules` names, in the table's order."""
     for name, rule in rules.items():

@@ -25,6 +25,7 @@ import pymetis
 
 from gnndist.errors import GnndistError
 from gnndist.graph import Graph, TemporalGraph
+from gnndist.validate import Real, check
 
 METHODS = ("metis", "random", "temporal")
 BALANCE_KEYS = ("nodes", "edges", "train")
@@ -50,8 +51,8 @@ def check_seed(seed: int) -> int:
 
 def check_imbalance_tol(imbalance_tol: float) -> float:
     """The max/mean part-weight tolerance, checked: finite, from 1.001 to MAX_IMBALANCE_TOL."""
-    if not 1.001 <= imbalance_tol <= MAX_IMBALANCE_TOL:
-        raise GnndistError(f"--imbalance-tol must be from 1.001 to {MAX_IMBALANCE_TOL:g}, got {imbalance_tol}")
+    if Real(high=MAX_IMBALANCE_TOL).problem(imbalance_tol) or not 1.001 <= imbalance_tol:
+        raise GnndistError(f"--imbalance-tol must be from 1.001 to {MAX_IMBALANCE_TOL:g}, got {imbalance_tol!r}")
     return float(imbalance_tol)
 
 
@@ -389,8 +390,7 @@ def temporal_membership(graph: TemporalGraph, num_parts: int, num_windows: int =
     (`hubs`) are left out of the pair weights: they are local reads in every part.
     """
     check_time_windows(graph.num_events, num_parts, num_windows)
-    if not (math.isfinite(recency) and recency >= 0):
-        raise GnndistError(f"--recency must be a finite number >= 0, got {recency}")
+    check("recency", recency, Real())
     owners = np.unique(graph.src).size
     if num_parts > owners:
         raise GnndistError(f"--method temporal balances the events each part owns, so --parts must be at most the "

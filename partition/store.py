@@ -43,6 +43,7 @@ from gnndist.errors import GnndistError, first_line
 from gnndist.graph import Graph, TemporalGraph, indptr_of, owners, unique_ints
 from gnndist.io import atomic_dir, sha256_file, write_json
 from gnndist.outputs import check_output
+from gnndist.validate import Int, check
 from gnndist.partition import methods, stats
 
 FORMAT_VERSION = 2  # 2: meta.json holds its own checksum and the per-part array specs
@@ -300,6 +301,13 @@ def partition_graph(graph: Union[Graph, TemporalGraph], num_parts: int, method: 
     the figures of any method count events in each) and `recency` (temporal method only, default
     1). An option the method would ignore is refused.
     """
+    if not isinstance(graph, (Graph, TemporalGraph)):
+        raise GnndistError(f"partition_graph takes a Graph or a TemporalGraph (gnndist.load), got {type(graph).__name__}")
+    check("parts", num_parts, Int())  # the range checks below take the types as given
+    check("replicate_hubs", replicate_hubs, Int(0))
+    check("time_windows", time_windows, Int(optional=True))
+    if out is not None and not isinstance(out, (str, os.PathLike)):
+        raise GnndistError(f"--out must be a path, got {out!r}")
     temporal = isinstance(graph, TemporalGraph)
     method = method or ("temporal" if temporal else "metis")
     if method not in methods.METHODS:
@@ -323,7 +331,7 @@ def partition_graph(graph: Union[Graph, TemporalGraph], num_parts: int, method: 
         time_windows = min(methods.TIME_WINDOWS, methods.most_time_windows(graph.num_events, num_parts)) \
             if temporal else methods.TIME_WINDOWS
     if halo not in (0, 1):
-        raise GnndistError(f"--halo must be 0 or 1, got {halo}")
+        raise GnndistError(f"--halo must be 0 or 1, got {halo!r}")
     if replicate_hubs and not temporal:
         raise GnndistError("--replicate-hubs applies to temporal graphs only")
     if not 0 <= replicate_hubs <= graph.num_nodes:

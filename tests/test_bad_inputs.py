@@ -715,3 +715,39 @@ def test_rng_state_round_trip():
     checkpoint.set_rng_state(torch.load(buf, weights_only=True))
     assert torch.equal(torch.rand(3), first[0])
 
+
+
+# ---------------------------------------------------------------- library calls with arguments of the wrong type
+
+def _library_calls():
+    """(id, call, expected message part): library calls a script can get wrong, each refused
+    with a GnndistError before any work (a part count of 1.5 used to end the process by SIGFPE)."""
+    from gnndist import LinkConfig, NodeConfig
+    from gnndist.launch import Outputs
+    from gnndist.static.trainer import train_node
+    from gnndist.temporal.trainer import train_link
+    g, tg = load(STATIC[0], num_nodes=200, num_edges=600), load(TEMPORAL[0], num_nodes=80, num_events=800)
+    return [
+        ("parts-float", lambda: partition_graph(g, 1.5), "--parts must be an integer from 1"),
+        ("parts-str", lambda: partition_graph(g, "2"), "--parts must be an integer from 1"),
+        ("graph-name", lambda: partition_graph("synthetic-static", 2), "partition_graph takes a Graph or a TemporalGraph"),
+        ("time-windows-float", lambda: partition_graph(tg, 2, time_windows=1.5), "--time-windows must be an integer"),
+        ("imbalance-tol-str", lambda: partition_graph(g, 2, imbalance_tol="1.1"), "--imbalance-tol must be from 1.001"),
+        ("recency-str", lambda: partition_graph(tg, 2, recency="1"), "--recency must be a finite number >= 0"),
+        ("replicate-hubs-str", lambda: partition_graph(tg, 2, replicate_hubs="3"), "--replicate-hubs must be an integer"),
+        ("out-int", lambda: partition_graph(g, 2, out=5), "--out must be a path, got 5"),
+        ("nproc-float", lambda: train_link(tg, nproc=1.5), "--nproc must be an integer from 1"),
+        ("nproc-zero", lambda: train_node(g, nproc=0), "--nproc must be an integer from 1"),
+        ("data-int", lambda: train_link(42), "the data must be a Graph, a TemporalGraph, a DataSource"),
+        ("link-cfg-of-node", lambda: train_link(tg, NodeConfig()), "cfg must be of type LinkConfig, got NodeConfig"),
+        ("node-cfg-none", lambda: train_node(g, None), "cfg must be of type NodeConfig, got NoneType"),
+        ("outputs-dict", lambda: train_link(tg, outputs={"checkpoint": "x"}), "outputs must be of type Outputs"),
+    ]
+
+
+@pytest.mark.parametrize("call, expect", [c[1:] for c in _library_calls()], ids=[c[0] for c in _library_calls()])
+def test_library_call_with_a_wrong_argument_is_one_gnndist_error(call, expect, capfd):
+    with pytest.raises(GnndistError) as e:
+        call()
+    assert expect in str(e.value) and "\n" not in str(e.value), str(e.value)
+    assert "partitioning" not in capfd.readouterr().err  # refused before any work

@@ -42,6 +42,7 @@ from gnndist.samplers import (Blocks, DistNeighborSampler, DistFeatures, Prefetc
 from gnndist.static.config import NodeConfig
 from gnndist.static.models import MiniBatch, StaticGNN
 from gnndist.launch import Data, Outputs, Split, run_job
+from gnndist.validate import check_type
 
 
 def step_seed(*keys: int) -> int:
@@ -425,6 +426,8 @@ def train_node(data: Data, cfg: NodeConfig = NodeConfig(), nproc: int = 1, outpu
     """Node classification on `data` (a `Graph`, a dataset name or path, a `DataSource`, or a
     static partition store) with `nproc` local ranks, or as this rank of a torchrun world.
     Returns the metrics (of rank 0, or of this rank under torchrun)."""
+    check_type("cfg", cfg, NodeConfig)
+    check_type("outputs", outputs, Outputs)
     if outputs.resume:
         raise GnndistError("--resume is for --task link; a node checkpoint (--checkpoint) is for `gnndist predict`")
     return run_job(data, nproc, SPLIT, node_rank, cfg, outputs, device=cfg.device, quiet=cfg.quiet)

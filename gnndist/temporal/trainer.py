@@ -50,6 +50,7 @@ from gnndist.graph import TemporalGraph
 from gnndist.io import show_progress
 from gnndist.outputs import write_metrics
 from gnndist.launch import Data, Outputs, Split, run_job
+from gnndist.validate import check_type
 from gnndist.partition import load_id_maps, load_partition
 from gnndist.runlog import RunLog
 from gnndist.samplers import sampler_group
@@ -691,5 +692,7 @@ def train_link(data: Data, cfg: Optional[LinkConfig] = None, nproc: int = 1, out
     """Link prediction on `data` (a `TemporalGraph`, a dataset name or path, a `DataSource`, or
     a temporal partition store) on `nproc` local ranks, or as this rank of a torchrun world.
     Returns the metrics (of rank 0, or of this rank under torchrun)."""
-    cfg = cfg or LinkConfig()
+    cfg = LinkConfig() if cfg is None else cfg
+    check_type("cfg", cfg, LinkConfig)
+    check_type("outputs", outputs, Outputs)
     return run_job(data, nproc, SPLIT, link_rank, cfg, outputs, device=cfg.device, quiet=cfg.quiet)
