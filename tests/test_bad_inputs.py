@@ -728,13 +728,14 @@ def _library_calls():
     from gnndist.temporal.trainer import train_link
     g, tg = load(STATIC[0], num_nodes=200, num_edges=600), load(TEMPORAL[0], num_nodes=80, num_events=800)
     return [
-        ("parts-float", lambda: partition_graph(g, 1.5), "--parts must be an integer from 1"),
-        ("parts-str", lambda: partition_graph(g, "2"), "--parts must be an integer from 1"),
+        ("parts-float", lambda: partition_graph(g, 1.5), "--parts must be an integer from"),
+        ("parts-str", lambda: partition_graph(g, "2"), "--parts must be an integer from"),
+        ("parts-none", lambda: partition_graph(g, None), "--parts must be an integer from"),
         ("graph-name", lambda: partition_graph("synthetic-static", 2), "partition_graph takes a Graph or a TemporalGraph"),
-        ("time-windows-float", lambda: partition_graph(tg, 2, time_windows=1.5), "--time-windows must be an integer"),
+        ("time-windows-float", lambda: partition_graph(tg, 2, time_windows=1.5), "--time-windows must be an integer from"),
         ("imbalance-tol-str", lambda: partition_graph(g, 2, imbalance_tol="1.1"), "--imbalance-tol must be from 1.001"),
         ("recency-str", lambda: partition_graph(tg, 2, recency="1"), "--recency must be a finite number >= 0"),
-        ("replicate-hubs-str", lambda: partition_graph(tg, 2, replicate_hubs="3"), "--replicate-hubs must be an integer"),
+        ("replicate-hubs-str", lambda: partition_graph(tg, 2, replicate_hubs="3"), "--replicate-hubs must be an integer from"),
         ("out-int", lambda: partition_graph(g, 2, out=5), "--out must be a path, got 5"),
         ("nproc-float", lambda: train_link(tg, nproc=1.5), "--nproc must be an integer from 1"),
         ("nproc-zero", lambda: train_node(g, nproc=0), "--nproc must be an integer from 1"),
