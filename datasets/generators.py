@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from gnndist.errors import GnndistError
+from gnndist.validate import INT_MAX
 from gnndist.graph import Graph, TemporalGraph, indptr_of, unique_ints
 
 HOMOPHILY = 0.8  # share of static edges drawn inside the source's community
@@ -24,9 +25,10 @@ def _named(name: str) -> str:
 
 
 def _positive(**kw: int) -> None:
+    """Each a positive integer that an int64 count holds."""
     for name, v in kw.items():
-        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
-            raise GnndistError(f"{_named(name)} must be a positive integer, got {v!r}")
+        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or not 1 <= v <= INT_MAX:
+            raise GnndistError(f"{_named(name)} must be a positive integer below 2**63, got {v!r}")
 
 
 SEED_LIMIT = 2**64

@@ -595,8 +595,10 @@ def test_synthetic_temporal_sizes_repeats_and_bursts():
 
 
 @pytest.mark.parametrize("call,message", [
-    (lambda: synthetic_static(num_nodes=0), r"num_nodes \(--num-nodes\) must be a positive integer, got 0"),
+    (lambda: synthetic_static(num_nodes=0), r"num_nodes \(--num-nodes\) must be a positive integer below 2\*\*63, got 0"),
     (lambda: synthetic_static(num_nodes=10, num_edges=40), "at most a quarter"),
+    (lambda: synthetic_temporal(num_nodes=2**64, num_events=10), r"num_nodes \(--num-nodes\) must be a positive "
+                                                                 r"integer below 2\*\*63, got 18446744073709551616"),
     (lambda: synthetic_temporal(num_events=2.5), r"num_events \(--num-events\) must be a positive integer"),
     (lambda: synthetic_static(num_features=0), r"num_features \(--num-features\) must be a positive integer"),
     (lambda: load("synthetic-static", num_events=5), "synthetic-static has no option num_events"),
