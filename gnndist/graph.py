@@ -7,16 +7,27 @@ from typing import TYPE_CHECKING, Optional
 import numpy as np
 from tqdm import tqdm
 
-from gnndist.errors import GnndistError
+from gnndist.errors import GnndistError, first_line
 
 if TYPE_CHECKING:  # pragma: no cover
     import networkx as nx
     import torch_geometric.data
 
 
+def _array(name: str, a, dtype=None) -> np.ndarray:
+    """`a` as a numpy array of numbers (cast to `dtype`), or one line saying why it is none."""
+    try:
+        a = np.asarray(a) if dtype is None else np.asarray(a, dtype=dtype)
+    except (TypeError, ValueError) as e:
+        raise GnndistError(f"{name} must be an array of numbers: {first_line(e)}") from None
+    if a.dtype.kind not in "biuf":
+        raise GnndistError(f"{name} must be an array of numbers, got {a.dtype}")
+    return a
+
+
 def _as_ids(name: str, a, num_nodes: Optional[int] = None) -> np.ndarray:
     """`a` as an int64 array of node ids, checked to be in [0, num_nodes)."""
-    a = np.asarray(a)
+    a = _array(name, a)
     if a.ndim != 1:
         raise GnndistError(f"{name} must be a 1-d array, got shape {a.shape}")
     if a.size and not np.issubdtype(a.dtype, np.integer):
@@ -30,16 +41,47 @@ def _as_ids(name: str, a, num_nodes: Optional[int] = None) -> np.ndarray:
     return a
 
 
-def _check_rows(name: str, a, n: int, dtype=None) -> Optional[np.ndarray]:
-    """Optional per-row array with `n` rows; float arrays must be finite."""
+def _node_count(num_nodes) -> int:
+    """A given node count, checked: an integer >= 0."""
+    if not isinstance(num_nodes, (int, np.integer)) or isinstance(num_nodes, bool) or num_nodes < 0:
+        raise GnndistError(f"num_nodes must be an integer >= 0, got {num_nodes!r}")
+    return int(num_nodes)
+
+
+def _check_rows(name: str, a, n: int, dtype=None, ndims: tuple[int, ...] = (1,)) -> Optional[np.ndarray]:
+    """Optional per-row array of numbers with `n` rows and one of `ndims` dimensions (the
+    second, if any, not empty); float arrays must be finite."""
     if a is None:
         return None
-    a = np.asarray(a) if dtype is None else np.asarray(a, dtype=dtype)
+    a = _array(name, a, dtype)
+    if a.ndim not in ndims or (a.ndim == 2 and a.shape[1] == 0):
+        want = " or ".join(f"{d}-d" for d in ndims) + " array" + (" with at least one column" if 2 in ndims else "")
+        raise GnndistError(f"{name} must be a {want}, got shape {a.shape}")
     if a.shape[0] != n:
         raise GnndistError(f"{name} has {a.shape[0]} rows, expected {n}")
     if np.issubdtype(a.dtype, np.floating) and not np.all(np.isfinite(a)):
         raise GnndistError(f"{name} holds NaN or inf")
     return a
+
+
+def _labels(a, n: int) -> Optional[np.ndarray]:
+    """Optional node labels: class ids 0, 1, ... (int64)."""
+    a = _check_rows("y", a, n)
+    if a is None:
+        return None
+    if a.size and (np.any(a != np.round(a)) or a.min() < 0):
+        raise GnndistError(f"y must hold class ids 0, 1, 2, ... (integers >= 0), got {a[(a != np.round(a)) | (a < 0)][0]}")
+    return a.astype(np.int64, copy=False)
+
+
+def _mask(name: str, a, n: int) -> Optional[np.ndarray]:
+    """Optional boolean node mask (True/False, or 0/1)."""
+    a = _check_rows(name, a, n)
+    if a is None:
+        return None
+    if a.dtype != bool and a.size and not np.all((a == 0) | (a == 1)):
+        raise GnndistError(f"{name} must hold True/False (or 0/1)")
+    return a.astype(bool, copy=False)
 
 
 def unique_ints(a: np.ndarray) -> np.ndarray:
@@ -109,7 +151,7 @@ class Graph:
     test_mask: Optional[np.ndarray] = None
 
     def __post_init__(self) -> None:
-        self.indptr = np.asarray(self.indptr, dtype=np.int64)
+        self.indptr = _array("indptr", self.indptr, np.int64)
         if self.indptr.ndim != 1 or self.indptr.size < 1 or self.indptr[0] != 0:
             raise GnndistError("indptr must be a 1-d array starting at 0")
         if np.any(np.diff(self.indptr) < 0):
@@ -118,10 +160,10 @@ class Graph:
         self.indices = _as_ids("indices", self.indices, n)
         if self.indices.size != self.indptr[-1]:
             raise GnndistError(f"indices has {self.indices.size} entries, indptr says {self.indptr[-1]}")
-        self.x = _check_rows("x", self.x, n, np.float32)
-        self.y = _check_rows("y", self.y, n, np.int64)
+        self.x = _check_rows("x", self.x, n, np.float32, ndims=(2,))
+        self.y = _labels(self.y, n)
         for name in ("train_mask", "val_mask", "test_mask"):
-            setattr(self, name, _check_rows(name, getattr(self, name), n, bool))
+            setattr(self, name, _mask(name, getattr(self, name), n))
 
     @property
     def num_nodes(self) -> int:
@@ -152,6 +194,7 @@ class Graph:
             raise GnndistError(f"src has {src.size} entries, dst has {dst.size}")
         if num_nodes is None:
             num_nodes = int(max(src.max(initial=-1), dst.max(initial=-1)) + 1)
+        num_nodes = _node_count(num_nodes)
         _as_ids("src", src, num_nodes), _as_ids("dst", dst, num_nodes)
         if undirected:
             src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
@@ -223,7 +266,7 @@ class TemporalGraph:
 
     def __post_init__(self) -> None:
         self.src, self.dst = _as_ids("src", self.src), _as_ids("dst", self.dst)
-        self.t = np.asarray(self.t, dtype=np.float64)
+        self.t = _array("t", self.t, np.float64)
         e = self.src.size
         if self.dst.size != e or self.t.shape != (e,):
             raise GnndistError(f"src, dst and t must have equal lengths, got {e}, {self.dst.size}, {self.t.size}")
@@ -231,9 +274,9 @@ class TemporalGraph:
             raise GnndistError("t holds NaN or inf")
         if self.num_nodes is None:
             self.num_nodes = int(max(self.src.max(initial=-1), self.dst.max(initial=-1)) + 1)
-        self.num_nodes = int(self.num_nodes)
+        self.num_nodes = _node_count(self.num_nodes)
         _as_ids("src", self.src, self.num_nodes), _as_ids("dst", self.dst, self.num_nodes)
-        self.edge_feat = _check_rows("edge_feat", self.edge_feat, e, np.float32)
+        self.edge_feat = _check_rows("edge_feat", self.edge_feat, e, np.float32, ndims=(1, 2))
         if self.edge_feat is not None and self.edge_feat.ndim == 1:
             self.edge_feat = self.edge_feat[:, None]
         self.edge_label = _check_rows("edge_label", self.edge_label, e)

@@ -56,6 +56,14 @@ def test_pyg_round_trip_keeps_features_and_masks():
     (dict(indptr=[0, 1], indices=[0], x=np.array([[np.nan]])), "NaN"),
     (dict(indptr=[0, 1], indices=[0], y=[0, 1]), "rows"),
     (dict(indptr=[1, 1], indices=[]), "starting at 0"),
+    (dict(indptr="abc", indices=[0]), "indptr must be an array of numbers"),
+    (dict(indptr=[0, 1, 2], indices=[1, 0], x=np.ones(2)), r"x must be a 2-d array with at least one column, got shape \(2,\)"),
+    (dict(indptr=[0, 1, 2], indices=[1, 0], x=np.ones((2, 0))), r"x must be a 2-d array .* got shape \(2, 0\)"),
+    (dict(indptr=[0, 1, 2], indices=[1, 0], y=[-1, 0]), r"y must hold class ids 0, 1, 2, ... \(integers >= 0\), got -1"),
+    (dict(indptr=[0, 1, 2], indices=[1, 0], y=[0.5, 1]), "y must hold class ids .* got 0.5"),
+    (dict(indptr=[0, 1, 2], indices=[1, 0], y=[[0], [1]]), r"y must be a 1-d array, got shape \(2, 1\)"),
+    (dict(indptr=[0, 1, 2], indices=[1, 0], train_mask=["a", "b"]), "train_mask must be an array of numbers"),
+    (dict(indptr=[0, 1, 2], indices=[1, 0], val_mask=[2, 0]), r"val_mask must hold True/False \(or 0/1\)"),
 ])
 def test_graph_validation(bad, match):
     with pytest.raises(GnndistError, match=match):
@@ -73,6 +81,17 @@ def test_temporal_validation_and_sort():
         TemporalGraph([0, 1], [1, 2], [2.0, 1.0])
     with pytest.raises(GnndistError, match="num_nodes"):
         TemporalGraph([0, 1], [1, 2], [1.0, 2.0], num_nodes=2)
+    for kw, message in ((dict(num_nodes="x"), "num_nodes must be an integer >= 0, got 'x'"),
+                        (dict(edge_feat=[["a"], ["b"]]), "edge_feat must be an array of numbers"),
+                        (dict(edge_feat=np.ones((2, 2, 2))), "edge_feat must be a 1-d or 2-d array")):
+        with pytest.raises(GnndistError, match=message):
+            TemporalGraph([0, 1], [1, 2], [1.0, 2.0], **kw)
+    with pytest.raises(GnndistError, match="src must be an array of numbers"):
+        TemporalGraph(["a"], ["b"], [0.0])
+    with pytest.raises(GnndistError, match="t must be an array of numbers"):
+        TemporalGraph([0], [1], ["a"])
+    with pytest.raises(GnndistError, match="num_nodes must be an integer >= 0, got 2.5"):
+        Graph.from_edges([0], [1], num_nodes=2.5)
     tg = TemporalGraph([0, 1, 2], [1, 2, 0], [3.0, 1.0, 1.0], edge_feat=[1.0, 2.0, 3.0], sort=True)
     assert tg.t.tolist() == [1.0, 1.0, 3.0] and tg.src.tolist() == [1, 2, 0]  # stable
     assert tg.edge_feat[:, 0].tolist() == [2.0, 3.0, 1.0] and tg.num_events == 3 and tg.edge_dim == 1
