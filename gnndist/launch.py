@@ -48,6 +48,7 @@ class Split:
     kind: str  # the graph kind the trainer takes: "static" | "temporal"
     method: str  # partition method
     balance: tuple[str, ...] = ()
+    check: Optional[Callable[[Any], None]] = None  # raises GnndistError where a graph lacks what the trainer needs
 
 
 @dataclass(frozen=True)
@@ -129,7 +130,10 @@ def _load(data: Union[DataSource, Graph, TemporalGraph], split: Split) -> Union[
         other = {"static": "node", "temporal": "link"}[kind]
         raise GnndistError(f"DATA is a {kind} graph: use --task {other} (--task {TASK_OF_KIND[split.kind]} needs a "
                            f"{split.kind} graph)")
-    return data.load() if isinstance(data, DataSource) else data
+    graph = data.load() if isinstance(data, DataSource) else data
+    if split.check is not None:
+        split.check(graph)
+    return graph
 
 
 def _normal(data: Data) -> Union[DataSource, Graph, TemporalGraph, Path]:

@@ -11,6 +11,7 @@ the library pieces the CLI will use for outputs (gnndist.outputs) and checkpoint
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gzip
 import hashlib
@@ -32,6 +33,7 @@ import pytest
 import torch
 
 from gnndist import checkpoint
+from gnndist import Graph
 from gnndist.cli import main
 from gnndist.datasets import FORMATS, GENERATORS, load
 from gnndist.errors import GnndistError
@@ -743,6 +745,10 @@ def _library_calls():
         ("link-cfg-of-node", lambda: train_link(tg, NodeConfig()), "cfg must be of type LinkConfig, got NodeConfig"),
         ("node-cfg-none", lambda: train_node(g, None), "cfg must be of type NodeConfig, got NoneType"),
         ("outputs-dict", lambda: train_link(tg, outputs={"checkpoint": "x"}), "outputs must be of type Outputs"),
+        ("train-mask-empty", lambda: train_node(dataclasses.replace(g, train_mask=np.zeros(g.num_nodes, bool))),
+         "--task node needs training, validation and test nodes; DATA's train_mask selects none"),
+        ("masks-missing-on-2-ranks", lambda: train_node(Graph(g.indptr, g.indices, x=g.x, y=g.y), nproc=2),
+         "--task node needs node features, labels and split masks; DATA has no train_mask, val_mask, test_mask"),
     ]
 
 

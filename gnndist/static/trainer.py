@@ -180,6 +180,9 @@ def check_node_graph(graph) -> None:
     missing = [n for n in ("x", "y", "train_mask", "val_mask", "test_mask") if getattr(graph, n) is None]
     if missing:
         raise GnndistError(f"--task node needs node features, labels and split masks; DATA has no {', '.join(missing)}")
+    empty = [n for n in ("train_mask", "val_mask", "test_mask") if not getattr(graph, n).any()]
+    if empty:
+        raise GnndistError(f"--task node needs training, validation and test nodes; DATA's {empty[0]} selects none")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -394,7 +397,7 @@ def cache_note(rec: dict) -> str:
 # ----------------------------------------------------------------------------------------------
 # Running it
 
-SPLIT = Split("static", "metis", ("nodes", "train"))
+SPLIT = Split("static", "metis", ("nodes", "train"), check_node_graph)
 
 
 def rank_graph(source: Union[Graph, str], cfg: NodeConfig, device: torch.device) -> RankGraph:
