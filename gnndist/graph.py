@@ -71,6 +71,8 @@ def _labels(a, n: int) -> Optional[np.ndarray]:
         return None
     if a.size and (np.any(a != np.round(a)) or a.min() < 0):
         raise GnndistError(f"y must hold class ids 0, 1, 2, ... (integers >= 0), got {a[(a != np.round(a)) | (a < 0)][0]}")
+    if a.size and a.max() >= n:
+        raise GnndistError(f"y holds class {a.max():.0f}, more classes than the {n} nodes")
     return a.astype(np.int64, copy=False)
 
 

@@ -61,6 +61,7 @@ def test_pyg_round_trip_keeps_features_and_masks():
     (dict(indptr=[0, 1, 2], indices=[1, 0], x=np.ones((2, 0))), r"x must be a 2-d array .* got shape \(2, 0\)"),
     (dict(indptr=[0, 1, 2], indices=[1, 0], y=[-1, 0]), r"y must hold class ids 0, 1, 2, ... \(integers >= 0\), got -1"),
     (dict(indptr=[0, 1, 2], indices=[1, 0], y=[0.5, 1]), "y must hold class ids .* got 0.5"),
+    (dict(indptr=[0, 1, 2], indices=[1, 0], y=[0, 10**9]), "y holds class 1000000000, more classes than the 2 nodes"),
     (dict(indptr=[0, 1, 2], indices=[1, 0], y=[[0], [1]]), r"y must be a 1-d array, got shape \(2, 1\)"),
     (dict(indptr=[0, 1, 2], indices=[1, 0], train_mask=["a", "b"]), "train_mask must be an array of numbers"),
     (dict(indptr=[0, 1, 2], indices=[1, 0], val_mask=[2, 0]), r"val_mask must hold True/False \(or 0/1\)"),
