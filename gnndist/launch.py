@@ -35,7 +35,7 @@ from gnndist.io import show_progress
 from gnndist.outputs import check_output, write_metrics
 from gnndist.partition import files_missing, partition_graph, read_store_meta
 from gnndist.runlog import require_tensorboard
-from gnndist.validate import Int, check
+from gnndist.validate import DEVICES, Int, OneOf, check
 
 TASK_OF_KIND = {"static": "node", "temporal": "link"}
 Data = Union[DataSource, Graph, TemporalGraph, str]  # a str names a partition store or a DataSource
@@ -106,13 +106,18 @@ def cache_root() -> Path:
 
 
 def _identity(data: Union[DataSource, Graph, TemporalGraph]) -> list[str]:
-    """What tells the data apart: a source's identity, or a graph's content hash."""
+    """What tells the data apart: a source's identity, or a graph's content hash (every array it
+    holds, features, labels and masks included: a store split from a graph holds them all)."""
     if isinstance(data, DataSource):
         return data.identity()
-    arrays = (data.indptr, data.indices) if isinstance(data, Graph) else (data.src, data.dst, data.t)
-    h = hashlib.sha256()
-    for a in arrays:
-        h.update(np.ascontiguousarray(a).view(np.uint8))
+    names = (("indptr", "indices", "x", "y", "train_mask", "val_mask", "test_mask") if isinstance(data, Graph)
+             else ("src", "dst", "t", "edge_feat", "edge_label"))
+    h = hashlib.sha256(str(getattr(data, "num_nodes", "")).encode())
+    for name in names:
+        a = getattr(data, name)
+        h.update(f"{name} {None if a is None else (a.dtype.str, a.shape)}".encode())
+        if a is not None:
+            h.update(np.ascontiguousarray(a).view(np.uint8))
     return [type(data).__name__, h.hexdigest()]
 
 
@@ -288,6 +293,7 @@ def run_job(data: Data, nproc: int, split: Split, rank_fn: Callable[..., dict], 
     result (this rank's under torchrun). Torch runs on `threads.job_threads` meanwhile."""
     dist.timeout_s()  # a bad GNNDIST_TIMEOUT is told before anything starts
     check("nproc", nproc, Int())
+    check("device", device, OneOf(DEVICES))
     if not isinstance(data, (DataSource, Graph, TemporalGraph, str, os.PathLike)):
         raise GnndistError("the data must be a Graph, a TemporalGraph, a DataSource, a dataset name or a path, "
                            f"got {type(data).__name__}")

@@ -573,3 +573,20 @@ def test_default_time_windows_are_as_many_as_the_events_fill():
     assert partition_graph(g, 2).params["time_windows"] == 4
     with pytest.raises(GnndistError, match="--time-windows must be from 1 to 3 .* got 4"):
         partition_graph(g, 4, time_windows=4)
+
+
+def test_the_cache_of_a_graph_split_for_training_tells_apart_every_array_it_holds():
+    """`launch.store_dir` of an in-memory graph: a store holds features, labels, masks and edge
+    features, so a graph that differs in any of them gets a store of its own (a store made
+    from the same structure with other labels used to be reused)."""
+    import dataclasses
+    from gnndist.launch import Split, store_dir
+    g, tg = load("synthetic-static", num_nodes=100, num_edges=300), load("synthetic-temporal", num_nodes=50, num_events=300)
+    split = Split("static", "metis")
+    same = dataclasses.replace(g)
+    assert store_dir(same, 2, split) == store_dir(g, 2, split)
+    for change in (dict(y=(g.y + 1) % (g.y.max() + 1)), dict(x=g.x * 2), dict(train_mask=~g.train_mask),
+                   dict(test_mask=None)):
+        assert store_dir(dataclasses.replace(g, **change), 2, split) != store_dir(g, 2, split), change
+    assert store_dir(dataclasses.replace(tg, edge_feat=tg.edge_feat + 1), 2, split) != store_dir(tg, 2, split)
+    assert store_dir(dataclasses.replace(tg, num_nodes=60), 2, split) != store_dir(tg, 2, split)
