@@ -14,7 +14,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch_geometric.data
 
 
-def _array(name: str, a, dtype=None) -> np.ndarray:
+def as_numbers(name: str, a, dtype=None) -> np.ndarray:
     """`a` as a numpy array of numbers (cast to `dtype`), or one line saying why it is none."""
     try:
         a = np.asarray(a) if dtype is None else np.asarray(a, dtype=dtype)
@@ -25,9 +25,9 @@ def _array(name: str, a, dtype=None) -> np.ndarray:
     return a
 
 
-def _as_ids(name: str, a, num_nodes: Optional[int] = None) -> np.ndarray:
+def as_node_ids(name: str, a, num_nodes: Optional[int] = None) -> np.ndarray:
     """`a` as an int64 array of node ids, checked to be in [0, num_nodes)."""
-    a = _array(name, a)
+    a = as_numbers(name, a)
     if a.ndim != 1:
         raise GnndistError(f"{name} must be a 1-d array, got shape {a.shape}")
     if a.size and not np.issubdtype(a.dtype, np.integer):
@@ -53,7 +53,7 @@ def _check_rows(name: str, a, n: int, dtype=None, ndims: tuple[int, ...] = (1,))
     second, if any, not empty); float arrays must be finite."""
     if a is None:
         return None
-    a = _array(name, a, dtype)
+    a = as_numbers(name, a, dtype)
     if a.ndim not in ndims or (a.ndim == 2 and a.shape[1] == 0):
         want = " or ".join(f"{d}-d" for d in ndims) + " array" + (" with at least one column" if 2 in ndims else "")
         raise GnndistError(f"{name} must be a {want}, got shape {a.shape}")
@@ -153,13 +153,13 @@ class Graph:
     test_mask: Optional[np.ndarray] = None
 
     def __post_init__(self) -> None:
-        self.indptr = _array("indptr", self.indptr, np.int64)
+        self.indptr = as_numbers("indptr", self.indptr, np.int64)
         if self.indptr.ndim != 1 or self.indptr.size < 1 or self.indptr[0] != 0:
             raise GnndistError("indptr must be a 1-d array starting at 0")
         if np.any(np.diff(self.indptr) < 0):
             raise GnndistError("indptr must be non-decreasing")
         n = self.indptr.size - 1
-        self.indices = _as_ids("indices", self.indices, n)
+        self.indices = as_node_ids("indices", self.indices, n)
         if self.indices.size != self.indptr[-1]:
             raise GnndistError(f"indices has {self.indices.size} entries, indptr says {self.indptr[-1]}")
         self.x = _check_rows("x", self.x, n, np.float32, ndims=(2,))
@@ -191,13 +191,13 @@ class Graph:
     def from_edges(cls, src, dst, num_nodes: Optional[int] = None, undirected: bool = False,
                    dedup: bool = False, **node_data) -> "Graph":
         """Build from an edge list; row of each edge is `dst` (messages flow src -> dst)."""
-        src, dst = _as_ids("src", src), _as_ids("dst", dst)
+        src, dst = as_node_ids("src", src), as_node_ids("dst", dst)
         if src.size != dst.size:
             raise GnndistError(f"src has {src.size} entries, dst has {dst.size}")
         if num_nodes is None:
             num_nodes = int(max(src.max(initial=-1), dst.max(initial=-1)) + 1)
         num_nodes = _node_count(num_nodes)
-        _as_ids("src", src, num_nodes), _as_ids("dst", dst, num_nodes)
+        as_node_ids("src", src, num_nodes), as_node_ids("dst", dst, num_nodes)
         if undirected:
             src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
         if dedup:
@@ -267,8 +267,8 @@ class TemporalGraph:
     _tcsr: Optional[tuple] = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        self.src, self.dst = _as_ids("src", self.src), _as_ids("dst", self.dst)
-        self.t = _array("t", self.t, np.float64)
+        self.src, self.dst = as_node_ids("src", self.src), as_node_ids("dst", self.dst)
+        self.t = as_numbers("t", self.t, np.float64)
         e = self.src.size
         if self.dst.size != e or self.t.shape != (e,):
             raise GnndistError(f"src, dst and t must have equal lengths, got {e}, {self.dst.size}, {self.t.size}")
@@ -277,7 +277,7 @@ class TemporalGraph:
         if self.num_nodes is None:
             self.num_nodes = int(max(self.src.max(initial=-1), self.dst.max(initial=-1)) + 1)
         self.num_nodes = _node_count(self.num_nodes)
-        _as_ids("src", self.src, self.num_nodes), _as_ids("dst", self.dst, self.num_nodes)
+        as_node_ids("src", self.src, self.num_nodes), as_node_ids("dst", self.dst, self.num_nodes)
         self.edge_feat = _check_rows("edge_feat", self.edge_feat, e, np.float32, ndims=(1, 2))
         if self.edge_feat is not None and self.edge_feat.ndim == 1:
             self.edge_feat = self.edge_feat[:, None]

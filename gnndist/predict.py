@@ -21,7 +21,7 @@ from gnndist import checkpoint, dist
 from gnndist.datasets import DataSource
 from gnndist.datasets.text import check_finite, check_ids, read_table
 from gnndist.errors import GnndistError
-from gnndist.graph import Graph, TemporalGraph
+from gnndist.graph import Graph, TemporalGraph, as_node_ids
 from gnndist.io import atomic_file
 from gnndist.launch import Data, is_store
 from gnndist.outputs import CHECKPOINT_FILE, check_output
@@ -131,7 +131,7 @@ def to_positions(ids: np.ndarray, known: Optional[np.ndarray], num_nodes: int) -
     """Positions of `ids` among the nodes of the data: in `known`, its sorted distinct original
     ids (None: the ids are the positions 0 .. num_nodes-1); a one-line error naming the first id
     that is no node of the data."""
-    ids = np.asarray(ids, dtype=np.int64)
+    ids = as_node_ids("node ids", ids)
     if known is None:
         pos, bad = ids, np.flatnonzero((ids < 0) | (ids >= num_nodes))
     elif known.size == 0:

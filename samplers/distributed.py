@@ -17,7 +17,7 @@ import torch
 
 from gnndist import dist as gdist
 from gnndist.errors import GnndistError
-from gnndist.graph import _as_ids, owners, tcsr_rows
+from gnndist.graph import as_node_ids, owners, tcsr_rows
 from gnndist.samplers.kernels import load_tcsr_kernels
 from gnndist.samplers.static import Blocks, build_blocks, check_fanouts, sample_rows
 from gnndist.samplers.temporal import TemporalSample, check_query, multihop, sample_tcsr
@@ -153,7 +153,7 @@ class DistNeighborSampler:
 
     def sample(self, seeds, fanouts: Sequence[int], replace: bool = False, seed: int = 0) -> Blocks:
         """Blocks for `seeds` (global ids, owned by any rank); a collective."""
-        seeds = _as_ids("seeds", seeds, self.num_nodes)
+        seeds = as_node_ids("seeds", seeds, self.num_nodes)
         return build_blocks(seeds, check_fanouts(fanouts), lambda t, f, h: self._hop(t, f, h, replace, seed),
                             self.num_nodes)
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 import numpy as np
 
 from gnndist.errors import GnndistError
-from gnndist.graph import Graph, _as_ids
+from gnndist.graph import Graph, as_node_ids
 from gnndist.samplers.kernels import as_seed, fill_targets, hop_fill, map_ids
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -135,7 +135,7 @@ def build_blocks(seeds: np.ndarray, fanouts: Sequence[int], hop: HopFn, num_node
 
 def sample_neighbors(graph: Graph, seeds, fanouts: Sequence[int], replace: bool = False, seed: int = 0) -> Blocks:
     """Uniform multi-hop neighbour sampling from `seeds` with per-hop `fanouts` (-1: all)."""
-    seeds = _as_ids("seeds", seeds, graph.num_nodes)
+    seeds = as_node_ids("seeds", seeds, graph.num_nodes)
     fanouts = check_fanouts(fanouts)
 
     def hop(targets: np.ndarray, fanout: int, h: int) -> tuple[np.ndarray, np.ndarray]:

@@ -14,7 +14,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from gnndist.errors import GnndistError
-from gnndist.graph import TemporalGraph, _as_ids
+from gnndist.graph import TemporalGraph, as_node_ids
 from gnndist.samplers.kernels import as_seed, tcsr_sample
 
 STRATEGIES = ("recent", "uniform")
@@ -59,7 +59,7 @@ def check_query(nodes, times, k: int, strategy: str, num_nodes: int) -> tuple[np
         raise GnndistError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
     if int(k) < 1:
         raise GnndistError(f"k must be >= 1, got {k}")
-    nodes = _as_ids("nodes", nodes, num_nodes)
+    nodes = as_node_ids("nodes", nodes, num_nodes)
     times = np.ascontiguousarray(times, dtype=np.float64)
     if times.shape != nodes.shape:
         raise GnndistError(f"nodes and times must have equal lengths, got {nodes.size} and {times.size}")

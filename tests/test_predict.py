@@ -20,6 +20,7 @@ import torch
 from gnndist import checkpoint
 from gnndist.cli import main
 from gnndist.datasets import load
+from gnndist.errors import GnndistError
 from gnndist.graph import TemporalGraph
 from gnndist.launch import Outputs, launch
 from gnndist.predict import SavedModel, read_candidates
@@ -388,3 +389,20 @@ def test_predict_errors_are_one_line(runs, cache, tmp_path, capsys, args, messag
     assert message.format(**names) in err, err
     assert sorted(tmp_path.rglob("*")) == before and (tmp_path / "exists.npy").read_bytes() == b"precious"
     assert (tmp_path / "exists.json").read_bytes() == b"precious"
+
+
+def test_library_predictions_refuse_ids_that_are_not_node_ids(runs, cache):
+    """Node ids of 0.5 or [[0]] and a device that is none of gnndist's are refused, not read as
+    node 0 (they were truncated or flattened)."""
+    from gnndist.static.predict import node_probabilities
+    from gnndist.temporal.predict import link_test
+    g = load(LINK_DATA[0], num_nodes=int(LINK_DATA[2]), num_events=int(LINK_DATA[4]))
+    nodes = load(NODE_DATA[0], num_nodes=int(NODE_DATA[2]), num_edges=int(NODE_DATA[4]))
+    with pytest.raises(GnndistError, match="src must hold integer node ids"):
+        link_scores(runs["link1"]["ckpt"], g, np.array([0.5]), np.array([1]), np.array([5.0]), quiet=True)
+    with pytest.raises(GnndistError, match=r"ids must be a 1-d array, got shape \(1, 1\)"):
+        node_probabilities(runs["node1"]["ckpt"], nodes, ids=np.array([[0]]), quiet=True)
+    with pytest.raises(GnndistError, match="--device must be one of cpu, cuda, got 'tpu'"):
+        link_test(runs["link1"]["ckpt"], g, device="tpu", quiet=True)
+    with pytest.raises(GnndistError, match="--embed-at must be a finite time, got 'x'"):
+        link_embeddings(runs["link1"]["ckpt"], g, "x", quiet=True)

@@ -12,7 +12,7 @@ from typing import Optional, Union
 import numpy as np
 import torch
 
-from gnndist.graph import Graph
+from gnndist.graph import Graph, as_node_ids
 from gnndist.launch import Data, run_job
 from gnndist.predict import Checkpoint, SavedModel, gather_rows, joined, saved_model, source_of, to_positions
 from gnndist.static.trainer import SPLIT, NodeConfig, NodeTrainer, PartGraph, rank_graph
@@ -25,7 +25,7 @@ def node_probabilities(checkpoint: Checkpoint, data: Data, ids: Optional[np.ndar
     saved = saved_model(checkpoint, "node")
     source = source_of(data)
     saved.check_kind(source)
-    ids = None if ids is None else np.asarray(ids, dtype=np.int64).reshape(-1)
+    ids = None if ids is None else as_node_ids("ids", ids)
     return run_job(source, nproc, SPLIT, _probabilities_rank, saved, device, quiet, ids, device=device, quiet=quiet)
 
 

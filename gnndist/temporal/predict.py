@@ -22,6 +22,7 @@ part of the events as in training, with the same figures.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import fields
 from typing import Any, Optional
 
@@ -32,7 +33,7 @@ from tqdm import tqdm
 from gnndist import dist
 from gnndist.datasets import DataSource
 from gnndist.errors import GnndistError
-from gnndist.graph import TemporalGraph, owners
+from gnndist.graph import TemporalGraph, as_node_ids, as_numbers, owners
 from gnndist.io import show_progress
 from gnndist.launch import Data, run_job
 from gnndist.predict import Checkpoint, SavedModel, gather_rows, joined, saved_model, source_of, to_positions
@@ -56,8 +57,8 @@ def link_scores(checkpoint: Checkpoint, data: Data, src: np.ndarray, dst: np.nda
     dst[i]) at times t[i] (original node ids), each after replaying every event of `data`
     with a time before t[i]."""
     saved = saved_model(checkpoint, "link")
-    src, dst, t = np.asarray(src, np.int64), np.asarray(dst, np.int64), np.asarray(t, np.float64)
-    if not src.shape == dst.shape == t.shape or src.ndim != 1:
+    src, dst, t = as_node_ids("src", src), as_node_ids("dst", dst), as_numbers("t", t, np.float64)
+    if not src.shape == dst.shape == t.shape:
         raise GnndistError("candidates need src, dst and t of one length each")
     if not np.isfinite(t).all():
         raise GnndistError("candidate times must be finite")
@@ -71,8 +72,8 @@ def link_embeddings(checkpoint: Checkpoint, data: Data, at: float, nproc: int = 
                     quiet: bool = False) -> np.ndarray:
     """Every node's embedding [N, d] at time `at`, after replaying the events of `data` before
     `at`; row i is node i of the data's numbering (`node_ids` gives each row's original id)."""
-    if not math.isfinite(at):
-        raise GnndistError(f"--embed-at must be a finite time, got {at}")
+    if not isinstance(at, numbers.Real) or isinstance(at, bool) or not math.isfinite(at):
+        raise GnndistError(f"--embed-at must be a finite time, got {at!r}")
     saved = saved_model(checkpoint, "link")
     return _run(saved, source_of(data), nproc, _embed_rank, device, quiet, float(at))
 
