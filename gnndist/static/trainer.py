@@ -180,9 +180,6 @@ def check_node_graph(graph) -> None:
     missing = [n for n in ("x", "y", "train_mask", "val_mask", "test_mask") if getattr(graph, n) is None]
     if missing:
         raise GnndistError(f"--task node needs node features, labels and split masks; DATA has no {', '.join(missing)}")
-    empty = [n for n in ("train_mask", "val_mask", "test_mask") if not getattr(graph, n).any()]
-    if empty:
-        raise GnndistError(f"--task node needs training, validation and test nodes; DATA's {empty[0]} selects none")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -336,6 +333,11 @@ class NodeTrainer:
         (one file: parameters and optimizer state are the same on every rank). Returns the metrics
         dict (the same on every rank)."""
         cfg, lead = self.cfg, dist.rank() == 0
+        g = self.graph
+        counts = dist.all_reduce(torch.tensor([g.train_ids.size, g.val_ids.size, g.test_ids.size], device=self.device))
+        empty = [m for m, c in zip(("train_mask", "val_mask", "test_mask"), counts.tolist()) if c == 0]
+        if empty:
+            raise GnndistError(f"--task node needs training, validation and test nodes; DATA's {empty[0]} selects none")
         config = {**asdict(cfg), "task": "node", "num_features": self.graph.num_features,
                   "num_classes": self.graph.num_classes, "world_size": dist.world_size()}
         runlog = RunLog(outputs.log_dir if lead else None)
