@@ -758,3 +758,18 @@ def test_library_call_with_a_wrong_argument_is_one_gnndist_error(call, expect, c
         call()
     assert expect in str(e.value) and "\n" not in str(e.value), str(e.value)
     assert "partitioning" not in capfd.readouterr().err  # refused before any work
+
+
+def test_a_loss_that_becomes_nan_names_the_scale_of_the_data(monkeypatch):
+    """Times or edge features too large for float32 arithmetic make a NaN loss as a too large
+    --lr does: the line gives both causes, with the data's time span and largest edge feature."""
+    import gnndist.temporal.trainer as trainer
+    from gnndist import LinkConfig
+    tg = load(TEMPORAL[0], num_nodes=80, num_events=800)
+    real = trainer.batch_loss
+    monkeypatch.setattr(trainer, "batch_loss", lambda *a: real(*a) * float("nan"))
+    with pytest.raises(GnndistError) as e:
+        trainer.train_link(tg, LinkConfig(epochs=1, quiet=True))
+    span, feat = float(tg.t.max() - tg.t.min()), float(np.abs(tg.edge_feat).max())
+    assert str(e.value) == (f"the training loss became nan; try a smaller --lr, or scale the data (this rank's: times "
+                            f"spanning {span:.3g}, edge features up to {feat:.3g} in size)")

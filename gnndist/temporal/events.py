@@ -60,6 +60,13 @@ class RankEvents:
                    invert_permutation(orig_to_new), part.eid, part.src, part.dst, part.t, part.edge_feat,
                    part.edge_label)
 
+    def scale(self) -> str:
+        """The size of this rank's times and edge features, in words (for a loss that became NaN)."""
+        span = float(self.t.max() - self.t.min()) if self.t.size else 0.0
+        feat = f", edge features up to {float(np.abs(self.edge_feat).max()):.3g} in size" \
+            if self.edge_feat is not None and self.edge_feat.size else ""
+        return f"times spanning {span:.3g}{feat}"
+
     @property
     def edge_dim(self) -> int:
         return 0 if self.edge_feat is None else int(self.edge_feat.shape[1])

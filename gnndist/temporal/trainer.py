@@ -325,7 +325,8 @@ class LinkTrainer:
         with self.timers.phase("sync"):
             total = float(summed.result()[0])
         if not math.isfinite(total):
-            raise GnndistError(f"the training loss became {total}; try a smaller --lr")
+            raise GnndistError(f"the training loss became {total}; try a smaller --lr, or scale the data "
+                               f"(this rank's: {self.events.scale()})")
         if self.cfg.clip_grad is not None:  # the summed gradient: the same on every rank
             torch.nn.utils.clip_grad_norm_(self.params, self.cfg.clip_grad)
         self.optimizer.step()
