@@ -51,7 +51,10 @@ def _chunks(path: str) -> Iterator[bytes]:
     bar over the bytes on disk for large files when stderr is a terminal."""
     rest = b""
     first = True
-    size = os.path.getsize(path)
+    try:
+        size = os.path.getsize(path)
+    except OSError as e:
+        raise GnndistError(f"{path}: {e.strerror.lower() if e.strerror else 'cannot read'}") from None
     with open_bytes(path) as f, tqdm(total=size, unit="B", unit_scale=True, desc=os.path.basename(path),
                                       disable=size < PROGRESS_BYTES or not show_progress()) as bar:
         raw = getattr(f, "fileobj", f)  # a gzip file's compressed stream

@@ -359,6 +359,7 @@ def test_predict_progress_bars_only_on_a_terminal(runs, tmp_path, capsys, monkey
     (["{link1}", *LINK_DATA, "--candidates", "{tmp}/bad.csv", "-o", "{tmp}/x.csv"], "node id 80 is not a node of DATA"),
     (["{link1}", *LINK_DATA, "--split", "test", "-o", "{tmp}/x.npy"],
      "--split writes its figures as JSON: give -o a .json path, not {tmp}/x.npy"),
+    (["{link1}", *LINK_DATA, "--candidates", "{tmp}/nope.csv", "-o", "{tmp}/x.csv"], "{tmp}/nope.csv: no such file or directory"),
     (["{link1}", *LINK_DATA, "--candidates", "{tmp}/wide.csv", "-o", "{tmp}/x.csv"],
      "wide.csv:2: expected 3 fields (one per header name), got 4"),
     (["{link1}", *LINK_DATA, "--candidates", "{tmp}/nohead.csv", "-o", "{tmp}/x.csv"],
