@@ -47,7 +47,7 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "the best-validation parameters are tested")
     p.add_argument("--batch-size", type=int, default=None, help="global batch size (events or seed nodes)")
     p.add_argument("--lr", type=float, default=None, help="learning rate")
-    p.add_argument("--seed", type=int, default=0, help="random seed")
+    p.add_argument("--seed", type=int, default=None, help="random seed (default 0)")
     p.add_argument("--seeds", type=_ints, default=None, metavar="S,S,...",
                    help="train once per seed and report the mean and standard deviation (replaces --seed)")
     p.add_argument("--device", choices=DEVICES, default="cpu", help="cpu (gloo) or cuda (NCCL)")
@@ -116,6 +116,8 @@ def check_flags(args: argparse.Namespace) -> None:
     check("nproc", args.nproc, Int())
     if args.seeds is not None:
         check_seeds("seeds", args.seeds)
+        if args.seed is not None:
+            raise GnndistError("--seed and --seeds together: --seeds runs one training per seed; give one of them")
 
 
 def run(args: argparse.Namespace) -> int:

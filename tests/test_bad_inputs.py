@@ -355,6 +355,8 @@ CASES = [
          ["ckpt/epoch-0001.pt is not a whole training checkpoint (it lacks config, model, optimizer, node_state, "
           "rng, history, best)"]),
     # ---- train and demo flags: refused before any data is read
+    flags_case("train-seed-and-seeds", "link", ["--seeds", "0,1", "--seed", "3"],
+               ["--seed and --seeds together: --seeds runs one training per seed; give one of them"]),
     flags_case("train-seed-negative-link", "link", ["--seed", "-1"], ["--seed must be an integer from 0 to 2**63-1, got -1"]),
     flags_case("train-seed-negative-node", "node", ["--seed", "-1"], ["--seed must be an integer from 0 to 2**63-1, got -1"]),
     flags_case("train-seed-2-to-63", "node", ["--seed", str(2**63)], ["--seed must be", f"got {2**63}"]),
