@@ -28,10 +28,12 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     cfg = LinkConfig(model="tgn", epochs=args.epochs, seed=args.seed, quiet=args.quiet)  # checks the flags
 
+    from gnndist import dist
     from gnndist.datasets import load
     from gnndist.launch import Outputs
     from gnndist.temporal.trainer import train_link
 
+    dist.timeout_s()  # a bad GNNDIST_TIMEOUT is told before the data is made
     outputs = Outputs(metrics_out=args.metrics_out)
     outputs.check("synthetic-temporal")
     tg = load("synthetic-temporal", num_nodes=args.num_nodes, num_events=args.num_events, seed=args.seed)

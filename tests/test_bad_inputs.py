@@ -775,3 +775,11 @@ def test_a_loss_that_becomes_nan_names_the_scale_of_the_data(monkeypatch):
     span, feat = float(tg.t.max() - tg.t.min()), float(np.abs(tg.edge_feat).max())
     assert str(e.value) == (f"the training loss became nan; try a smaller --lr, or scale the data (this rank's: times "
                             f"spanning {span:.3g}, edge features up to {feat:.3g} in size)")
+
+
+def test_demo_tells_a_bad_timeout_before_it_makes_data(monkeypatch, capsys):
+    monkeypatch.setenv("GNNDIST_TIMEOUT", "abc")
+    capsys.readouterr()
+    assert main(["demo", "--num-nodes", "80", "--num-events", "800", "--quiet"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "gnndist demo: error: GNNDIST_TIMEOUT must be a number of seconds from 1 to 86400, got 'abc'"]
