@@ -366,6 +366,10 @@ def test_predict_progress_bars_only_on_a_terminal(runs, tmp_path, capsys, monkey
      "the header needs one column each named src, dst and t (missing or repeated: t)"),
     (["{link1}", "synthetic-temporal", "--num-nodes", "90", "--num-events", "1200", "--split", "test"],
      "was trained on data with num nodes 80, DATA has 90"),
+    (["{link1}", "synthetic-temporal", "--num-nodes", "90", "--num-events", "1200", "--split", "test", "--nproc", "2"],
+     "was trained on data with num nodes 80, DATA has 90"),  # told before the data is split: one line
+    (["{node1}", "synthetic-static", "--num-nodes", "400", "--num-edges", "2000", "--num-features", "8", "-o",
+      "{tmp}/x.npy", "--nproc", "2"], "was trained on data with num features 32, DATA has 8"),
     (["{link1}", "synthetic-temporal", "--num-nodes", "80", "--num-events", "1300", "--split", "test"],
      "was trained on data with num events 1200, DATA has 1300"),
     (["{tmp}/nothing", *LINK_DATA, "--split", "test"], "is not a checkpoint folder"),

@@ -15,7 +15,7 @@ import torch
 from gnndist.graph import Graph, as_node_ids
 from gnndist.launch import Data, run_job
 from gnndist.predict import Checkpoint, SavedModel, gather_rows, joined, saved_model, source_of, to_positions
-from gnndist.static.trainer import SPLIT, NodeConfig, NodeTrainer, PartGraph, rank_graph
+from gnndist.static.trainer import SPLIT, NodeConfig, NodeTrainer, PartGraph, RankGraph, rank_graph
 
 
 def node_probabilities(checkpoint: Checkpoint, data: Data, ids: Optional[np.ndarray] = None, nproc: int = 1,
@@ -26,7 +26,13 @@ def node_probabilities(checkpoint: Checkpoint, data: Data, ids: Optional[np.ndar
     source = source_of(data)
     saved.check_kind(source)
     ids = None if ids is None else as_node_ids("ids", ids)
-    return run_job(source, nproc, SPLIT, _probabilities_rank, saved, device, quiet, ids, device=device, quiet=quiet)
+    split = replace(SPLIT, check=lambda g: (SPLIT.check(g), _check_sizes(saved, g)))  # before raw data is split
+    return run_job(source, nproc, split, _probabilities_rank, saved, device, quiet, ids, device=device, quiet=quiet)
+
+
+def _check_sizes(saved: SavedModel, data: Union[Graph, RankGraph]) -> None:
+    """A one-line error unless `data` has the feature and class counts the model was trained with."""
+    saved.check_sizes({"num_features": data.num_features, "num_classes": data.num_classes})
 
 
 def _probabilities_rank(source: Union[Graph, str], saved: SavedModel, device: str, quiet: bool,
@@ -36,7 +42,7 @@ def _probabilities_rank(source: Union[Graph, str], saved: SavedModel, device: st
         cfg = NodeConfig(**{k: v for k, v in saved.config.items() if k in names})
         cfg = replace(cfg, eval_fanouts=None, device=dev.type, quiet=quiet)  # full neighbourhoods
         view = rank_graph(source, cfg, dev)
-        saved.check_sizes({"num_features": view.num_features, "num_classes": view.num_classes})
+        _check_sizes(saved, view)
         trainer = NodeTrainer(view, cfg, dev)
         trainer.model.load_state_dict(saved.params)
         if isinstance(view, PartGraph):  # the original ids of the nodes it owns (ascending), from its first id

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import fields
-from typing import Any, Optional
+from dataclasses import fields, replace
+from typing import Any, Optional, Union
 
 import numpy as np
 import torch
@@ -38,6 +38,7 @@ from gnndist.io import show_progress
 from gnndist.launch import Data, run_job
 from gnndist.predict import Checkpoint, SavedModel, gather_rows, joined, saved_model, source_of, to_positions
 from gnndist.temporal.config import LinkConfig
+from gnndist.temporal.events import RankEvents
 from gnndist.temporal.models import Batch
 from gnndist.temporal.trainer import SPLIT, LinkTrainer, rank_events, selected_test_figures
 
@@ -48,7 +49,7 @@ def link_test(checkpoint: Checkpoint, data: Data, nproc: int = 1, device: str = 
     as `gnndist train` printed them (rank 0 prints the same table); the keys of the metrics
     JSON's "test"."""
     saved = saved_model(checkpoint, "link")
-    return _run(saved, source_of(data), nproc, _test_rank, device, quiet)
+    return _run(saved, source_of(data), nproc, _test_rank, device, quiet, same_events=True)
 
 
 def link_scores(checkpoint: Checkpoint, data: Data, src: np.ndarray, dst: np.ndarray, t: np.ndarray,
@@ -110,17 +111,27 @@ def _with_ids(source, nproc: int) -> tuple[Any, Optional[np.ndarray]]:
     return (graph if nproc == 1 else source), known
 
 
-def _run(saved: SavedModel, source, nproc: int, rank_fn, device: str, quiet: bool, *args: Any):
+def _run(saved: SavedModel, source, nproc: int, rank_fn, device: str, quiet: bool, *args: Any,
+         same_events: bool = False):
+    """`rank_fn` on the ranks of a job over `source`, whose sizes are checked against the
+    checkpoint's before raw data is split for them."""
     saved.check_kind(source)
-    return run_job(source, nproc, SPLIT, rank_fn, saved, device, quiet, *args, device=device, quiet=quiet)
+    split = replace(SPLIT, check=lambda g: _check_sizes(saved, g, same_events))
+    return run_job(source, nproc, split, rank_fn, saved, device, quiet, *args, device=device, quiet=quiet)
+
+
+def _check_sizes(saved: SavedModel, data: Union[TemporalGraph, RankEvents], same_events: bool) -> None:
+    """A one-line error unless `data` (a graph, or a rank's events) has the node count and edge
+    feature width the model was trained with (and its event count, where `same_events`)."""
+    sizes = {"num_nodes": data.num_nodes, "edge_dim": data.edge_dim}
+    saved.check_sizes({**sizes, "num_events": data.num_events} if same_events else sizes)
 
 
 def _trainer(source, saved: SavedModel, device: torch.device, quiet: bool, same_events: bool = False
              ) -> LinkTrainer:
     """This rank's trainer with the saved settings and the selected parameters."""
     events = rank_events(source)
-    sizes = {"num_nodes": events.num_nodes, "edge_dim": events.edge_dim}
-    saved.check_sizes({**sizes, "num_events": events.num_events} if same_events else sizes)
+    _check_sizes(saved, events, same_events)
     names = {f.name for f in fields(LinkConfig)}
     # checkpoints from before the sampling setting: TGAT sampled uniformly, the others the most recent
     written = {"sampling": "uniform" if saved.config.get("model") == "tgat" else "recent", **saved.config}
