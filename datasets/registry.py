@@ -77,7 +77,13 @@ def load(name_or_path: str, format: Optional[str] = None, **options: Any) -> Uni
     if options:
         raise GnndistError(f"{', '.join(sorted(options))}: options of the built-in generators only "
                            f"({', '.join(GENERATORS)}), not of files")
-    return FORMATS[_file_format(name_or_path, format)][0](name_or_path)
+    reader = FORMATS[_file_format(name_or_path, format)][0]
+    try:
+        return reader(name_or_path)
+    except GnndistError as e:  # the graph's own checks (e.g. "x holds NaN or inf") do not know the file
+        if str(e).startswith(str(name_or_path)):
+            raise
+        raise GnndistError(f"{name_or_path}: {e}") from None
 
 
 def data_kind(name_or_path: str, format: Optional[str] = None) -> str:

@@ -229,6 +229,10 @@ CASES = [
          ["toy", "found 2 (other, toy)"]),
     Case("planetoid-bad-labels", partition(lambda c: c.planetoid(ally=np.full((500, 3), 0.5))),
          ["ind.toy.ally", "expected one-hot label rows"]),
+    Case("npz-nan-feature", lambda c: (np.savez(c.tmp / "n.npz", adj_shape=np.array([2, 2]), adj_indices=np.array([1, 0]),
+                                                adj_indptr=np.array([0, 1, 2]), attr_matrix=np.array([[np.nan], [1.0]]),
+                                                labels=np.array([0, 1])), ["info", str(c.tmp / "n.npz")])[1],
+         ["n.npz: x holds NaN or inf"]),  # the graph's own check, named by the file
     Case("format-of-a-built-in", lambda c: ["info", "synthetic-static", "--format", "snap"],
          ["--format snap is for files; synthetic-static is a built-in dataset (leave --format out)"]),
     Case("format-unknown", partition(lambda c: c.file("g.txt", "1 2 3\n"), "--format", "xml"),
