@@ -176,7 +176,8 @@ def make_store(data: Data, world: int, split: Split, quiet: bool = False) -> str
         partition_graph(graph, world, method=split.method, balance=list(split.balance) or None, out=out,
                         progress=show_progress(quiet))
     except GnndistError as e:
-        raise GnndistError(f"--nproc {world}: the data cannot be split into {world} parts: {first_line(e)}") from None
+        why = first_line(e).replace("--parts", "--nproc")  # the part count is the rank count here
+        raise GnndistError(f"--nproc {world}: the data cannot be split into {world} parts: {why}") from None
     return str(out)
 
 

@@ -787,3 +787,16 @@ def test_demo_tells_a_bad_timeout_before_it_makes_data(monkeypatch, capsys):
     assert main(["demo", "--num-nodes", "80", "--num-events", "800", "--quiet"]) == 2
     assert capsys.readouterr().err.splitlines() == [
         "gnndist demo: error: GNNDIST_TIMEOUT must be a number of seconds from 1 to 86400, got 'abc'"]
+
+
+def test_a_split_for_ranks_that_fails_names_nproc(tmp_path, monkeypatch, capsys):
+    """`train --nproc 3` on 3 nodes of which 2 send events: the partitioner's refusal names
+    --nproc, the flag this command has, not partition's --parts."""
+    monkeypatch.setenv("GNNDIST_CACHE", str(tmp_path / "cache"))
+    data = tmp_path / "g.txt"
+    data.write_text("1 2 0\n2 3 1\n")
+    capsys.readouterr()
+    assert main(["train", str(data), "--nproc", "3", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1].endswith("so --nproc must be at most the 2 nodes that own events (are an event "
+                                         "source), got 3") and "--parts" not in err, err
