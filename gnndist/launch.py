@@ -101,8 +101,14 @@ def check_store(path: Union[str, os.PathLike], kind: str, world: int) -> str:
 
 
 def cache_root() -> Path:
-    """Where partition stores made on demand live: $GNNDIST_CACHE or ~/.cache/gnndist."""
-    return Path(os.environ.get("GNNDIST_CACHE") or Path.home() / ".cache" / "gnndist")
+    """Where partition stores made on demand live: $GNNDIST_CACHE or ~/.cache/gnndist (a folder,
+    or a path where one can be made)."""
+    root = Path(os.environ.get("GNNDIST_CACHE") or Path.home() / ".cache" / "gnndist")
+    above = next((p for p in (root, *root.absolute().parents) if p.exists()), None)
+    if above is not None and not above.is_dir():
+        raise GnndistError(f"the partition cache {root} (GNNDIST_CACHE, default ~/.cache/gnndist) cannot be a folder: "
+                           f"{above} is a file")
+    return root
 
 
 def _identity(data: Union[DataSource, Graph, TemporalGraph]) -> list[str]:

@@ -800,3 +800,14 @@ def test_a_split_for_ranks_that_fails_names_nproc(tmp_path, monkeypatch, capsys)
     err = capsys.readouterr().err
     assert err.splitlines()[-1].endswith("so --nproc must be at most the 2 nodes that own events (are an event "
                                          "source), got 3") and "--parts" not in err, err
+
+
+def test_a_cache_path_that_is_a_file_is_named(tmp_path, monkeypatch, capsys):
+    (tmp_path / "cachefile").write_text("mine")
+    monkeypatch.setenv("GNNDIST_CACHE", str(tmp_path / "cachefile"))
+    capsys.readouterr()
+    assert main(["train", *TEMPORAL, "--nproc", "2", "--quiet"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"gnndist train: error: the partition cache {tmp_path}/cachefile (GNNDIST_CACHE, default ~/.cache/gnndist) "
+        f"cannot be a folder: {tmp_path}/cachefile is a file"]
+    assert (tmp_path / "cachefile").read_text() == "mine"
