@@ -750,6 +750,7 @@ def _library_calls():
         ("data-int", lambda: train_link(42), "the data must be a Graph, a TemporalGraph, a DataSource"),
         ("link-cfg-of-node", lambda: train_link(tg, NodeConfig()), "cfg must be of type LinkConfig, got NodeConfig"),
         ("node-cfg-none", lambda: train_node(g, None), "cfg must be of type NodeConfig, got NoneType"),
+        ("node-cfg-unknown-field", lambda: NodeConfig.for_model("gcn", foo=1), "NodeConfig has no field foo"),
         ("outputs-dict", lambda: train_link(tg, outputs={"checkpoint": "x"}), "outputs must be of type Outputs"),
         ("train-mask-empty", lambda: train_node(dataclasses.replace(g, train_mask=np.zeros(g.num_nodes, bool))),
          "--task node needs training, validation and test nodes; DATA's train_mask selects none"),

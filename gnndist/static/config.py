@@ -1,7 +1,7 @@
 """`NodeConfig`: the settings of a node-classification run (the CLI builds one from its flags)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Optional
 
 from gnndist.errors import GnndistError
@@ -55,5 +55,8 @@ class NodeConfig:
     def for_model(cls, model: str = "sage", **overrides) -> "NodeConfig":
         """The defaults of `model`, with `overrides` (None values ignored)."""
         check("model", model, NODE_RULES["model"])
+        unknown = sorted(set(overrides) - {f.name for f in fields(cls)})
+        if unknown:
+            raise GnndistError(f"NodeConfig has no field {', '.join(unknown)}")
         return cls(model=model, **{**COMMON_DEFAULTS, **MODEL_DEFAULTS[model],
                                    **{k: v for k, v in overrides.items() if v is not None}})
