@@ -87,36 +87,40 @@ def save(directory: str | os.PathLike, payload: dict[str, Any]) -> Path:
 
 
 @contextmanager
-def run(directory: Optional[str | os.PathLike], resume: bool) -> Iterator[None]:
+def run(directory: Optional[str | os.PathLike], resume: bool, restore: bool = True) -> Iterator[None]:
     """The block of a training run that writes its checkpoint to DIR (None: no checkpoint).
-    Without `resume`, the epoch files an earlier run left in DIR move to DIR/.replaced first
-    (where .replaced exists already, those are of a run that failed while replacing it: they
-    are deleted). A run that ends well deletes DIR/.replaced; one that fails before its first
-    save moves the files back, and one that fails after it leaves both, its error naming
-    .replaced: a failed run loses no checkpoint, and its own epochs stay there to --resume."""
+    Without `resume`, the epoch files an earlier run left in DIR move to DIR/.replaced first;
+    where .replaced holds epochs already (a run that failed while replacing them), those in
+    DIR are that failed run's, and are deleted. A run that ends well deletes DIR/.replaced. One
+    that fails keeps it, and its error names it; with `restore`, a run that fails before its
+    first save moves the files back (not for the per-rank folders of a W-rank run, whose ranks
+    could then hold different runs' epochs). A failed run loses no checkpoint, and its own
+    epochs stay there to --resume."""
     if directory is None:
         yield
         return
     directory = Path(directory)
     aside = directory / REPLACED
+    moved = False
     if not resume:
         left = list(_epoch_files(directory).values()) + list(directory.glob(".epoch-*.pt.tmp-*"))
-        if left and not aside.is_dir():
-            aside.mkdir()
-            for f in left:
-                os.replace(f, aside / f.name)
-        else:
+        if left and _epoch_files(aside):
             for f in left:
                 f.unlink()
+        elif left:
+            aside.mkdir(exist_ok=True)
+            for f in left:
+                os.replace(f, aside / f.name)
+            moved = True
     try:
         yield
     except BaseException as e:
-        if aside.is_dir() and not _epoch_files(directory):
+        if moved and restore and not _epoch_files(directory):
             for f in aside.iterdir():
                 os.replace(f, directory / f.name)
             aside.rmdir()
-        elif aside.is_dir() and isinstance(e, GnndistError):
-            raise GnndistError(f"{e} (the checkpoint this run replaces is kept in {aside})") from None
+        elif _epoch_files(aside) and isinstance(e, (GnndistError, OSError)):
+            raise GnndistError(f"{first_line(e)} (an earlier run's checkpoint is kept in {aside})") from None
         raise
     shutil.rmtree(aside, ignore_errors=True)
 

@@ -17,12 +17,12 @@ if TYPE_CHECKING:  # pragma: no cover
 def as_numbers(name: str, a, dtype=None) -> np.ndarray:
     """`a` as a numpy array of numbers (cast to `dtype`), or one line saying why it is none."""
     try:
-        a = np.asarray(a) if dtype is None else np.asarray(a, dtype=dtype)
+        a = np.asarray(a)
     except (TypeError, ValueError) as e:
         raise GnndistError(f"{name} must be an array of numbers: {first_line(e)}") from None
     if a.dtype.kind not in "biuf":
         raise GnndistError(f"{name} must be an array of numbers, got {a.dtype}")
-    return a
+    return a if dtype is None else a.astype(dtype, copy=False)
 
 
 def as_node_ids(name: str, a, num_nodes: Optional[int] = None) -> np.ndarray:
@@ -69,10 +69,8 @@ def _labels(a, n: int) -> Optional[np.ndarray]:
     a = _check_rows("y", a, n)
     if a is None:
         return None
-    if a.size and (np.any(a != np.round(a)) or a.min() < 0):
+    if a.size and ((a.dtype.kind == "f" and np.any(a != np.round(a))) or a.min() < 0):
         raise GnndistError(f"y must hold class ids 0, 1, 2, ... (integers >= 0), got {a[(a != np.round(a)) | (a < 0)][0]}")
-    if a.size and a.max() >= n:
-        raise GnndistError(f"y holds class {a.max():.0f}, more classes than the {n} nodes")
     return a.astype(np.int64, copy=False)
 
 
@@ -153,7 +151,10 @@ class Graph:
     test_mask: Optional[np.ndarray] = None
 
     def __post_init__(self) -> None:
-        self.indptr = as_numbers("indptr", self.indptr, np.int64)
+        self.indptr = as_numbers("indptr", self.indptr)
+        if self.indptr.dtype.kind == "f" and np.any(self.indptr != np.round(self.indptr)):
+            raise GnndistError("indptr must hold integers")
+        self.indptr = self.indptr.astype(np.int64, copy=False)
         if self.indptr.ndim != 1 or self.indptr.size < 1 or self.indptr[0] != 0:
             raise GnndistError("indptr must be a 1-d array starting at 0")
         if np.any(np.diff(self.indptr) < 0):

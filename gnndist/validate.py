@@ -118,6 +118,13 @@ def check(name: str, value: Any, rule: Rule) -> None:
         raise GnndistError(problem if isinstance(rule, OneOf) and rule.text else f"{flag(name)} {problem}")
 
 
+def check_integer(name: str, value: Any, optional: bool = False) -> None:
+    """GnndistError naming `name`'s flag unless `value` is an integer (None allowed when
+    `optional`); its range is checked where it is known."""
+    if not (value is None and optional) and not _is_int(value):
+        raise GnndistError(f"{flag(name)} must be an integer, got {value!r}")
+
+
 def check_type(what: str, value: Any, cls: type) -> None:
     """GnndistError unless `value` is a `cls` (a library call's argument `what`)."""
     if not isinstance(value, cls):

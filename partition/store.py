@@ -43,7 +43,7 @@ from gnndist.errors import GnndistError, first_line
 from gnndist.graph import Graph, TemporalGraph, indptr_of, owners, unique_ints
 from gnndist.io import atomic_dir, sha256_file, write_json
 from gnndist.outputs import check_output
-from gnndist.validate import INT_MAX, Int, check
+from gnndist.validate import check_integer
 from gnndist.partition import methods, stats
 
 FORMAT_VERSION = 2  # 2: meta.json holds its own checksum and the per-part array specs
@@ -303,10 +303,9 @@ def partition_graph(graph: Union[Graph, TemporalGraph], num_parts: int, method: 
     """
     if not isinstance(graph, (Graph, TemporalGraph)):
         raise GnndistError(f"partition_graph takes a Graph or a TemporalGraph (gnndist.load), got {type(graph).__name__}")
-    any_int = Int(-INT_MAX)  # the types only: their ranges are checked below
-    check("parts", num_parts, any_int)
-    check("replicate_hubs", replicate_hubs, any_int)
-    check("time_windows", time_windows, Int(-INT_MAX, optional=True))
+    check_integer("parts", num_parts)
+    check_integer("replicate_hubs", replicate_hubs)
+    check_integer("time_windows", time_windows, optional=True)
     if out is not None and not isinstance(out, (str, os.PathLike)):
         raise GnndistError(f"--out must be a path, got {out!r}")
     temporal = isinstance(graph, TemporalGraph)

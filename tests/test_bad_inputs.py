@@ -259,7 +259,7 @@ CASES = [
     Case("parts-above-nodes", lambda c: ["partition", *STATIC, "--parts", "201", "--out", c.out],
          ["--parts must be between 1 and the node count (200), got 201"]),
     Case("parts-too-many-for-metis", lambda c: ["partition", *TEMPORAL, "--parts", "40", "--out", c.out],
-         ["partitioning left", "of the 40 parts without nodes"]),  # METIS prints 10 lines of its own meanwhile
+         ["partitioning left", "of the 40 parts without nodes"]),  # METIS's own 10 lines dropped
     Case("parts-not-int", lambda c: ["partition", *STATIC, "--parts", "two", "--out", c.out],
          ["--parts", "invalid int value: 'two'"]),
     Case("method-unknown", partition(STATIC, "--method", "magic"), ["--method", "invalid choice: 'magic'"]),
@@ -659,7 +659,7 @@ def test_a_failed_run_loses_no_checkpoint(tmp_path):
     with pytest.raises(GnndistError, match="^the loss became nan$"):
         failing_run(0, GnndistError("the loss became nan"))
     assert {f.name: f.read_bytes() for f in d.iterdir()} == before
-    with pytest.raises(GnndistError, match=f"^the loss became nan \\(the checkpoint this run replaces is kept in "
+    with pytest.raises(GnndistError, match=f"^the loss became nan \\(an earlier run's checkpoint is kept in "
                                            f"{d}/.replaced\\)$"):
         failing_run(1, GnndistError("the loss became nan"))
     assert checkpoint.epochs(d) == [1] and {f.name: f.read_bytes() for f in (d / ".replaced").iterdir()} == before
@@ -675,6 +675,40 @@ def test_a_failed_run_loses_no_checkpoint(tmp_path):
         assert checkpoint.epochs(d) == [] and checkpoint.epochs(d / ".replaced") == [2, 3]
         checkpoint.save(d, {"epoch": 1, "w": torch.ones(3)})
     assert sorted(os.listdir(d)) == [checkpoint_name(1)]
+
+
+def test_a_replaced_checkpoint_survives_every_later_failure(tmp_path):
+    """What `checkpoint.run` must not lose: epochs moved back by hand beside the empty
+    .replaced they came from; those of a W-rank run's rank whose run failed before its first
+    save (kept in .replaced, not put back: the other ranks may hold the new run's); those a
+    --resume of a failed run finds in .replaced; and the note on an OSError (a full disk)."""
+    d = tmp_path / "ck"
+    checkpoint.save(d, {"epoch": 4, "w": torch.ones(3)})
+    before = {f.name: f.read_bytes() for f in d.iterdir()}
+
+    def run(resume=False, restore=True, saves=0, error=GnndistError("stop")):
+        with checkpoint.run(d, resume=resume, restore=restore):
+            for e in range(1, saves + 1):
+                checkpoint.save(d, {"epoch": e, "w": torch.zeros(3)})
+            raise error
+
+    with pytest.raises(GnndistError):
+        run(saves=1)
+    for f in (d / ".replaced").iterdir():  # the README's advice: move them back
+        os.replace(f, d / f.name)
+    (d / checkpoint_name(1)).unlink()
+    with pytest.raises(GnndistError):  # beside the empty .replaced: kept, and put back
+        run()
+    assert {f.name: f.read_bytes() for f in d.iterdir() if f.is_file()} == before
+    with pytest.raises(GnndistError, match=f"^stop \\(an earlier run's checkpoint is kept in {d}/.replaced\\)$"):
+        run(restore=False)
+    assert checkpoint.epochs(d) == [] and {f.name: f.read_bytes() for f in (d / ".replaced").iterdir()} == before
+    with pytest.raises(GnndistError, match="an earlier run's checkpoint is kept in"):  # nothing put back
+        run(resume=True)
+    assert checkpoint.epochs(d) == [] and checkpoint.epochs(d / ".replaced") == [4]
+    with pytest.raises(GnndistError, match=f"^\\[Errno 28\\] No space left on device \\(an earlier run's checkpoint"):
+        run(resume=True, error=OSError(28, "No space left on device"))
+    assert checkpoint.epochs(d / ".replaced") == [4]
 
 
 def test_train_that_fails_keeps_the_checkpoint_it_replaces(tmp_path, monkeypatch, capsys):
@@ -694,7 +728,7 @@ def test_train_that_fails_keeps_the_checkpoint_it_replaces(tmp_path, monkeypatch
     monkeypatch.setattr(LinkTrainer, "train_epoch", failing)
     capsys.readouterr()
     assert main(argv) == 2
-    assert capsys.readouterr().err.strip().endswith(f"(the checkpoint this run replaces is kept in {ck}/.replaced)")
+    assert capsys.readouterr().err.strip().endswith(f"(an earlier run's checkpoint is kept in {ck}/.replaced)")
     assert {f.name: f.read_bytes() for f in (ck / ".replaced").iterdir()} == before
     assert checkpoint.epochs(ck) == [1]
 
@@ -736,14 +770,14 @@ def _library_calls():
     from gnndist.temporal.trainer import train_link
     g, tg = load(STATIC[0], num_nodes=200, num_edges=600), load(TEMPORAL[0], num_nodes=80, num_events=800)
     return [
-        ("parts-float", lambda: partition_graph(g, 1.5), "--parts must be an integer from"),
-        ("parts-str", lambda: partition_graph(g, "2"), "--parts must be an integer from"),
-        ("parts-none", lambda: partition_graph(g, None), "--parts must be an integer from"),
+        ("parts-float", lambda: partition_graph(g, 1.5), "--parts must be an integer, got 1.5"),
+        ("parts-str", lambda: partition_graph(g, "2"), "--parts must be an integer, got '2'"),
+        ("parts-none", lambda: partition_graph(g, None), "--parts must be an integer, got None"),
         ("graph-name", lambda: partition_graph("synthetic-static", 2), "partition_graph takes a Graph or a TemporalGraph"),
-        ("time-windows-float", lambda: partition_graph(tg, 2, time_windows=1.5), "--time-windows must be an integer from"),
+        ("time-windows-float", lambda: partition_graph(tg, 2, time_windows=1.5), "--time-windows must be an integer, got 1.5"),
         ("imbalance-tol-str", lambda: partition_graph(g, 2, imbalance_tol="1.1"), "--imbalance-tol must be from 1.001"),
         ("recency-str", lambda: partition_graph(tg, 2, recency="1"), "--recency must be a finite number >= 0"),
-        ("replicate-hubs-str", lambda: partition_graph(tg, 2, replicate_hubs="3"), "--replicate-hubs must be an integer from"),
+        ("replicate-hubs-str", lambda: partition_graph(tg, 2, replicate_hubs="3"), "--replicate-hubs must be an integer, got '3'"),
         ("out-int", lambda: partition_graph(g, 2, out=5), "--out must be a path, got 5"),
         ("nproc-float", lambda: train_link(tg, nproc=1.5), "--nproc must be an integer from 1"),
         ("nproc-zero", lambda: train_node(g, nproc=0), "--nproc must be an integer from 1"),
@@ -753,6 +787,9 @@ def _library_calls():
         ("node-cfg-unknown-field", lambda: NodeConfig.for_model("gcn", foo=1), "NodeConfig has no field foo"),
         ("outputs-dict", lambda: train_link(tg, outputs={"checkpoint": "x"}), "outputs must be of type Outputs"),
         ("train-mask-empty", lambda: train_node(dataclasses.replace(g, train_mask=np.zeros(g.num_nodes, bool))),
+         "--task node needs training, validation and test nodes; DATA's train_mask selects none"),
+        ("train-mask-empty-on-2-ranks", lambda: train_node(dataclasses.replace(g, train_mask=np.zeros(g.num_nodes, bool)),
+                                                           nproc=2),
          "--task node needs training, validation and test nodes; DATA's train_mask selects none"),
         ("masks-missing-on-2-ranks", lambda: train_node(Graph(g.indptr, g.indices, x=g.x, y=g.y), nproc=2),
          "--task node needs node features, labels and split masks; DATA has no train_mask, val_mask, test_mask"),
@@ -764,7 +801,7 @@ def test_library_call_with_a_wrong_argument_is_one_gnndist_error(call, expect, c
     with pytest.raises(GnndistError) as e:
         call()
     assert expect in str(e.value) and "\n" not in str(e.value), str(e.value)
-    assert "partitioning" not in capfd.readouterr().err  # refused before any work
+    assert "partitioning" not in capfd.readouterr().err  # the 2-rank cases: refused before the data is split
 
 
 def test_a_loss_that_becomes_nan_names_the_scale_of_the_data(monkeypatch):

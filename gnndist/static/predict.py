@@ -15,7 +15,8 @@ import torch
 from gnndist.graph import Graph, as_node_ids
 from gnndist.launch import Data, run_job
 from gnndist.predict import Checkpoint, SavedModel, gather_rows, joined, saved_model, source_of, to_positions
-from gnndist.static.trainer import SPLIT, NodeConfig, NodeTrainer, PartGraph, RankGraph, rank_graph
+from gnndist.static.trainer import (SPLIT, NodeConfig, NodeTrainer, PartGraph, RankGraph, check_node_graph,
+                                    rank_graph)
 
 
 def node_probabilities(checkpoint: Checkpoint, data: Data, ids: Optional[np.ndarray] = None, nproc: int = 1,
@@ -26,7 +27,7 @@ def node_probabilities(checkpoint: Checkpoint, data: Data, ids: Optional[np.ndar
     source = source_of(data)
     saved.check_kind(source)
     ids = None if ids is None else as_node_ids("ids", ids)
-    split = replace(SPLIT, check=lambda g: (SPLIT.check(g), _check_sizes(saved, g)))  # before raw data is split
+    split = replace(SPLIT, check=lambda g: (check_node_graph(g), _check_sizes(saved, g)))  # before raw data is split
     return run_job(source, nproc, split, _probabilities_rank, saved, device, quiet, ids, device=device, quiet=quiet)
 
 

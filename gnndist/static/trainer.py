@@ -182,6 +182,20 @@ def check_node_graph(graph) -> None:
         raise GnndistError(f"--task node needs node features, labels and split masks; DATA has no {', '.join(missing)}")
 
 
+def check_split_sizes(sizes: list[int]) -> None:
+    """A clear error unless the training, validation and test node counts are all above 0."""
+    empty = [m for m, c in zip(("train_mask", "val_mask", "test_mask"), sizes) if c == 0]
+    if empty:
+        raise GnndistError(f"--task node needs training, validation and test nodes; DATA's {empty[0]} selects none")
+
+
+def check_training_graph(graph) -> None:
+    """`check_node_graph`, and nodes in each of the three splits (what training needs; a graph
+    to predict on needs no split)."""
+    check_node_graph(graph)
+    check_split_sizes([int(m.sum()) for m in (graph.train_mask, graph.val_mask, graph.test_mask)])
+
+
 # ----------------------------------------------------------------------------------------------
 # The trainer
 
@@ -333,11 +347,9 @@ class NodeTrainer:
         (one file: parameters and optimizer state are the same on every rank). Returns the metrics
         dict (the same on every rank)."""
         cfg, lead = self.cfg, dist.rank() == 0
-        g = self.graph
-        counts = dist.all_reduce(torch.tensor([g.train_ids.size, g.val_ids.size, g.test_ids.size], device=self.device))
-        empty = [m for m, c in zip(("train_mask", "val_mask", "test_mask"), counts.tolist()) if c == 0]
-        if empty:
-            raise GnndistError(f"--task node needs training, validation and test nodes; DATA's {empty[0]} selects none")
+        g = self.graph  # a store's parts, whose masks no rank sees whole (raw data: `check_training_graph`)
+        check_split_sizes(dist.all_reduce(torch.tensor([g.train_ids.size, g.val_ids.size, g.test_ids.size],
+                                                        device=self.device)).tolist())
         config = {**asdict(cfg), "task": "node", "num_features": self.graph.num_features,
                   "num_classes": self.graph.num_classes, "world_size": dist.world_size()}
         runlog = RunLog(outputs.log_dir if lead else None)
@@ -399,7 +411,7 @@ def cache_note(rec: dict) -> str:
 # ----------------------------------------------------------------------------------------------
 # Running it
 
-SPLIT = Split("static", "metis", ("nodes", "train"), check_node_graph)
+SPLIT = Split("static", "metis", ("nodes", "train"), check_training_graph)
 
 
 def rank_graph(source: Union[Graph, str], cfg: NodeConfig, device: torch.device) -> RankGraph:

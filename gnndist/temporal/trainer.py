@@ -582,7 +582,7 @@ def fit(trainer: LinkTrainer, outputs: Outputs = Outputs()) -> dict[str, Any]:
     if outputs.checkpoint:
         ev = trainer.events
         ckpt_dir = Path(outputs.checkpoint) / f"rank{ev.rank}" if ev.num_parts > 1 else Path(outputs.checkpoint)
-    with checkpoint.run(ckpt_dir, outputs.resume):
+    with checkpoint.run(ckpt_dir, outputs.resume, restore=trainer.events.num_parts == 1):
         return _fit(trainer, outputs, ckpt_dir)
 
 
