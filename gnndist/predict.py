@@ -24,7 +24,7 @@ from gnndist.errors import GnndistError
 from gnndist.graph import Graph, TemporalGraph, as_node_ids
 from gnndist.io import atomic_file
 from gnndist.launch import Data, is_store
-from gnndist.outputs import CHECKPOINT_FILE, check_output
+from gnndist.outputs import CHECKPOINT_FILE, REPLACED, check_output
 from gnndist.partition import read_store_meta
 
 PathLike = Union[str, os.PathLike]
@@ -55,7 +55,9 @@ class SavedModel:
             raise GnndistError(f"{directory} is not a checkpoint folder (one written by gnndist train --checkpoint DIR)")
         folder = directory / "rank0" if (directory / "rank0").is_dir() else directory
         if not any(CHECKPOINT_FILE.fullmatch(f.name) for f in folder.iterdir()):
-            raise GnndistError(f"no checkpoint in {folder} (no epoch-NNNN.pt files from gnndist train --checkpoint DIR)")
+            aside = folder / REPLACED
+            raise GnndistError(f"no checkpoint in {folder} (no epoch-NNNN.pt files from gnndist train --checkpoint DIR)"
+                               + (f"; an earlier run's checkpoint is kept in {aside}" if checkpoint.epochs(aside) else ""))
         payload = checkpoint.load(folder)
         best, config = payload.get("best"), payload.get("config")
         if not isinstance(best, dict) or not isinstance(config, dict) or "model" not in best:

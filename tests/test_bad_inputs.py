@@ -706,6 +706,9 @@ def test_a_replaced_checkpoint_survives_every_later_failure(tmp_path):
     with pytest.raises(GnndistError, match="an earlier run's checkpoint is kept in"):  # nothing put back
         run(resume=True)
     assert checkpoint.epochs(d) == [] and checkpoint.epochs(d / ".replaced") == [4]
+    from gnndist.predict import SavedModel
+    with pytest.raises(GnndistError, match=f"^no checkpoint in {d} .*; an earlier run's checkpoint is kept in {d}/.replaced$"):
+        SavedModel.load(d)
     with pytest.raises(GnndistError, match=f"^\\[Errno 28\\] No space left on device \\(an earlier run's checkpoint"):
         run(resume=True, error=OSError(28, "No space left on device"))
     assert checkpoint.epochs(d / ".replaced") == [4]
