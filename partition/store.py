@@ -327,9 +327,8 @@ def partition_graph(graph: Union[Graph, TemporalGraph], num_parts: int, method: 
         raise GnndistError(f"--parts must be between 1 and the node count ({graph.num_nodes}), got {num_parts}")
     if temporal and graph.num_events == 0:
         raise GnndistError("the temporal graph has no events to partition")
-    if time_windows is None:
-        time_windows = min(methods.TIME_WINDOWS, methods.most_time_windows(graph.num_events, num_parts)) \
-            if temporal else methods.TIME_WINDOWS
+    if temporal and time_windows is None:
+        time_windows = min(methods.TIME_WINDOWS, methods.most_time_windows(graph.num_events, num_parts))
     if halo not in (0, 1):
         raise GnndistError(f"--halo must be 0 or 1, got {halo!r}")
     if replicate_hubs and not temporal:
