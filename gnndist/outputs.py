@@ -36,7 +36,7 @@ CHECKPOINT_FILE = re.compile(r"epoch-(\d+)\.pt")  # one epoch's checkpoint; `che
 REPLACED = ".replaced"  # the folder of a checkpoint that a running or failed run replaces (gnndist.checkpoint.run)
 # what a checkpoint folder may hold: epoch files (per rank in rank{r}/, replaced ones in .replaced/)
 # and the temp files of interrupted atomic writes (gnndist.io.atomic_file: ".NAME.tmp-XXXX")
-_CHECKPOINT_ENTRY = re.compile(r"(rank\d+/)?(\.replaced/)?\.?epoch-\d+\.pt(\.tmp-\w+)?")
+_CHECKPOINT_ENTRY = re.compile(rf"(rank\d+/)?({re.escape(REPLACED)}/)?\.?epoch-\d+\.pt(\.tmp-\w+)?")
 _TFEVENTS = re.compile(r"(.+/)?events\.out\.tfevents\.[^/]+")
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _MAX_METRICS_BYTES = 64 << 20  # a larger file is not a metrics file gnndist wrote
