@@ -25,14 +25,18 @@ def as_numbers(name: str, a, dtype=None) -> np.ndarray:
     return a if dtype is None else a.astype(dtype, copy=False)
 
 
+def _not_whole(a: np.ndarray) -> bool:
+    """Whether a float array `a` holds a value that is not a whole number (NaN, inf, 0.5)."""
+    return a.dtype.kind == "f" and a.size > 0 and (not np.all(np.isfinite(a)) or bool(np.any(a != np.round(a))))
+
+
 def as_node_ids(name: str, a, num_nodes: Optional[int] = None) -> np.ndarray:
     """`a` as an int64 array of node ids, checked to be in [0, num_nodes)."""
     a = as_numbers(name, a)
     if a.ndim != 1:
         raise GnndistError(f"{name} must be a 1-d array, got shape {a.shape}")
-    if a.size and not np.issubdtype(a.dtype, np.integer):
-        if not np.all(np.isfinite(a)) or np.any(a != np.round(a)):
-            raise GnndistError(f"{name} must hold integer node ids")
+    if _not_whole(a):
+        raise GnndistError(f"{name} must hold integer node ids")
     a = a.astype(np.int64, copy=False)
     if a.size and a.min() < 0:
         raise GnndistError(f"{name} holds a negative node id ({a.min()})")
@@ -69,7 +73,7 @@ def _labels(a, n: int) -> Optional[np.ndarray]:
     a = _check_rows("y", a, n)
     if a is None:
         return None
-    if a.size and ((a.dtype.kind == "f" and np.any(a != np.round(a))) or a.min() < 0):
+    if _not_whole(a) or (a.size and a.min() < 0):
         raise GnndistError(f"y must hold class ids 0, 1, 2, ... (integers >= 0), got {a[(a != np.round(a)) | (a < 0)][0]}")
     return a.astype(np.int64, copy=False)
 
@@ -152,7 +156,7 @@ class Graph:
 
     def __post_init__(self) -> None:
         self.indptr = as_numbers("indptr", self.indptr)
-        if self.indptr.dtype.kind == "f" and np.any(self.indptr != np.round(self.indptr)):
+        if _not_whole(self.indptr):
             raise GnndistError("indptr must hold integers")
         self.indptr = self.indptr.astype(np.int64, copy=False)
         if self.indptr.ndim != 1 or self.indptr.size < 1 or self.indptr[0] != 0:
