@@ -799,7 +799,10 @@ def _library_calls():
     ]
 
 
-@pytest.mark.parametrize("call, expect", [c[1:] for c in _library_calls()], ids=[c[0] for c in _library_calls()])
+LIBRARY_CALLS = _library_calls()
+
+
+@pytest.mark.parametrize("call, expect", [c[1:] for c in LIBRARY_CALLS], ids=[c[0] for c in LIBRARY_CALLS])
 def test_library_call_with_a_wrong_argument_is_one_gnndist_error(call, expect, capfd):
     with pytest.raises(GnndistError) as e:
         call()
