@@ -6,12 +6,12 @@ a given seed gives the same sample for any thread count and any rank layout.
 """
 from gnndist.samplers.cache import POLICIES
 from gnndist.samplers.distributed import DistNeighborSampler, DistTemporalSampler, sampler_group
-from gnndist.samplers.features import DistFeatures, degree_scores, visit_scores
+from gnndist.samplers.features import DistFeatures, degree_scores, hit_rate, visit_scores
 from gnndist.samplers.loader import PrefetchLoader
 from gnndist.samplers.static import Blocks, sample_neighbors
 from gnndist.samplers.temporal import (TemporalSample, sample_tcsr, sample_temporal_multihop,
                                        sample_temporal_neighbors)
 
 __all__ = ["Blocks", "DistNeighborSampler", "DistTemporalSampler", "DistFeatures", "POLICIES", "PrefetchLoader",
-           "TemporalSample", "degree_scores", "sample_neighbors", "sample_tcsr", "sample_temporal_multihop",
+           "TemporalSample", "degree_scores", "hit_rate", "sample_neighbors", "sample_tcsr", "sample_temporal_multihop",
            "sample_temporal_neighbors", "sampler_group", "visit_scores"]

@@ -25,6 +25,11 @@ from gnndist.samplers.distributed import Requests, check_offsets, sampler_group
 COUNTERS = ("requests", "hits", "misses", "local", "bytes_fetched", "bytes_saved")
 
 
+def hit_rate(hits: float, requests: float) -> Optional[float]:
+    """Cache hits over remote row requests; None when there were none."""
+    return hits / requests if requests else None
+
+
 class _RangeBook:
     """Ownership by contiguous id ranges: rank r holds ids offsets[r] .. offsets[r+1]-1."""
 
@@ -113,7 +118,7 @@ class DistFeatures:
     def stats(self) -> dict:
         """Counters plus hit rate and cache occupancy."""
         c = dict(self.counters)
-        c["hit_rate"] = c["hits"] / c["requests"] if c["requests"] else 0.0
+        c["hit_rate"] = hit_rate(c["hits"], c["requests"])
         c["policy"] = self.policy
         c["cached_rows"] = 0 if self.cache is None else self.cache.size
         c["fill_bytes"] = self.fill_bytes

@@ -37,7 +37,7 @@ from gnndist.io import show_progress
 from gnndist.outputs import write_metrics
 from gnndist.partition import load_partition
 from gnndist.runlog import RunLog
-from gnndist.samplers import (Blocks, DistNeighborSampler, DistFeatures, PrefetchLoader, degree_scores,
+from gnndist.samplers import (Blocks, DistNeighborSampler, DistFeatures, PrefetchLoader, degree_scores, hit_rate,
                               sample_neighbors, visit_scores)
 from gnndist.static.config import NodeConfig
 from gnndist.static.models import MiniBatch, StaticGNN
@@ -318,7 +318,7 @@ class NodeTrainer:
             self.counter_totals[k] += counters[k]
         return {"epoch": epoch, "loss": loss / max(count, 1), "train_acc": correct / max(count, 1),
                 "time_s": elapsed, "nodes_per_s": count / elapsed if elapsed > 0 else 0.0,
-                "cache_hit_rate": hit_rate(counters), "remote_bytes": counters["bytes_fetched"]}
+                "cache_hit_rate": hit_rate(counters["hits"], counters["requests"]), "remote_bytes": counters["bytes_fetched"]}
 
     def eval_logits(self, ids: np.ndarray, phase: int = 0) -> torch.Tensor:
         """Logits [len(ids), C] of `ids` (nodes this rank owns) in eval mode, in steps of the global
@@ -382,7 +382,7 @@ class NodeTrainer:
         runlog.test(test, best_epoch)
         return {"task": "node", "model": cfg.model, "world_size": dist.world_size(),
                 "config": asdict(cfg), "epochs": epochs, "selected_epoch": best_epoch, "stop_reason": stop_reason,
-                "test": test, "cache": {"policy": cfg.cache, "capacity": cfg.cache_size, **c, "hit_rate": hit_rate(c)}}
+                "test": test, "cache": {"policy": cfg.cache, "capacity": cfg.cache_size, **c, "hit_rate": hit_rate(c["hits"], c["requests"])}}
 
     def _global_counters(self) -> dict[str, int]:
         """This epoch's feature-store counters summed over ranks."""
@@ -392,12 +392,6 @@ class NodeTrainer:
 
     def _quiet(self) -> bool:
         return not show_progress(self.cfg.quiet) or dist.rank() != 0
-
-
-def hit_rate(counters: dict) -> Optional[float]:
-    """Cache hits over remote row requests; None when there were none (one rank)."""
-    n = counters.get("hits", 0) + counters.get("misses", 0)
-    return counters["hits"] / n if n else None
 
 
 def cache_note(rec: dict) -> str:

@@ -53,7 +53,7 @@ from gnndist.launch import Data, Outputs, Split, run_job
 from gnndist.validate import check_type
 from gnndist.partition import load_id_maps, load_partition
 from gnndist.runlog import RunLog
-from gnndist.samplers import sampler_group
+from gnndist.samplers import hit_rate, sampler_group
 from gnndist.samplers.distributed import StepRequests
 from gnndist.temporal import keys, time_encoding
 from gnndist.temporal.config import LinkConfig
@@ -418,7 +418,7 @@ class LinkTrainer:
         total = dist.all_reduce(torch.tensor(local, dtype=torch.float64, device=self.device)).cpu().tolist()
         w = self.events.num_parts
         out = {"remote_rows": int(total[0]), "state_bytes": int(total[1]), "sample_bytes": int(total[2]),
-               "edge_feature_bytes": int(total[5]), "edge_cache_hit_rate": total[4] / total[3] if total[3] else None,
+               "edge_feature_bytes": int(total[5]), "edge_cache_hit_rate": hit_rate(total[4], total[3]),
                "edge_cache_bytes_saved": int(total[6]),
                "grad_bytes": (w * self.steps_per_epoch * sum(p.numel() * p.element_size() for p in self.params))
                if w > 1 else 0}
@@ -454,7 +454,7 @@ class LinkTrainer:
                         "bytes": dict(zip(("events", "tcsr", "edge_features", "node_state", "cache", "id_maps"),
                                           r[5:11])),
                         "peak_rss_bytes": r[11], "peak_gpu_bytes": r[15] if r[15] >= 0 else None,
-                        "edge_cache": {"requests": r[12], "hits": r[13], "hit_rate": r[13] / r[12] if r[12] else None,
+                        "edge_cache": {"requests": r[12], "hits": r[13], "hit_rate": hit_rate(r[13], r[12]),
                                        "bytes_fetched": r[14]}})
         return out
 
