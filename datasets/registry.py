@@ -91,8 +91,9 @@ def data_kind(name_or_path: str, format: Optional[str] = None) -> str:
     store's kind comes from its meta.json)."""
     if format is None and name_or_path in GENERATORS:
         return KIND[name_or_path]
-    if os.path.isfile(os.path.join(name_or_path, "meta.json")):
-        from gnndist.partition import read_store_meta
+    from gnndist.partition import is_store, read_store_meta
+
+    if is_store(name_or_path):
 
         return read_store_meta(name_or_path)["kind"]
     return KIND[_file_format(name_or_path, format)]

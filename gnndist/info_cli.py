@@ -27,7 +27,7 @@ from gnndist.datasets.registry import FORMATS, GENERATORS, detect_format
 from gnndist.errors import GnndistError
 from gnndist.io import show_progress
 from gnndist.partition.info import format_summary, summary
-from gnndist.partition.store import files_missing, read_store_meta, verify_store
+from gnndist.partition.store import files_missing, is_store, read_store_meta, verify_store
 
 __doc__ = (__doc__ or "") + "\n" + MEMORY_FORMULA  # the `gnndist info --help` text
 
@@ -55,10 +55,6 @@ def configure(p: argparse.ArgumentParser) -> None:
     data.add_argument("--memory-dim", type=_positive_int, default=None, metavar="D",
                       help=f"node memory size of the link models (default: {MEMORY_DIM})")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-
-
-def _is_store(path: str) -> bool:
-    return os.path.isfile(os.path.join(path, "meta.json"))
 
 
 def _store(args: argparse.Namespace) -> None:
@@ -108,7 +104,7 @@ def _dataset_summary(args: argparse.Namespace) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     """Run the subcommand; the exit status."""
-    if _is_store(args.data):
+    if is_store(args.data):
         _store(args)
         return 0
     if args.verify or args.plot:

@@ -33,7 +33,7 @@ from gnndist.errors import GnndistError, first_line
 from gnndist.graph import Graph, TemporalGraph
 from gnndist.io import show_progress
 from gnndist.outputs import check_output, write_metrics
-from gnndist.partition import files_missing, partition_graph, read_store_meta
+from gnndist.partition import files_missing, is_store, partition_graph, read_store_meta
 from gnndist.runlog import require_tensorboard
 from gnndist.validate import DEVICES, Int, OneOf, check
 
@@ -81,11 +81,6 @@ class Outputs:
         if self.log_dir:
             check_output(self.log_dir, "log_dir", [name])
             require_tensorboard()
-
-
-def is_store(path: Union[str, os.PathLike]) -> bool:
-    """True when `path` is a partition store folder."""
-    return (Path(path) / "meta.json").is_file()
 
 
 def check_store(path: Union[str, os.PathLike], kind: str, world: int) -> str:

@@ -23,9 +23,9 @@ from gnndist.datasets.text import check_finite, check_ids, read_table
 from gnndist.errors import GnndistError
 from gnndist.graph import Graph, TemporalGraph, as_node_ids
 from gnndist.io import atomic_file
-from gnndist.launch import Data, is_store
+from gnndist.launch import Data
 from gnndist.outputs import CHECKPOINT_FILE, REPLACED, check_output
-from gnndist.partition import read_store_meta
+from gnndist.partition import is_store, read_store_meta
 
 PathLike = Union[str, os.PathLike]
 KIND_OF_TASK = {"link": "temporal", "node": "static"}

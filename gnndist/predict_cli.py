@@ -56,7 +56,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the subcommand; the exit status."""
     check("nproc", args.nproc, Int())
-    from gnndist.launch import is_store
+    from gnndist.partition import is_store
     from gnndist.predict import SavedModel, check_predictions_out, read_candidates, read_ids, write_predictions
 
     saved = SavedModel.load(args.checkpoint)

@@ -134,7 +134,8 @@ def run(args: argparse.Namespace) -> int:
     cfg = node_config(args) if args.task == "node" else link_config(args)
 
     from gnndist.errors import allocating
-    from gnndist.launch import Outputs, is_store, over_seeds
+    from gnndist.launch import Outputs, over_seeds
+    from gnndist.partition import is_store
 
     if args.task == "node":
         from gnndist.static.trainer import train_node as train

@@ -9,6 +9,7 @@ from gnndist.partition.store import (
     Partition,
     PartitionStore,
     files_missing,
+    is_store,
     load_id_maps,
     load_partition,
     partition_graph,
@@ -17,5 +18,5 @@ from gnndist.partition.store import (
     verify_store,
 )
 
-__all__ = ["FORMAT_VERSION", "METHODS", "Partition", "PartitionStore", "files_missing", "load_id_maps",
+__all__ = ["FORMAT_VERSION", "METHODS", "Partition", "PartitionStore", "files_missing", "is_store", "load_id_maps",
            "load_partition", "partition_graph", "read_store_meta", "relabel", "verify_store"]

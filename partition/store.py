@@ -493,6 +493,11 @@ def _meta_problem(meta: dict) -> Optional[str]:
     return _files_problem(meta)
 
 
+def is_store(path: Union[str, os.PathLike]) -> bool:
+    """True when `path` is a partition store folder."""
+    return (Path(path) / "meta.json").is_file()
+
+
 def read_store_meta(path: Union[str, Path]) -> dict:
     """meta.json of the store at `path`, checked for the format version this gnndist reads, for
     its own checksum, and for every key, type and count the code reads from it."""
