@@ -131,15 +131,25 @@ def store_dir(data: Union[DataSource, Graph, TemporalGraph], world: int, split: 
 
 def _load(data: Union[DataSource, Graph, TemporalGraph], split: Split) -> Union[Graph, TemporalGraph]:
     """The graph of `data`, which must be of the kind the trainer takes (told before loading)."""
-    kind = data.kind() if isinstance(data, DataSource) else "static" if isinstance(data, Graph) else "temporal"
+    kind = kind_of(data)
     if kind != split.kind:
-        other = {"static": "node", "temporal": "link"}[kind]
-        raise GnndistError(f"DATA is a {kind} graph: use --task {other} (--task {TASK_OF_KIND[split.kind]} needs a "
+        raise GnndistError(f"DATA is a {kind} graph: use --task {TASK_OF_KIND[kind]} (--task {TASK_OF_KIND[split.kind]} needs a "
                            f"{split.kind} graph)")
     graph = data.load() if isinstance(data, DataSource) else data
     if split.check is not None:
         split.check(graph)
     return graph
+
+
+def kind_of(data: Data) -> str:
+    """"static" or "temporal": the kind of graph `data` is or names, told without loading it (a
+    store's from its meta.json)."""
+    data = _normal(data)
+    if isinstance(data, Path):
+        return read_store_meta(data).get("kind")
+    if isinstance(data, DataSource):
+        return data.kind()
+    return "static" if isinstance(data, Graph) else "temporal"
 
 
 def _normal(data: Data) -> Union[DataSource, Graph, TemporalGraph, Path]:

@@ -23,12 +23,12 @@ from gnndist.datasets.text import check_finite, check_ids, read_table
 from gnndist.errors import GnndistError
 from gnndist.graph import Graph, TemporalGraph, as_node_ids
 from gnndist.io import atomic_file
-from gnndist.launch import Data
+from gnndist.launch import TASK_OF_KIND, Data, kind_of
 from gnndist.outputs import CHECKPOINT_FILE, REPLACED, check_output
-from gnndist.partition import is_store, read_store_meta
+from gnndist.partition import is_store
 
 PathLike = Union[str, os.PathLike]
-KIND_OF_TASK = {"link": "temporal", "node": "static"}
+KIND_OF_TASK = {task: kind for kind, task in TASK_OF_KIND.items()}
 SUFFIXES = (".npy", ".csv")
 
 
@@ -69,15 +69,7 @@ class SavedModel:
 
     def check_kind(self, data: Data) -> None:
         """A one-line error when `data` is not of the graph kind this model's task takes."""
-        want = KIND_OF_TASK[self.task]
-        if isinstance(data, (Graph, TemporalGraph)):
-            kind = "static" if isinstance(data, Graph) else "temporal"
-        elif isinstance(data, DataSource):
-            kind = data.kind()
-        elif is_store(data):
-            kind = read_store_meta(data).get("kind")
-        else:
-            kind = DataSource(str(data)).kind()
+        want, kind = KIND_OF_TASK[self.task], kind_of(data)
         if kind != want:
             raise GnndistError(f"{self.path} holds a {self.task} model, which needs a {want} graph; DATA is {kind}")
 
