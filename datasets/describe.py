@@ -14,6 +14,7 @@ from gnndist.datasets.split import chronological_split, new_nodes_after
 from gnndist.errors import GnndistError
 from gnndist.graph import Graph, TemporalGraph
 from gnndist.partition.stats import estimate_extra_bytes, fmt_bytes, graph_bytes
+from gnndist.validate import MEMORY_MODES
 
 MEMORY_DIM = 100  # the link trainer's default --memory-dim
 MEMORY_FORMULA = """Per-rank training memory in bytes, N nodes, E events (or CSR entries), W ranks:
@@ -32,7 +33,6 @@ MEMORY_FORMULA = """Per-rank training memory in bytes, N nodes, E events (or CSR
         mask + 8 original id when W > 1); the feature cache adds up to --cache-size of the
         remote rows, 4F bytes each.
 """
-MEMORY_MODES = ("partitioned", "replicated")
 _METHODS = {"static": ("metis", "random"), "temporal": ("temporal", "metis", "random")}
 
 

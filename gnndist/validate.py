@@ -103,9 +103,10 @@ class Fanouts:
 Rule = Union[Int, Real, OneOf, Fanouts]
 SEED = Int(0)
 FLAG = OneOf((False, True))
-# the fields both trainers' configs have
 CACHE_POLICIES = ("none", "degree", "presample", "adaptive")
 DEVICES = ("cpu", "cuda")
+MEMORY_MODES = ("replicated", "partitioned")  # where a link model's node state lives across ranks
+# the fields both trainers' configs have
 COMMON = {"epochs": Int(), "patience": Int(optional=True), "batch_size": Int(), "lr": Real(low_open=True),
           "cache": OneOf(CACHE_POLICIES),
           "cache_size": Real(), "device": OneOf(DEVICES), "seed": SEED, "quiet": FLAG}

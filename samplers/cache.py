@@ -15,8 +15,7 @@ from typing import Optional
 import numpy as np
 
 from gnndist.errors import GnndistError
-
-POLICIES = ("none", "degree", "presample", "adaptive")
+from gnndist.validate import CACHE_POLICIES as POLICIES
 
 
 class SparseMap:

@@ -311,6 +311,14 @@ def test_temporal_memory_one_process_equals_what_the_trainer_holds():
     assert state_row_bytes(16, tg.edge_dim) * tg.num_nodes == row["node_state"] and row["id_maps"] == 8 * tg.num_nodes
 
 
+def test_info_estimates_at_the_link_trainers_default_memory_size():
+    """`gnndist info` (which loads no trainer code) estimates at the memory size a link run uses by default."""
+    from gnndist.datasets.describe import MEMORY_DIM
+    from gnndist.temporal.config import LinkConfig
+
+    assert MEMORY_DIM == LinkConfig().memory_dim
+
+
 def test_temporal_memory_per_rank_equals_a_store_part_on_average(tmp_path):
     """W > 1, c = the store's cross fraction: the mean part holds exactly the estimated events,
     T-CSR entries of its own nodes and state rows; the id maps are two int64 arrays of N."""

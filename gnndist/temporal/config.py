@@ -5,11 +5,10 @@ from dataclasses import asdict, dataclass
 from typing import Optional
 
 from gnndist.errors import GnndistError
-from gnndist.validate import COMMON, Int, OneOf, Real, check_fields, flag
+from gnndist.validate import COMMON, MEMORY_MODES, Int, OneOf, Real, check_fields, flag
 
 MODELS = ("tgn", "jodie", "apan", "dyrep", "tgat")
 NEG_STRATEGIES = ("random", "historical", "inductive")
-MEMORY_MODES = ("replicated", "partitioned")
 SHARES = ("owner",)
 SAMPLINGS = ("recent", "uniform")
 LR_SCHEDULES = ("constant", "cosine")
