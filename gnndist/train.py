@@ -54,7 +54,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nproc", type=int, default=1, help="local ranks to start")
     p.add_argument("--metrics-out", default=None, metavar="FILE", help="write per-epoch and test figures as JSON "
                    "(rank 0 writes it)")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--quiet", action="store_true", help="no progress bars or per-epoch lines")
     p.add_argument("--log-dir", default=None, metavar="DIR",
                    help="write TensorBoard event files here: the loss of every step, every figure of every epoch, "
                         "the test figures (rank 0; needs the tensorboard package)")

@@ -259,8 +259,9 @@ def test_raw_data_on_two_hosts_joined_by_c10d_partitions_alike_on_each(hosts, st
 
 def _start_long_run(hosts, stores, tmp: Path, timeout: str) -> None:
     local = [_own_part_store(stores["static"], tmp / f"host{i}" / "store", i) for i in range(2)]
+    loud = [a for a in SAGE if a != "--quiet"]  # with its epoch lines
     for i in range(2):
-        hosts.start(i, [str(local[i]), *SAGE, "--epochs", "100000"], timeout=timeout)
+        hosts.start(i, [str(local[i]), *loud, "--epochs", "100000"], timeout=timeout)
     hosts.wait_for(0, "epoch   1 ")  # mid-training
 
 

@@ -62,6 +62,16 @@ def test_one_and_two_ranks_write_metrics(tmp_path, capsys):
     assert "has 2 parts but 1 rank(s) run; use --nproc 2" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("task, data", [("node", DATA), ("link", ["synthetic-temporal", "--num-nodes", "60",
+                                                                  "--num-events", "600"])])
+def test_quiet_leaves_out_the_epoch_lines(task, data, capsys):
+    """`--quiet`: no progress bars or per-epoch lines, for both tasks (the help says so)."""
+    for quiet in ([], ["--quiet"]):
+        assert main(["train", *data, "--task", task, "--epochs", "2", *quiet]) == 0
+        lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("epoch")]
+        assert len(lines) == (0 if quiet else 2), lines
+
+
 @pytest.mark.parametrize("argv, message", [
     (["synthetic-temporal", "--num-events", "200", "--task", "node"], "DATA is a temporal graph"),
     ([*DATA, "--task", "node", "--model", "tgn"], "--task node supports --model sage|gcn|gat"),

@@ -364,8 +364,9 @@ class NodeTrainer:
             epochs.append(rec)
             if rec["val_acc"] > best:
                 best, best_epoch, best_state = rec["val_acc"], epoch, copy.deepcopy(self.model.state_dict())
-            log(f"epoch {epoch:3d}  loss {rec['loss']:.4f}  val_acc {rec['val_acc']:.4f}  "
-                f"{rec['nodes_per_s']:,.0f} nodes/s" + cache_note(rec))
+            if not cfg.quiet:
+                log(f"epoch {epoch:3d}  loss {rec['loss']:.4f}  val_acc {rec['val_acc']:.4f}  "
+                    f"{rec['nodes_per_s']:,.0f} nodes/s" + cache_note(rec))
             runlog.epoch(rec)
             if outputs.checkpoint and lead:
                 checkpoint.save(outputs.checkpoint, {

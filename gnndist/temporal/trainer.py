@@ -371,8 +371,8 @@ class LinkTrainer:
     @torch.no_grad()
     def evaluate(self, start: int, stop: int, desc: str, score: bool = True) -> tuple[np.ndarray, ...]:
         """Scores of this rank's events in [start, stop) and of their fixed negatives [P, n], and
-        the events' ids; the node state absorbs the true events as it goes. `score=False` only
-        replays the events through the memory (no negatives, nothing returned)."""
+        the events' ids; the node state absorbs the true events as it goes. `score=False`
+        replays the events through the memory without negatives ([P, 0] of them)."""
         self.model.eval()
         ev, cfg = self.events, self.cfg
         negatives = EvalNegatives(ev.new_to_orig[ev.src[ev.scored]], ev.new_to_orig[ev.dst[ev.scored]],
