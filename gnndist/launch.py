@@ -17,6 +17,7 @@ import json
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -38,6 +39,7 @@ from gnndist.runlog import require_tensorboard
 from gnndist.validate import DEVICES, Int, OneOf, check
 
 TASK_OF_KIND = {"static": "node", "temporal": "link"}
+ERRDIR = "GNNDIST_LAUNCH_ERRDIR"  # where the ranks `launch` starts leave their error line
 Data = Union[DataSource, Graph, TemporalGraph, str]  # a str names a partition store or a DataSource
 
 
@@ -303,6 +305,7 @@ def run_job(data: Data, nproc: int, split: Split, rank_fn: Callable[..., dict], 
     gives: in this process (nproc 1), on `nproc` local ranks, or on this rank of a torchrun world
     (which first checks, with every other rank, that they run the same job). Returns rank 0's
     result (this rank's under torchrun). Torch runs on `threads.job_threads` meanwhile."""
+    _refuse_rerun_script()
     dist.timeout_s()  # a bad GNNDIST_TIMEOUT is told before anything starts
     check("nproc", nproc, Int())
     check("device", device, OneOf(DEVICES))
@@ -320,6 +323,27 @@ def run_job(data: Data, nproc: int, split: Split, rank_fn: Callable[..., dict], 
         if device.startswith("cuda"):
             dist.rank_gpu(nproc - 1)  # told before the data is split and the ranks start
         return launch(nproc, rank_fn, make_store(data, nproc, split, quiet), *args)[0]
+
+
+def _refuse_rerun_script() -> None:
+    """In a rank that `launch` starts, torch imports the user's script again (it starts ranks by
+    spawning); a job called from the script's top level would run again there, and its `nproc`
+    ranks fail to start. Such a rank leaves one line saying so for `launch`, and exits."""
+    main = sys.modules.get("__mp_main__")  # in the parent, another name of __main__
+    if main is None or main.__name__ != "__mp_main__":
+        return
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_name == "<module>" and frame.f_globals is vars(main):
+            line = ("the script calling gnndist runs again in each rank gnndist starts: put its calls under "
+                    "`if __name__ == \"__main__\":`")
+            errdir, r = os.environ.get(ERRDIR), os.environ.get("RANK", "0")
+            if errdir:
+                Path(errdir, f"own-{r}.txt").write_text(f"rank {r}: {line}")
+            else:
+                print(f"gnndist: error: {line}", file=sys.stderr)
+            raise SystemExit(2)
+        frame = frame.f_back
 
 
 def _torchrun_rank(data: Data, split: Split, rank_fn: Callable[..., dict], args: tuple, device: str,
@@ -418,6 +442,7 @@ def launch(nproc: int, entrypoint: Callable[..., Any], *args: Any) -> list[Any]:
     if omp is None:
         os.environ["OMP_NUM_THREADS"] = str(max(1, len(cores) // nproc))
     with tempfile.TemporaryDirectory(prefix="gnndist-err-") as errdir:
+        os.environ[ERRDIR] = errdir
         done = threading.Event()
         reaper = threading.Thread(target=_end_stragglers, args=(errdir, done), daemon=True)
         reaper.start()
@@ -433,6 +458,7 @@ def launch(nproc: int, entrypoint: Callable[..., Any], *args: Any) -> list[Any]:
             host = dist.this_host("127.0.0.1")
             raise GnndistError(f"rank {rank_} (host {host}) {_exit_cause(failure.exitcode)}") from None
         finally:
+            del os.environ[ERRDIR]
             done.set()
             reaper.join()
             if omp is None:

@@ -2,10 +2,12 @@
 in one line naming the rank at fault (not the one that noticed) instead of a hang."""
 import contextlib
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -187,6 +189,36 @@ def test_a_rank_that_fails_also_ends_its_groups_worker_threads(tmp_path):
     partition_graph(load("synthetic-static", num_nodes=200, num_edges=800, seed=1), 2, out=tmp_path / "s")
     for before, after in launch(2, failing_job_worker, str(tmp_path / "s")):
         assert after == before
+
+
+SCRIPT = """import gnndist
+from gnndist.datasets import DataSource
+data, cfg = DataSource("synthetic-temporal", options={"num_nodes": 40, "num_events": 400}), gnndist.LinkConfig(
+    epochs=1, memory_dim=8, quiet=True)
+gnndist.train_link(data, cfg)
+print("trained in one process")
+gnndist.train_link(data, cfg, nproc=2)
+"""
+
+
+@pytest.mark.parametrize("guarded", [False, True])
+def test_a_script_without_a_main_guard_is_told_to_add_one(guarded, tmp_path):
+    """Ranks start by spawning, which imports the calling script again: unguarded, each rank
+    would run its top-level calls again (and the job fail as ranks try to start ranks); such a
+    rank stops at the first gnndist call and the job fails with one line saying what to do."""
+    body = SCRIPT if not guarded else "if __name__ == '__main__':\n" + "".join(
+        "    " + line + "\n" for line in SCRIPT.splitlines())
+    (tmp_path / "job.py").write_text(body)
+    env = {**os.environ, "GNNDIST_CACHE": str(tmp_path / "cache")}
+    p = subprocess.run([sys.executable, "job.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert p.stdout.count("trained in one process") == 1, p.stdout  # by this process only
+    if guarded:
+        assert p.returncode == 0, p.stderr[-2000:]
+        return
+    assert p.returncode != 0
+    assert re.fullmatch(r'gnndist.errors.GnndistError: rank \d: the script calling gnndist runs again in each rank '
+                        r'gnndist starts: put its calls under `if __name__ == "__main__":`',
+                        p.stderr.strip().splitlines()[-1]), p.stderr[-2000:]
 
 
 def single_process_is_identity():

@@ -437,7 +437,8 @@ def node_rank(source: Union[Graph, str], cfg: NodeConfig, outputs: Outputs = Out
 def train_node(data: Data, cfg: NodeConfig = NodeConfig(), nproc: int = 1, outputs: Outputs = Outputs()) -> dict:
     """Node classification on `data` (a `Graph`, a dataset name or path, a `DataSource`, or a
     static partition store) with `nproc` local ranks, or as this rank of a torchrun world.
-    Returns the metrics (of rank 0, or of this rank under torchrun)."""
+    Returns the metrics (of rank 0, or of this rank under torchrun). Local ranks import the
+    calling script again: call from under `if __name__ == "__main__":`."""
     check_type("cfg", cfg, NodeConfig)
     check_type("outputs", outputs, Outputs)
     if outputs.resume:

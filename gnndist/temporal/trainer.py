@@ -692,7 +692,8 @@ def link_rank(source: Union[TemporalGraph, str], cfg: LinkConfig, outputs: Outpu
 def train_link(data: Data, cfg: Optional[LinkConfig] = None, nproc: int = 1, outputs: Outputs = Outputs()) -> dict:
     """Link prediction on `data` (a `TemporalGraph`, a dataset name or path, a `DataSource`, or
     a temporal partition store) on `nproc` local ranks, or as this rank of a torchrun world.
-    Returns the metrics (of rank 0, or of this rank under torchrun)."""
+    Returns the metrics (of rank 0, or of this rank under torchrun). Local ranks import the
+    calling script again: call from under `if __name__ == "__main__":`."""
     cfg = LinkConfig() if cfg is None else cfg
     check_type("cfg", cfg, LinkConfig)
     check_type("outputs", outputs, Outputs)
