@@ -121,6 +121,8 @@ def run(directory: Optional[str | os.PathLike], resume: bool, restore: bool = Tr
             aside.rmdir()
         elif _epoch_files(aside) and isinstance(e, (GnndistError, OSError)):
             raise GnndistError(f"{first_line(e)} (an earlier run's checkpoint is kept in {aside})") from None
+        elif _epoch_files(aside) and isinstance(e, KeyboardInterrupt):
+            raise KeyboardInterrupt(f"an earlier run's checkpoint is kept in {aside}") from None
         raise
     shutil.rmtree(aside, ignore_errors=True)
 

@@ -99,8 +99,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(line, file=sys.stderr, flush=True)
         _tell_torchrun(line)
         return 2
-    except KeyboardInterrupt:
-        print("gnndist: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as e:
+        print("gnndist: interrupted" + (f" ({e})" if str(e) else ""), file=sys.stderr)
         return 130
 
 

@@ -664,8 +664,8 @@ def test_a_failed_run_loses_no_checkpoint(tmp_path):
         failing_run(1, GnndistError("the loss became nan"))
     assert checkpoint.epochs(d) == [1] and {f.name: f.read_bytes() for f in (d / ".replaced").iterdir()} == before
     assert check_output(d, "checkpoint") == d
-    with pytest.raises(KeyboardInterrupt):  # not a GnndistError: the same files, the error as it was
-        failing_run(2, KeyboardInterrupt())
+    with pytest.raises(KeyboardInterrupt, match=f"^an earlier run's checkpoint is kept in {d}/.replaced$"):
+        failing_run(2, KeyboardInterrupt())  # an interrupt stays one, and says where the files are
     assert checkpoint.epochs(d) == [1, 2] and {f.name: f.read_bytes() for f in (d / ".replaced").iterdir()} == before
     with checkpoint.run(d, resume=True):  # resuming the failed run keeps what it replaces until it ends
         assert checkpoint.epochs(d) == [1, 2] and (d / ".replaced").is_dir()
@@ -734,6 +734,16 @@ def test_train_that_fails_keeps_the_checkpoint_it_replaces(tmp_path, monkeypatch
     assert capsys.readouterr().err.strip().endswith(f"(an earlier run's checkpoint is kept in {ck}/.replaced)")
     assert {f.name: f.read_bytes() for f in (ck / ".replaced").iterdir()} == before
     assert checkpoint.epochs(ck) == [1]
+
+    def interrupted(self, epoch):  # Ctrl-C in the second epoch of a run replacing them again
+        if epoch == 2:
+            raise KeyboardInterrupt
+        return train_epoch(self, epoch)
+
+    monkeypatch.setattr(LinkTrainer, "train_epoch", interrupted)
+    assert main([*argv, "--resume"]) == 130
+    assert capsys.readouterr().err.strip() == f"gnndist: interrupted (an earlier run's checkpoint is kept in {ck}/.replaced)"
+    assert {f.name: f.read_bytes() for f in (ck / ".replaced").iterdir()} == before
 
 
 def test_ranks_that_crashed_between_writes_share_an_older_epoch(tmp_path):
