@@ -78,8 +78,16 @@ def test_link_task_on_static_data_suggests_node(capsys):
 
 def test_demo_trains_and_prints_the_table(capsys):
     assert main(["demo", "--num-nodes", "60", "--num-events", "1000", "--epochs", "1", "--quiet"]) == 0
-    out = capsys.readouterr().out
-    assert "test" in out and "AP" in out
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == ["AP", "AUC", "MRR"] and out[2].startswith("test ")
+    assert re.fullmatch(r"test new nodes \([\d,]+ events\) +(\d\.\d{4}|-) .*", out[3]), out
+
+
+def test_the_table_marks_figures_without_events():
+    from gnndist.temporal.trainer import _table
+    nan = float("nan")
+    assert _table([("test new nodes (0 events)", {"ap": nan, "auc": nan, "mrr": nan})]).splitlines()[1].split() == [
+        "test", "new", "nodes", "(0", "events)", "-", "-", "-"]
 
 
 # ---------------------------------------------------------------- flags and configs (gnndist.validate)

@@ -566,8 +566,12 @@ def _json_safe(metrics: dict[str, float]) -> dict[str, Optional[float]]:
 
 
 def _table(rows: list[tuple[str, dict[str, float]]]) -> str:
-    lines = [f"{'':<22}{'AP':>8}{'AUC':>8}{'MRR':>8}"]
-    lines += [f"{name:<22}" + "".join(f"{m[k]:>8.4f}" for k in ("ap", "auc", "mrr")) for name, m in rows]
+    """AP, AUC and MRR of each named row; '-' where a figure has no events to come from."""
+    def cell(v: Optional[float]) -> str:
+        return f"{v:>8.4f}" if v is not None and math.isfinite(v) else f"{'-':>8}"
+
+    lines = [f"{'':<30}{'AP':>8}{'AUC':>8}{'MRR':>8}"]
+    lines += [f"{name:<30}" + "".join(cell(m[k]) for k in ("ap", "auc", "mrr")) for name, m in rows]
     return "\n".join(lines)
 
 
@@ -664,7 +668,7 @@ def selected_test_figures(trainer: LinkTrainer, best: dict[str, Any], history: l
         sel = next(h for h in history if h["epoch"] == best["epoch"])
         print(_table([(f"val (epoch {best['epoch']})", {"ap": sel["val_ap"], "auc": sel["val_auc"],
                                                         "mrr": sel["val_mrr"]}),
-                      ("test", test), (f"test new nodes ({n_inductive})", test_new)]), flush=True)
+                      ("test", test), (f"test new nodes ({n_inductive:,} events)", test_new)]), flush=True)
     return {**_json_safe(test), **{f"inductive_{k}": v for k, v in _json_safe(test_new).items()},
             "inductive_events": n_inductive}
 
