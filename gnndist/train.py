@@ -128,10 +128,17 @@ def run(args: argparse.Namespace) -> int:
                 raise GnndistError(f"--model must be one of {', '.join(TEMPORAL_MODELS)} (link) or "
                                    f"{', '.join(STATIC_MODELS)} (node), got {args.model!r}")
             args.task = "node" if args.model in STATIC_MODELS else "link"
+            kind = data_kind(args.data, args.format)
+            if kind != ("static" if args.task == "node" else "temporal"):
+                models = STATIC_MODELS if kind == "static" else TEMPORAL_MODELS
+                raise GnndistError(f"--model {args.model} trains on {'static' if args.task == 'node' else 'temporal'} "
+                                   f"graphs; DATA is a {kind} graph: use --model {', '.join(models)}")
         else:
             args.task = "node" if data_kind(args.data, args.format) == "static" else "link"
     check_flags(args)
     cfg = node_config(args) if args.task == "node" else link_config(args)
+    if args.cache_size is not None and cfg.cache == "none":
+        raise GnndistError("--cache-size is the size of a cache: give --cache too (degree, presample or adaptive)")
 
     from gnndist.errors import allocating
     from gnndist.launch import Outputs, over_seeds
