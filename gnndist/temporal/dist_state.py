@@ -188,6 +188,10 @@ class PartitionedNodeState(_RankState):
         self.device = self.local.memory.device
         self._reads: deque[tuple[np.ndarray, StepRequests]] = deque()  # of the coming steps: (ids, their routes)
 
+    def provisional(self):
+        """The writes within the block are undone at its end (`NodeState.provisional`)."""
+        return self.local.provisional()
+
     def reset(self) -> None:
         self.local.reset()
 

@@ -9,10 +9,12 @@ events).
   with a time before t;
 - `link_embeddings`: every node's embedding at a time T, after replaying the events before T.
 
-Replays run in the trained global batches: batch i is the events [iB, (i+1)B), except that a
-batch is cut where the events before the next candidate time end, so that candidates see all
-earlier events and none at or after their own time. Candidates with the same count of earlier
-events are scored together (each at its own time), by the rank that owns their source node.
+Replays run in the trained global batches: batch i is the events [iB, (i+1)B). A candidate
+whose time falls inside batch i sees the batches before it and then, as one batch, the events
+of batch i before its time (written provisionally: undone once it is scored), so that it sees
+every earlier event, none at or after its time, and the same node state whatever the other
+candidates are. Candidates with the same count of earlier events are scored together (each at
+its own time), by the rank that owns their source node.
 
 Candidate and embedding rows name nodes by the data's original ids (the ids in the file);
 a partition store knows its graph's numbering only (0 .. N-1, ascending original id), and
@@ -23,8 +25,9 @@ from __future__ import annotations
 
 import math
 import numbers
+from contextlib import contextmanager
 from dataclasses import fields, replace
-from typing import Any, Optional, Union
+from typing import Any, Iterator, Optional, Union
 
 import numpy as np
 import torch
@@ -152,7 +155,7 @@ def _bar(trainer: LinkTrainer, total: int, desc: str, unit: str) -> tqdm:
 
 class Replay:
     """The events replayed through a trainer's node state from a reset, in the global batches
-    [iB, (i+1)B), each cut where `to` stops (a collective: all ranks replay together)."""
+    [iB, (i+1)B) (a collective: all ranks replay together)."""
 
     def __init__(self, trainer: LinkTrainer, stop: int) -> None:
         self.trainer, self.done = trainer, 0
@@ -160,18 +163,26 @@ class Replay:
         self.bar = _bar(trainer, stop, "replay", "ev")
         trainer.reset_state()
 
-    def to(self, stop: int) -> None:
-        """Replay the events [done, stop)."""
-        tr, b = self.trainer, self.trainer.cfg.batch_size
-        if stop <= self.done:
+    @contextmanager
+    def at(self, stop: int) -> Iterator[None]:
+        """The block sees the state after the events [0, stop): the whole batches before `stop`
+        (kept), then the events of the batch `stop` falls in, up to `stop`, as one batch (undone
+        after the block). `stop` never decreases from one call to the next."""
+        tr = self.trainer
+        grid = stop // tr.cfg.batch_size * tr.cfg.batch_size
+        if tr.state is None:  # a model without memory has nothing to replay
+            yield
             return
-        if tr.state is not None:  # a model without memory has nothing to replay
-            grid = min(-(-self.done // b) * b, stop)  # the next batch start of the global grid
-            for s, e in ((self.done, grid), (grid, stop)):
-                if e > s:
-                    tr.evaluate(s, e, "replay", score=False)
-        self.bar.update(stop - self.done)
-        self.done = stop
+        if grid > self.done:
+            tr.evaluate(self.done, grid, "replay", score=False)
+            self.done = grid
+        self.bar.update(max(stop - self.bar.n, 0))
+        if stop == grid:
+            yield
+            return
+        with tr.state.provisional():
+            tr.evaluate(grid, stop, "replay", score=False)
+            yield
 
 
 def events_before(trainer: LinkTrainer, times: np.ndarray) -> np.ndarray:
@@ -204,17 +215,17 @@ def _scores_rank(source, saved: SavedModel, device: str, quiet: bool, src: np.nd
         bar = _bar(trainer, t.size, "score", "link")
         rows_done, scores = [np.zeros(0, np.int64)], [torch.zeros(0)]
         for cut, rows in zip(cuts, np.split(order, starts[1:])):
-            replay.to(int(cut))
             bar.update(rows.size)
             rows = rows[mine[rows]]
-            for k in range(dist.agree_max(math.ceil(rows.size / b), dev)):
-                r = rows[k * b:(k + 1) * b]
-                batch = Batch(*(torch.as_tensor(a, device=dev) for a in (src[r], dst[r], t[r])),
-                              torch.full((r.size,), -1, dtype=torch.int64, device=dev),
-                              torch.zeros((r.size, ev.edge_dim), device=dev),
-                              torch.zeros((r.size, 0), dtype=torch.int64, device=dev))
-                scores.append(trainer.forward(batch).pos.cpu())
-                rows_done.append(r)
+            with replay.at(int(cut)):
+                for k in range(dist.agree_max(math.ceil(rows.size / b), dev)):
+                    r = rows[k * b:(k + 1) * b]
+                    batch = Batch(*(torch.as_tensor(a, device=dev) for a in (src[r], dst[r], t[r])),
+                                  torch.full((r.size,), -1, dtype=torch.int64, device=dev),
+                                  torch.zeros((r.size, ev.edge_dim), device=dev),
+                                  torch.zeros((r.size, 0), dtype=torch.int64, device=dev))
+                    scores.append(trainer.forward(batch).pos.cpu())
+                    rows_done.append(r)
         replay.bar.close()
         bar.close()
         return gather_rows(np.concatenate(rows_done), torch.cat(scores), t.size, dev)
@@ -227,12 +238,11 @@ def _embed_rank(source, saved: SavedModel, device: str, quiet: bool, at: float) 
         ev, b = trainer.events, trainer.cfg.batch_size
         cut = int(events_before(trainer, np.array([at]))[0])
         replay = Replay(trainer, cut)
-        replay.to(cut)
-        replay.bar.close()
         own = np.arange(ev.lo, ev.hi, dtype=np.int64)
         out = [torch.zeros((0, trainer.model.dim))]
         steps = dist.agree_max(math.ceil(own.size / b), dev)
-        with _bar(trainer, steps, "embed", "step") as bar:
+        with replay.at(cut), _bar(trainer, steps, "embed", "step") as bar:
+            replay.bar.close()
             for k in range(steps):
                 nodes = torch.from_numpy(own[k * b:(k + 1) * b]).to(dev)
                 times = torch.full((nodes.numel(),), at, dtype=torch.float64, device=dev)

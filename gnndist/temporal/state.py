@@ -3,12 +3,14 @@
 `memory` [N, d], `last_update` [N] (time of the last mail folded into the memory), and a
 mailbox of the last M mails per node: `mail` [N, M, m] with `mail_time` [N, M] (an empty slot
 has time -inf). Times are float64 so that unix-second timestamps keep their resolution.
-The trainer only goes through `read`, `write` and `deliver`; a distributed version replaces
-this class.
+Rows are read and changed only through `read`, `write` and `deliver` (`provisional`: changes
+undone after a block); the distributed versions (`gnndist.temporal.dist_state`) have the same
+methods.
 """
 from __future__ import annotations
 
-from typing import Optional
+from contextlib import contextmanager
+from typing import Iterator, Optional
 
 import numpy as np
 import torch
@@ -29,6 +31,7 @@ class NodeState:
         self.last_update = torch.zeros(num_nodes, dtype=torch.float64, device=device)
         self.mail = torch.zeros(num_nodes, mailbox_size, mail_dim, device=device)
         self.mail_time = torch.zeros(num_nodes, mailbox_size, dtype=torch.float64, device=device)
+        self._undo: Optional[list[tuple[Tensor, tuple[Tensor, ...]]]] = None  # (rows, their rows before) while provisional
         self.reset()
 
     def reset(self) -> None:
@@ -55,9 +58,29 @@ class NodeState:
         return (self.memory.index_select(0, ids), self.last_update.index_select(0, ids),
                 self.mail.index_select(0, ids), self.mail_time.index_select(0, ids))
 
+    @contextmanager
+    def provisional(self) -> Iterator[None]:
+        """The writes and deliveries within the block are undone at its end."""
+        self._undo = []
+        try:
+            yield
+        finally:
+            tables = (self.memory, self.last_update, self.mail, self.mail_time)
+            for rows, before in reversed(self._undo):
+                for table, old in zip(tables, before):
+                    table.index_copy_(0, rows, old)
+            self._undo = None
+
+    def _overwriting(self, rows: Tensor) -> None:
+        """`rows` are about to change: within `provisional`, keep what they hold."""
+        if self._undo is not None:
+            self._undo.append((rows, tuple(t.index_select(0, rows) for t in
+                                           (self.memory, self.last_update, self.mail, self.mail_time))))
+
     def write(self, ids: Tensor, memory: Tensor, last_update: Tensor, mail: Tensor, mail_time: Tensor,
               host_ids: Optional[np.ndarray] = None) -> None:
         """Overwrite the rows of the node ids `ids` (an id may repeat with identical rows)."""
+        self._overwriting(ids)
         self.memory.index_copy_(0, ids, memory.detach())
         self.last_update.index_copy_(0, ids, last_update)
         self.mail.index_copy_(0, ids, mail.detach())
@@ -69,10 +92,12 @@ class NodeState:
         """Overwrite the memory and last-update rows of the node ids `ids` (as `write`), and append mail
         i (time `mail_time[i]`, global order `seq[i]`) to the mailbox of node `to[i]`; each
         mailbox keeps its M latest mails by (time, seq). `host_to`: `to` as a host array."""
+        self._overwriting(ids)
         self.memory.index_copy_(0, ids, memory.detach())
         self.last_update.index_copy_(0, ids, last_update)
         if to.numel():
             nodes, rows = torch.unique(to, return_inverse=True)
+            self._overwriting(nodes)
             box, box_time = merge_mailbox(self.mail.index_select(0, nodes), self.mail_time.index_select(0, nodes),
                                           rows, mail.detach(), mail_time, seq)
             self.mail.index_copy_(0, nodes, box)
