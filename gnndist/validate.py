@@ -3,7 +3,7 @@
 A rule says what a value may be; `check_fields` applies a table of rules to a config's fields
 and raises one `GnndistError` naming the flag (`--batch-size` for the field `batch_size`), so a
 config built in Python fails with the same line as the CLI. `problem` gives the rule's text
-without the flag, for argparse types.
+without the flag, for a check that words its own line.
 """
 from __future__ import annotations
 

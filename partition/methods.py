@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import math
-import operator
 import os
 import sys
 from typing import Iterator, Optional, Sequence, Union
@@ -25,7 +24,7 @@ import pymetis
 
 from gnndist.errors import GnndistError
 from gnndist.graph import Graph, TemporalGraph
-from gnndist.validate import Real, check
+from gnndist.validate import Int, Real, check
 
 METHODS = ("metis", "random", "temporal")
 BALANCE_KEYS = ("nodes", "edges", "train")
@@ -40,13 +39,8 @@ TIME_WINDOWS = 4  # the default, where the events fill that many (`most_time_win
 
 def check_seed(seed: int) -> int:
     """The partitioner seed, checked: an integer in [0, 2**32)."""
-    try:
-        value = operator.index(seed)
-    except TypeError:
-        value = -1
-    if isinstance(seed, bool) or not 0 <= value < SEED_LIMIT:
-        raise GnndistError(f"--seed must be an integer from 0 to {SEED_LIMIT - 1}, got {seed!r}")
-    return value
+    check("seed", seed, Int(0, SEED_LIMIT - 1))
+    return int(seed)
 
 
 def check_imbalance_tol(imbalance_tol: float) -> float:

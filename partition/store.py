@@ -110,7 +110,7 @@ class Partition:
                    hub_ids=np.asarray(meta.get("replicated_hubs", []), dtype=np.int64), **arrays)
 
 
-def gather_rows(indptr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def csr_rows(indptr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """CSR of the given rows: (indptr of the sub-CSR, positions of its entries in the input)."""
     starts = indptr[rows]
     lens = indptr[rows + 1] - starts
@@ -133,7 +133,7 @@ def relabel(graph: Union[Graph, TemporalGraph], orig_to_new: np.ndarray) -> Unio
         return TemporalGraph(orig_to_new[graph.src], orig_to_new[graph.dst], graph.t, graph.edge_feat,
                              graph.edge_label, num_nodes=graph.num_nodes)
     new_to_orig = invert_permutation(orig_to_new)
-    indptr, pos = gather_rows(graph.indptr, new_to_orig)
+    indptr, pos = csr_rows(graph.indptr, new_to_orig)
     data = {k: getattr(graph, k)[new_to_orig] for k in _NODE_ARRAYS if getattr(graph, k) is not None}
     return Graph(indptr, orig_to_new[graph.indices[pos]], **data)
 
@@ -202,7 +202,7 @@ class PartitionStore:
         out: dict[str, np.ndarray] = {"orig_ids": rows}
         halo = bool(self.params["halo"])
         if isinstance(g, Graph):
-            out["indptr"], pos = gather_rows(g.indptr, rows)
+            out["indptr"], pos = csr_rows(g.indptr, rows)
             out["indices"] = o2n[g.indices[pos]]
             del pos
             out.update({k: getattr(g, k)[rows] for k in _NODE_ARRAYS if getattr(g, k) is not None})

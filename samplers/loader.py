@@ -22,19 +22,17 @@ _DONE = object()
 
 class PrefetchLoader:
     """Yields `fn(w)` for each `w` in `work`, in order. With `enabled`, a background thread
-    runs ahead by up to `depth` items; with `enabled=False` everything runs inline (debug)."""
+    runs one item ahead; with `enabled=False` everything runs inline (debug)."""
 
-    def __init__(self, work: Iterable[Any], fn: Callable[[Any], Any], enabled: bool = True, depth: int = 1) -> None:
-        if depth < 1:
-            raise ValueError(f"depth must be >= 1, got {depth}")
-        self.work, self.fn, self.enabled, self.depth = work, fn, enabled, depth
+    def __init__(self, work: Iterable[Any], fn: Callable[[Any], Any], enabled: bool = True) -> None:
+        self.work, self.fn, self.enabled = work, fn, enabled
 
     def __iter__(self) -> Iterator[Any]:
         if not self.enabled:
             for w in self.work:
                 yield self.fn(w)
             return
-        q: queue.Queue = queue.Queue(maxsize=self.depth)
+        q: queue.Queue = queue.Queue(maxsize=1)
         stop = threading.Event()
 
         def produce() -> None:

@@ -20,7 +20,6 @@ import numpy as np
 
 from gnndist.graph import TemporalGraph, tcsr_rows
 from gnndist.partition import Partition
-from gnndist.partition.store import invert_permutation
 
 
 @dataclass(eq=False)
@@ -54,10 +53,10 @@ class RankEvents:
                    np.arange(tg.num_events, dtype=np.int64), tg.src, tg.dst, tg.t, tg.edge_feat, tg.edge_label)
 
     @classmethod
-    def from_partition(cls, part: Partition, orig_to_new: np.ndarray) -> "RankEvents":
-        """Part `part.part_id` of a temporal store, with the store's `orig_to_new`."""
+    def from_partition(cls, part: Partition, new_to_orig: np.ndarray, orig_to_new: np.ndarray) -> "RankEvents":
+        """Part `part.part_id` of a temporal store, with the store's id maps (`load_id_maps`)."""
         return cls(part.part_id, part.num_parts, part.num_nodes, part.num_events, part.node_offsets, orig_to_new,
-                   invert_permutation(orig_to_new), part.eid, part.src, part.dst, part.t, part.edge_feat,
+                   new_to_orig, part.eid, part.src, part.dst, part.t, part.edge_feat,
                    part.edge_label)
 
     def scale(self) -> str:

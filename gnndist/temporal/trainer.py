@@ -681,7 +681,7 @@ def rank_events(source: Union[TemporalGraph, str]) -> RankEvents:
     part = load_partition(source, dist.rank(), dist.world_size())
     if part.kind != "temporal":
         raise GnndistError(f"partition store {source} holds a {part.kind} graph; --task link needs a temporal one")
-    return RankEvents.from_partition(part, load_id_maps(source)[1])
+    return RankEvents.from_partition(part, *load_id_maps(source))
 
 
 def link_rank(source: Union[TemporalGraph, str], cfg: LinkConfig, outputs: Outputs = Outputs()) -> dict:
