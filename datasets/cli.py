@@ -26,7 +26,7 @@ def add_data_args(p: argparse.ArgumentParser) -> None:
     """The positional DATA argument and the flags that choose its format or shape a generator
     (one flag per generator option; `--data-seed` is the generators' seed)."""
     p.add_argument("data", metavar="DATA", help="a built-in dataset name (see `gnndist datasets`), "
-                   "a file or folder, or (for train) a partition store")
+                   "a file or folder, or a partition store")
     p.add_argument("--format", default=None, help="file format, when the extension does not tell")
     g = p.add_argument_group("built-in generators")
     for opt, (kind, names) in _generator_flags().items():

@@ -61,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
 
     saved = SavedModel.load(args.checkpoint)
     data = args.data if is_store(args.data) else source_from_args(args)
+    saved.check_kind(data)  # before the flags of its task: they would not help with the other kind's data
     inputs = [args.checkpoint, args.data, args.candidates, args.ids]
     given = [flag for flag, value in zip(LINK_MODES, (args.split, args.candidates, args.embed_at)) if value is not None]
     run_opts = dict(nproc=args.nproc, device=args.device, quiet=args.quiet)

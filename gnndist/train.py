@@ -33,6 +33,22 @@ def _ints(s: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {s!r}") from None
 
 
+def _defaults(name: str, tasks: tuple[str, ...] = ("link", "node")) -> str:
+    """The config field's defaults, for a flag's help: per task, and per model where the node
+    models' differ."""
+    def shown(v) -> str:
+        return "none" if v is None else f"{v:g}" if isinstance(v, float) else str(v)
+
+    parts = {}
+    if "link" in tasks:
+        parts["link"] = shown(getattr(LinkConfig(), name))
+    if "node" in tasks:
+        node = {m: shown(getattr(NodeConfig.for_model(m), name)) for m in STATIC_MODELS}
+        parts["node"] = node["sage"] if len(set(node.values())) == 1 else ", ".join(f"{m} {v}" for m, v in node.items())
+    text = "; ".join(f"{task} {v}" for task, v in parts.items()) if len(parts) > 1 else next(iter(parts.values()))
+    return f"(default: {text})"
+
+
 def configure(p: argparse.ArgumentParser) -> None:
     """The subcommand\'s flags."""
     add_data_args(p)
@@ -41,12 +57,13 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "(default: from the data)")
     p.add_argument("--model", default=None,
                    help=f"link: {'|'.join(TEMPORAL_MODELS)} (default tgn); node: {'|'.join(STATIC_MODELS)} (default sage)")
-    p.add_argument("--epochs", type=int, default=None, help="most training epochs")
+    p.add_argument("--epochs", type=int, default=None, help=f"most training epochs {_defaults('epochs')}")
     p.add_argument("--patience", type=int, default=None,
                    help="stop after this many epochs without a better validation figure (AP / accuracy); "
-                        "the best-validation parameters are tested")
-    p.add_argument("--batch-size", type=int, default=None, help="global batch size (events or seed nodes)")
-    p.add_argument("--lr", type=float, default=None, help="learning rate")
+                        f"the best-validation parameters are tested {_defaults('patience')}")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help=f"global batch size (events or seed nodes) {_defaults('batch_size')}")
+    p.add_argument("--lr", type=float, default=None, help=f"learning rate {_defaults('lr')}")
     p.add_argument("--seed", type=int, default=None, help="random seed (default 0)")
     p.add_argument("--seeds", type=_ints, default=None, metavar="S,S,...",
                    help="train once per seed and report the mean and standard deviation (replaces --seed)")
@@ -65,7 +82,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache-size", type=float, default=None,
                    help="cache capacity: a fraction (<= 1) of the remote rows, or bytes (> 1) (default 0.1)")
     link = p.add_argument_group("link prediction (temporal)")
-    link.add_argument("--memory-dim", type=int, default=None, help="node memory size")
+    link.add_argument("--memory-dim", type=int, default=None, help=f"node memory size {_defaults('memory_dim', ('link',))}")
     link.add_argument("--sampling", choices=SAMPLINGS, default=None,
                       help="temporal neighbours: the most recent before each event, or uniform draws among them "
                            "(default recent; JODIE samples none)")
@@ -86,8 +103,8 @@ def configure(p: argparse.ArgumentParser) -> None:
                       help="per-hop fanouts, e.g. 15,10 (-1: all; a list that starts with -1 takes '=': --fanouts=-1,10)")
     node.add_argument("--eval-fanouts", type=_ints, default=None,
                       help="per-hop fanouts at evaluation (default: all neighbours, --eval-fanouts=-1,-1)")
-    node.add_argument("--hidden", type=int, default=None, help="hidden size (default per model)")
-    node.add_argument("--dropout", type=float, default=None, help="dropout rate (default per model)")
+    node.add_argument("--hidden", type=int, default=None, help=f"hidden size {_defaults('hidden', ('node',))}")
+    node.add_argument("--dropout", type=float, default=None, help=f"dropout rate {_defaults('dropout', ('node',))}")
     node.add_argument("--weight-decay", type=float, default=None, help="Adam weight decay (default 5e-4)")
     node.add_argument("--row-norm", choices=("auto", "on", "off"), default=None,
                       help="divide each node's features by their sum, like PyG's NormalizeFeatures "

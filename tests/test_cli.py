@@ -18,6 +18,21 @@ def test_help_lists_every_subcommand():
         assert f"\n    {name}" in p.stdout
 
 
+def test_train_help_gives_each_tasks_defaults():
+    """The defaults the help names are the configs' (per task, and per model where they differ)."""
+    from gnndist.static.config import NodeConfig
+    from gnndist.temporal.config import LinkConfig
+
+    text = " ".join(run("train", "--help").stdout.split())
+    link, sage, gat = LinkConfig(), NodeConfig.for_model("sage"), NodeConfig.for_model("gat")
+    assert f"(default: link {link.epochs}; node {sage.epochs})" in text
+    assert f"(default: link {link.patience}; node none)" in text and sage.patience is None
+    assert f"(default: link {link.batch_size}; node {sage.batch_size})" in text
+    assert f"(default: link {link.lr:g}; node sage {sage.lr:g}, gcn" in text and f"gat {gat.lr:g})" in text
+    assert f"node memory size (default: {link.memory_dim})" in text
+    assert f"hidden size (default: sage {sage.hidden}, gcn" in text
+
+
 @pytest.mark.parametrize("argv", [
     ["train", "synthetic-temporal", "--epochs", "0"],
     ["train", "synthetic-temporal", "--model"],

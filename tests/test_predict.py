@@ -353,6 +353,7 @@ def test_predict_progress_bars_only_on_a_terminal(runs, tmp_path, capsys, monkey
     (["{node1}", "synthetic-static", "--num-nodes", "400", "--num-edges", "2000", "--num-features", "8", "-o", "{tmp}/x.npy"],
      "was trained on data with num features 32, DATA has 8"),
     (["{link1}", *LINK_DATA], "a link model needs one of --split, --candidates, --embed-at"),
+    (["{link1}", *NODE_DATA, "-o", "{tmp}/x.npy"], "holds a link model, which needs a temporal graph; DATA is static"),
     (["{link1}", *LINK_DATA, "--split", "test", "--embed-at", "3", "-o", "{tmp}/x.npy"],
      "not --split and --embed-at together"),
     (["{link1}", *LINK_DATA, "--ids", "{tmp}/ids.txt", "--split", "test"], "--ids is for node models"),
