@@ -198,7 +198,8 @@ def run_figure(metrics: dict, dataset: Optional[str] = None) -> "Figure":
     from matplotlib.ticker import MaxNLocator
 
     for a in axes:
-        a.xaxis.set_major_locator(MaxNLocator(integer=True))  # whole epochs, not too many
+        a.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))  # whole epochs, not too many
+        a.set_xlim(x.min() - 0.5, x.max() + 0.5)  # a whole epoch around each: one epoch is no fraction of one
     return fig
 
 

@@ -120,6 +120,14 @@ def test_run_figure_one_process_has_no_traffic_panels(runs):
 
 
 @needs_matplotlib
+def test_a_one_epoch_run_has_one_whole_epoch_tick():
+    fig = run_figure({"task": "link", "model": "tgn", "world_size": 1, "epochs": [{"epoch": 1, "loss": 0.5}]})
+    fig.canvas.draw()
+    ticks = [t for t in fig.axes[0].get_xticks() if fig.axes[0].get_xlim()[0] <= t <= fig.axes[0].get_xlim()[1]]
+    assert ticks == [1.0], ticks
+
+
+@needs_matplotlib
 def test_run_figure_tolerates_absent_and_coming_keys():
     """Epochs missing figures, a recorded selected epoch and stop reason, an edge cache."""
     m = {"task": "link", "model": "jodie", "world_size": 3, "data": "UCI", "selected_epoch": 2,
