@@ -117,12 +117,14 @@ class DistNeighborSampler:
     """Uniform multi-hop sampling over a static partition.
 
     `indptr`, `indices`: CSR rows of the nodes this rank owns (ids node_offsets[r] ..
-    node_offsets[r+1]-1), neighbours as global ids. Results equal `sample_neighbors` on the
-    whole graph with the same seed.
+    node_offsets[r+1]-1), neighbours as global ids. Random streams are keyed by `keys[v - lo]`
+    for owned node v (default: v itself; a partition store's original ids make a sample
+    independent of the renumbering). Results equal `sample_neighbors` on the whole graph with
+    the same seed (and keys).
     """
 
     def __init__(self, indptr: np.ndarray, indices: np.ndarray, node_offsets: Sequence[int],
-                 group: Any = None) -> None:
+                 keys: Optional[np.ndarray] = None, group: Any = None) -> None:
         self.group = sampler_group() if group is None else group
         self.rank = gdist.rank()
         self.node_offsets = check_offsets(node_offsets)
@@ -132,11 +134,16 @@ class DistNeighborSampler:
         n_own = int(self.node_offsets[self.rank + 1]) - self.lo
         if self.indptr.size != n_own + 1 or self.indptr[-1] != self.indices.size:
             raise GnndistError(f"rank {self.rank}: CSR has {self.indptr.size - 1} rows, its id range has {n_own}")
+        self.keys = (np.arange(self.lo, self.lo + n_own, dtype=np.int64) if keys is None
+                     else np.asarray(keys, np.int64))
+        if self.keys.size != n_own:
+            raise GnndistError(f"rank {self.rank}: {self.keys.size} sampling keys, its id range has {n_own}")
 
     @classmethod
     def from_partition(cls, part: Any, group: Any = None) -> "DistNeighborSampler":
-        """From a static `gnndist.partition.Partition` of this rank."""
-        return cls(part.indptr, part.indices, part.node_offsets, group)
+        """From a static `gnndist.partition.Partition` of this rank (streams keyed by the
+        original node ids)."""
+        return cls(part.indptr, part.indices, part.node_offsets, part.orig_ids, group)
 
     @property
     def num_nodes(self) -> int:
@@ -144,8 +151,8 @@ class DistNeighborSampler:
 
     def _hop(self, targets: np.ndarray, fanout: int, h: int, replace: bool, seed: int) -> tuple[np.ndarray, np.ndarray]:
         req = Requests(targets, owners(targets, self.node_offsets), self.group)
-        ids = req.received
-        counts, edges = sample_rows(self.indptr, self.indices, ids - self.lo, ids, fanout, replace, seed, h)
+        rows = req.received - self.lo
+        counts, edges = sample_rows(self.indptr, self.indices, rows, self.keys[rows], fanout, replace, seed, h)
         counts, nbrs = req.reply_var(counts, edges[0])
         edges = np.empty((2, nbrs.size), np.int64)
         edges[0] = nbrs

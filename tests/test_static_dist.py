@@ -45,13 +45,20 @@ def store(tmp_path_factory):
 
 
 def trace(part, cfg: NodeConfig):
-    """Two epochs; after every step: (epoch, seeds as original ids, all parameters)."""
-    trainer = NodeTrainer(PartGraph(part, cfg), cfg)
+    """Two epochs; after every step: (epoch, seeds as original ids, all parameters); `part`
+    None: the whole graph in this process."""
+    trainer = NodeTrainer(WholeGraph(two_clusters()) if part is None else PartGraph(part, cfg), cfg)
+    if part is None:
+        return _trace_steps(trainer, lambda seeds: seeds)
+    return _trace_steps(trainer, lambda seeds: part.orig_ids[seeds - part.start])
+
+
+def _trace_steps(trainer: NodeTrainer, original):
     trace, records = [], []
     params = lambda: torch.cat([p.detach().reshape(-1) for p in trainer.model.parameters()]).numpy().copy()
     for epoch in (1, 2):
         records.append(trainer.train_epoch(epoch, lambda step, seeds, e=epoch: trace.append(
-            (e, part.orig_ids[seeds - part.start], params()))))
+            (e, original(seeds), params()))))
     return trace, records
 
 
@@ -72,13 +79,15 @@ def equivalence(part, models: list[str]):
 
 MODELS = ["sage", "gcn", "gat"]
 TRACE_CFG = NodeConfig.for_model("gat", hidden=16, batch_size=8, fanouts=[3, 3], cache="presample", cache_size=0.5)
+# without dropout (whose masks each rank draws), training is one process's on any rank layout
+EXACT_CFGS = {m: NodeConfig.for_model(m, hidden=16, batch_size=8, fanouts=[3, 3], dropout=0.0) for m in MODELS}
 
 
 def worker(store_dir: str):
     dist.setup("cpu")
     sites = record_sites()
     part = load_partition(store_dir, dist.rank(), dist.world_size())
-    out = trace(part, TRACE_CFG), equivalence(part, MODELS), sites
+    out = trace(part, TRACE_CFG), equivalence(part, MODELS), sites, {m: trace(part, c) for m, c in EXACT_CFGS.items()}
     dist.teardown()
     return out
 
@@ -119,6 +128,21 @@ def test_two_ranks_with_full_fanout_match_one_rank(store, ranks):
         for _, _, _, grads in (r[model] for r in ranks):
             for got, p in zip(grads, single.model.parameters()):
                 np.testing.assert_allclose(got, p.grad.numpy(), atol=1e-6, rtol=1e-4)
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_without_dropout_two_ranks_train_as_one_process(ranks, model):
+    """The same global batches (the epoch's order of the training nodes' original ids, cut
+    every batch_size), the same samples (streams keyed by original ids): the parameters after
+    every step and the epochs' figures are one process's, up to float summation order."""
+    one, records = trace(None, EXACT_CFGS[model])
+    (t0, rec0), (t1, _) = (r[3][model] for r in ranks)
+    assert len(t0) == len(one)
+    for (e, s0, p0), (_, s1, _), (e1, s, p) in zip(t0, t1, one):
+        assert e == e1 and np.array_equal(np.sort(np.concatenate([s0, s1])), np.sort(s))
+        np.testing.assert_allclose(p0, p, rtol=1e-4, atol=1e-6)
+    for r, r1 in zip(rec0, records):
+        assert r["loss"] == pytest.approx(r1["loss"], rel=1e-5) and r["train_acc"] == r1["train_acc"]
 
 
 def test_host_side_exchanges_go_on_the_gloo_group(ranks):

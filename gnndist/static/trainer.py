@@ -86,6 +86,10 @@ class RankGraph(abc.ABC):
     def set_cache(self, policy: str, capacity: float, visits: Callable[[], list[np.ndarray]]) -> None:
         """Put a feature cache in front of remote rows; `visits()` runs one sampling epoch."""
 
+    @abc.abstractmethod
+    def original_ids(self, ids: np.ndarray) -> np.ndarray:
+        """The data's own ids of `ids` (nodes this rank owns)."""
+
     def degrees(self, ids: np.ndarray) -> torch.Tensor:
         return self._deg[torch.from_numpy(ids)].float()
 
@@ -124,6 +128,9 @@ class WholeGraph(RankGraph):
     def set_cache(self, policy: str, capacity: float, visits: Callable[[], list[np.ndarray]]) -> None:
         """No remote rows in one process: nothing to cache."""
 
+    def original_ids(self, ids: np.ndarray) -> np.ndarray:
+        return ids
+
 
 class PartGraph(RankGraph):
     """One part of a store: distributed sampling, remote features through the cache."""
@@ -160,6 +167,9 @@ class PartGraph(RankGraph):
 
     def labels(self, ids: np.ndarray) -> np.ndarray:
         return self.part.y[ids - self.offset]
+
+    def original_ids(self, ids: np.ndarray) -> np.ndarray:
+        return self.part.orig_ids[ids - self.offset]
 
     def min_feature(self) -> float:
         local = torch.tensor([float(self.part.x.min(initial=np.inf))], device=self.device)
@@ -227,6 +237,9 @@ class NodeTrainer:
         self.counter_totals = dict.fromkeys(COUNTERS, 0)
         self.on_loss: Optional[Callable[[float], None]] = None  # called with each training step's global loss
         self.row_norm = cfg.row_norm == "on" or (cfg.row_norm == "auto" and graph.min_feature() >= 0)
+        # the original ids of every rank's training nodes, sorted: each epoch orders them alike on any rank layout
+        mine = torch.from_numpy(graph.original_ids(graph.train_ids)).to(device)
+        self.all_train = np.sort(torch.cat(dist.all_gather_varsize(mine)).cpu().numpy())
         graph.set_cache(cfg.cache, cfg.cache_size, self._presample)
 
     def batch(self, seeds: np.ndarray, fanouts: list[int], seed: int) -> MiniBatch:
@@ -240,31 +253,39 @@ class NodeTrainer:
                        [torch.from_numpy(e) for e in blocks.edge_index], deg)
         return mb.to(self.device)
 
-    def _batches(self, ids: np.ndarray, b: int, fanouts: Optional[list[int]], key: tuple[int, ...],
+    def _batches(self, chunks: list[np.ndarray], fanouts: Optional[list[int]], key: tuple[int, ...],
                  sample_only: bool = False) -> tuple[int, PrefetchLoader]:
-        """The globally agreed step count over `ids` in chunks of `b`, and a prefetching loader
-        of (seeds, batch) per step (empty chunks once this rank's ids run out)."""
-        steps = dist.agree_max(math.ceil(ids.size / b), self.device)
+        """The globally agreed step count over this rank's seeds of each step (`chunks`; empty
+        ones once they run out), and a prefetching loader of (seeds, batch) per step."""
+        steps = dist.agree_max(len(chunks), self.device)
         fanouts = fanouts or [-1] * self.model.num_layers
 
         def make(step: int):
-            seeds, seed = ids[step * b:(step + 1) * b], step_seed(self.cfg.seed, *key, step)
+            seeds = chunks[step] if step < len(chunks) else np.zeros(0, np.int64)
+            seed = step_seed(self.cfg.seed, *key, step)
             if sample_only:
                 return seeds, self.graph.sample(seeds, fanouts, seed).node_ids
             return seeds, self.batch(seeds, fanouts, seed)
 
         return steps, PrefetchLoader(range(steps), make, enabled=self.cfg.prefetch)
 
-    def _epoch_order(self, epoch: int) -> tuple[np.ndarray, int]:
-        """This rank's training nodes in the epoch's seeded order, and its per-step share of the
-        global batch."""
-        order = np.random.default_rng([self.cfg.seed, epoch, dist.rank()]).permutation(self.graph.train_ids)
-        return order, max(local_share(self.cfg.batch_size), 1)
+    def _epoch_chunks(self, epoch: int) -> list[np.ndarray]:
+        """This rank's seeds of each step of an epoch: the global batches are the training nodes
+        in the epoch's seeded order (of their original ids), `batch_size` at a time, whatever
+        the ranks; each rank takes the ones it owns."""
+        order = np.random.default_rng([self.cfg.seed, epoch, 0]).permutation(self.all_train)
+        ids = self.graph.train_ids
+        mine = self.graph.original_ids(ids)
+        by_orig = np.argsort(mine, kind="stable")
+        at = np.minimum(np.searchsorted(mine, order, sorter=by_orig), max(mine.size - 1, 0))
+        owned = np.flatnonzero(mine[by_orig[at]] == order) if mine.size else np.zeros(0, np.int64)
+        b = self.cfg.batch_size
+        step = owned // b
+        return np.split(ids[by_orig[at[owned]]], np.searchsorted(step, np.arange(1, -(-order.size // b))))
 
     def _presample(self) -> list[np.ndarray]:
         """The node ids one training epoch samples on this rank (the `presample` cache's visits)."""
-        order, b = self._epoch_order(0)
-        return [ids for _, ids in self._batches(order, b, self.cfg.fanouts, (0, 1), sample_only=True)[1]]
+        return [ids for _, ids in self._batches(self._epoch_chunks(0), self.cfg.fanouts, (0, 1), sample_only=True)[1]]
 
     def logits(self, seeds: np.ndarray, fanouts: Optional[list[int]] = None, seed: int = 0) -> torch.Tensor:
         """Logits of `seeds` (nodes this rank owns) in eval mode, full neighbourhoods unless
@@ -294,11 +315,10 @@ class NodeTrainer:
     def train_epoch(self, epoch: int, on_step: Optional[Callable[[int, np.ndarray], None]] = None) -> dict:
         """One epoch over this rank's training nodes (epochs count from 1); returns the
         epoch's global figures. `on_step(step, seeds)` runs after each optimizer step."""
-        order, b = self._epoch_order(epoch)
         self.graph.reset_counters()
         totals = torch.zeros(3, dtype=torch.float64)
         t0 = time.perf_counter()
-        steps, batches = self._batches(order, b, self.cfg.fanouts, (epoch, 1))
+        steps, batches = self._batches(self._epoch_chunks(epoch), self.cfg.fanouts, (epoch, 1))
         for step, (seeds, batch) in enumerate(tqdm(batches, total=steps, desc=f"epoch {epoch}", unit="step",
                                                    leave=False, disable=self._quiet())):
             stats = self.compute_grads(seeds, batch).double().cpu()
@@ -328,7 +348,8 @@ class NodeTrainer:
         out = [torch.zeros((0, self.graph.num_classes), device=self.device)]
         with torch.no_grad():
             b = max(local_share(self.cfg.eval_batch_size), 1)
-            steps, batches = self._batches(ids, b, self.cfg.eval_fanouts, (phase, 2))
+            steps, batches = self._batches([ids[i:i + b] for i in range(0, ids.size, b)], self.cfg.eval_fanouts,
+                                           (phase, 2))
             for _, batch in tqdm(batches, total=steps, desc="evaluate", unit="step", leave=False,
                                  disable=self._quiet()):
                 out.append(self.model(batch))
