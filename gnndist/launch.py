@@ -330,18 +330,16 @@ def _refuse_rerun_script() -> None:
     spawning); a job called from the script's top level would run again there, and its `nproc`
     ranks fail to start. Such a rank leaves one line saying so for `launch`, and exits."""
     main = sys.modules.get("__mp_main__")  # in the parent, another name of __main__
-    if main is None or main.__name__ != "__mp_main__":
+    errdir = os.environ.get(ERRDIR)  # set for the ranks `launch` starts only
+    if main is None or main.__name__ != "__mp_main__" or not errdir:
         return
     frame = sys._getframe(2)
     while frame is not None:
         if frame.f_code.co_name == "<module>" and frame.f_globals is vars(main):
-            line = ("the script calling gnndist runs again in each rank gnndist starts: put its calls under "
-                    "`if __name__ == \"__main__\":`")
-            errdir, r = os.environ.get(ERRDIR), os.environ.get("RANK", "0")
-            if errdir:
-                Path(errdir, f"own-{r}.txt").write_text(f"rank {r}: {line}")
-            else:
-                print(f"gnndist: error: {line}", file=sys.stderr)
+            # (the same for every rank, and torch sets RANK only after the script is imported)
+            Path(errdir, f"own-rerun-{os.getpid()}.txt").write_text(
+                "the script calling gnndist runs again in each rank gnndist starts: put its calls under "
+                "`if __name__ == \"__main__\":`")
             raise SystemExit(2)
         frame = frame.f_back
 
@@ -360,14 +358,14 @@ def _torchrun_rank(data: Data, split: Split, rank_fn: Callable[..., dict], args:
         if world > 1:
             check_same_job(source, args)
             rank0_host = dist.watch().host_of(0)
-            dist.say(f"training part {dist.rank()} of {source} ({world} ranks)")
+            dist.say(f"running on part {dist.rank()} of {source} ({world} ranks)")
         result = rank_fn(source, *args)
     except Exception as e:
         dist.post_failure(e)
         dist.teardown()  # its groups' threads end before the interpreter does (as on success)
         raise
     if world > 1 and int(os.environ["RANK"]) != 0:
-        dist.say(f"done; rank 0 (host {rank0_host}) prints the figures and writes --metrics-out, if given there")
+        dist.say(f"done; rank 0 (host {rank0_host}) prints the results and writes the output files, if given there")
     return result
 
 

@@ -37,6 +37,8 @@ def _defaults(name: str, tasks: tuple[str, ...] = ("link", "node")) -> str:
     """The config field's defaults, for a flag's help: per task, and per model where the node
     models' differ."""
     def shown(v) -> str:
+        if isinstance(v, list):
+            return ",".join(map(str, v))
         return "none" if v is None else f"{v:g}" if isinstance(v, float) else str(v)
 
     parts = {}
@@ -45,7 +47,8 @@ def _defaults(name: str, tasks: tuple[str, ...] = ("link", "node")) -> str:
     if "node" in tasks:
         node = {m: shown(getattr(NodeConfig.for_model(m), name)) for m in STATIC_MODELS}
         parts["node"] = node["sage"] if len(set(node.values())) == 1 else ", ".join(f"{m} {v}" for m, v in node.items())
-    text = "; ".join(f"{task} {v}" for task, v in parts.items()) if len(parts) > 1 else next(iter(parts.values()))
+    text = ("; ".join(f"{task} {v}" for task, v in parts.items()) if len(set(parts.values())) > 1
+            else next(iter(parts.values())))
     return f"(default: {text})"
 
 
@@ -100,7 +103,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     link.add_argument("--resume", action="store_true", help="continue from the checkpoint in --checkpoint")
     node = p.add_argument_group("node classification (static)")
     node.add_argument("--fanouts", type=_ints, default=None,
-                      help="per-hop fanouts, e.g. 15,10 (-1: all; a list that starts with -1 takes '=': --fanouts=-1,10)")
+                      help="per-hop fanouts (-1: all; a list that starts with -1 takes '=': --fanouts=-1,10) "
+                           f"{_defaults('fanouts', ('node',))}")
     node.add_argument("--eval-fanouts", type=_ints, default=None,
                       help="per-hop fanouts at evaluation (default: all neighbours, --eval-fanouts=-1,-1)")
     node.add_argument("--hidden", type=int, default=None, help=f"hidden size {_defaults('hidden', ('node',))}")
@@ -155,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
     check_flags(args)
     cfg = node_config(args) if args.task == "node" else link_config(args)
     if args.cache_size is not None and cfg.cache == "none":
-        raise GnndistError("--cache-size is the size of a cache: give --cache too (degree, presample or adaptive)")
+        raise GnndistError("--cache-size needs a cache: give --cache degree, presample or adaptive")
 
     from gnndist.errors import allocating
     from gnndist.launch import Outputs, over_seeds

@@ -119,8 +119,9 @@ class DistNeighborSampler:
     `indptr`, `indices`: CSR rows of the nodes this rank owns (ids node_offsets[r] ..
     node_offsets[r+1]-1), neighbours as global ids. Random streams are keyed by `keys[v - lo]`
     for owned node v (default: v itself; a partition store's original ids make a sample
-    independent of the renumbering). Results equal `sample_neighbors` on the whole graph with
-    the same seed (and keys).
+    independent of the renumbering). Results equal `sample_neighbors` with the same seed on the
+    whole graph numbered by the keys (with a store's original ids: the original graph, its
+    neighbours renumbered).
     """
 
     def __init__(self, indptr: np.ndarray, indices: np.ndarray, node_offsets: Sequence[int],

@@ -25,7 +25,8 @@ def test_train_help_gives_each_tasks_defaults():
 
     text = " ".join(run("train", "--help").stdout.split())
     link, sage, gat = LinkConfig(), NodeConfig.for_model("sage"), NodeConfig.for_model("gat")
-    assert f"(default: link {link.epochs}; node {sage.epochs})" in text
+    assert f"most training epochs (default: {link.epochs})" in text and link.epochs == sage.epochs
+    assert f"(default: {','.join(map(str, sage.fanouts))})" in text
     assert f"(default: link {link.patience}; node none)" in text and sage.patience is None
     assert f"(default: link {link.batch_size}; node {sage.batch_size})" in text
     assert f"(default: link {link.lr:g}; node sage {sage.lr:g}, gcn" in text and f"gat {gat.lr:g})" in text

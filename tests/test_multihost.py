@@ -225,7 +225,7 @@ def _two_hosts_own_parts(hosts, store: Path, argv: list[str], tmp: Path, want: C
     moved = [b - a for a, b in zip(before, hosts.link_bytes())]
     got = json.loads((tmp / "hosts.json").read_text())
     assert f"GLOO_SOCKET_IFNAME={hosts.dev[0]} ({ADDRS[0]}" in hosts.err(0)  # chosen, and said
-    assert f"rank 1 (host {os.uname().nodename}, {ADDRS[1]}): training part 1" in hosts.err(1)
+    assert f"rank 1 (host {os.uname().nodename}, {ADDRS[1]}): running on part 1" in hosts.err(1)
     _same_figures(got, want())
     remote = sum(e.get("remote_bytes", e.get("bytes", 0)) for e in got["epochs"])
     assert min(moved) > 0 and sum(moved) >= remote, (moved, remote)

@@ -60,7 +60,9 @@ class NodeState:
 
     @contextmanager
     def provisional(self) -> Iterator[None]:
-        """The writes and deliveries within the block are undone at its end."""
+        """The writes and deliveries within the block are undone at its end (not nested)."""
+        if self._undo is not None:
+            raise RuntimeError("a provisional block is open already")
         self._undo = []
         try:
             yield
