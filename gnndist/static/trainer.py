@@ -38,7 +38,7 @@ from gnndist.outputs import write_metrics
 from gnndist.partition import load_partition
 from gnndist.runlog import RunLog
 from gnndist.samplers import (Blocks, DistNeighborSampler, DistFeatures, PrefetchLoader, degree_scores, hit_rate,
-                              sample_neighbors, visit_scores)
+                              sample_neighbors, sampler_group, visit_scores)
 from gnndist.static.config import NodeConfig
 from gnndist.static.models import MiniBatch, StaticGNN
 from gnndist.launch import Data, Outputs, Split, run_job
@@ -212,6 +212,26 @@ def check_training_graph(graph) -> None:
 COUNTERS = ("requests", "hits", "misses", "bytes_fetched", "bytes_saved")
 
 
+def epoch_keys(ids: np.ndarray, salt: int) -> np.ndarray:
+    """A 62-bit hash of each id with `salt` (splitmix64): the epoch's order of the training nodes."""
+    x = ids.astype(np.uint64) ^ np.uint64(salt)
+    for shift, mult in ((30, 0xBF58476D1CE4E5B9), (27, 0x94D049BB133111EB)):
+        x = (x ^ (x >> np.uint64(shift))) * np.uint64(mult)
+    return ((x ^ (x >> np.uint64(31))) >> np.uint64(2)).astype(np.int64)
+
+
+def global_quantiles(keys: np.ndarray, ranks: np.ndarray) -> np.ndarray:
+    """For each r of `ranks`, the smallest key with r keys below it over all ranks' sorted `keys`
+    (62-bit): a bisection of the key range, one all-reduce of the counts per bit (a collective)."""
+    lo, hi = np.zeros(ranks.size, np.int64), np.full(ranks.size, 1 << 62, np.int64)
+    for _ in range(62):
+        mid = lo + (hi - lo) // 2
+        below = torch.from_numpy(np.searchsorted(keys, mid).astype(np.int64))
+        enough = dist.all_reduce(below, group=sampler_group()).numpy() >= ranks  # host data: the gloo group
+        hi, lo = np.where(enough, mid, hi), np.where(enough, lo, mid)
+    return hi
+
+
 def local_share(total: int) -> int:
     """This rank's part of a global batch of `total` seeds."""
     w, r = dist.world_size(), dist.rank()
@@ -237,9 +257,7 @@ class NodeTrainer:
         self.counter_totals = dict.fromkeys(COUNTERS, 0)
         self.on_loss: Optional[Callable[[float], None]] = None  # called with each training step's global loss
         self.row_norm = cfg.row_norm == "on" or (cfg.row_norm == "auto" and graph.min_feature() >= 0)
-        # the original ids of every rank's training nodes, sorted: each epoch orders them alike on any rank layout
-        mine = torch.from_numpy(graph.original_ids(graph.train_ids)).to(device)
-        self.all_train = np.sort(torch.cat(dist.all_gather_varsize(mine)).cpu().numpy())
+        self.num_train = int(dist.all_reduce(torch.tensor([graph.train_ids.size], device=device)).item())
         graph.set_cache(cfg.cache, cfg.cache_size, self._presample)
 
     def batch(self, seeds: np.ndarray, fanouts: list[int], seed: int) -> MiniBatch:
@@ -270,18 +288,16 @@ class NodeTrainer:
         return steps, PrefetchLoader(range(steps), make, enabled=self.cfg.prefetch)
 
     def _epoch_chunks(self, epoch: int) -> list[np.ndarray]:
-        """This rank's seeds of each step of an epoch: the global batches are the training nodes
-        in the epoch's seeded order (of their original ids), `batch_size` at a time, whatever
-        the ranks; each rank takes the ones it owns."""
-        order = np.random.default_rng([self.cfg.seed, epoch, 0]).permutation(self.all_train)
+        """This rank's seeds of each step of an epoch (a collective). The global batches are the
+        training nodes in the order of a seeded hash of (epoch, original id), `batch_size` at a
+        time, whatever the ranks: each rank takes the ones it owns, and no rank holds more ids
+        than its own."""
         ids = self.graph.train_ids
-        mine = self.graph.original_ids(ids)
-        by_orig = np.argsort(mine, kind="stable")
-        at = np.minimum(np.searchsorted(mine, order, sorter=by_orig), max(mine.size - 1, 0))
-        owned = np.flatnonzero(mine[by_orig[at]] == order) if mine.size else np.zeros(0, np.int64)
-        b = self.cfg.batch_size
-        step = owned // b
-        return np.split(ids[by_orig[at[owned]]], np.searchsorted(step, np.arange(1, -(-order.size // b))))
+        keys = epoch_keys(self.graph.original_ids(ids), step_seed(self.cfg.seed, epoch, 3))
+        order = np.argsort(keys, kind="stable")
+        steps = -(-self.num_train // self.cfg.batch_size)
+        firsts = global_quantiles(keys[order], np.arange(1, steps) * self.cfg.batch_size)
+        return np.split(ids[order], np.searchsorted(keys[order], firsts))
 
     def _presample(self) -> list[np.ndarray]:
         """The node ids one training epoch samples on this rank (the `presample` cache's visits)."""
