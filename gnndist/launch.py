@@ -385,8 +385,13 @@ def _run_rank(errdir: str, cores: list[int], entrypoint: Callable[..., Any], *ar
     r = os.environ.get("RANK", "0")
     Path(errdir, f"pid-{r}").write_text(str(os.getpid()))
     _thread_locks_only()
+    signal.signal(signal.SIGINT, _interrupt_once)
     try:
         return entrypoint(*args)
+    except KeyboardInterrupt as e:  # what it says (where a checkpoint went) reaches `launch`
+        if str(e):
+            Path(errdir, f"interrupted-{r}.note").write_text(str(e))
+        raise
     except Exception as e:
         dist.post_failure(e)
         kind = "peer" if isinstance(e, dist.PeerFailure) else "own"
@@ -396,6 +401,13 @@ def _run_rank(errdir: str, cores: list[int], entrypoint: Callable[..., Any], *ar
         if os.environ.get("GNNDIST_DEBUG") != "1":  # --debug: the rank's traceback too
             raise SystemExit(2) from None
         raise
+
+
+def _interrupt_once(signum: int, frame: Any) -> None:
+    """Ctrl-C reaches a rank twice (from the terminal, then forwarded by torch's launcher): the
+    first interrupts it, the second would interrupt what it does about the first."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
 
 
 def _end_stragglers(errdir: str, done: threading.Event, grace: float = 2.0) -> None:
@@ -425,12 +437,14 @@ def launch(nproc: int, entrypoint: Callable[..., Any], *args: Any) -> list[Any]:
     import logging
     import tempfile
 
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    if os.environ.get("GNNDIST_DEBUG") != "1":
-        for name in ("torch.distributed.elastic", "torch.multiprocessing"):
-            logging.getLogger(name).setLevel(logging.CRITICAL)
+    if os.environ.get("GNNDIST_DEBUG") != "1":  # torch's modules set their loggers' levels themselves
+        for name in list(logging.root.manager.loggerDict):
+            if name.startswith(("torch.distributed.elastic", "torch.multiprocessing")):
+                logging.getLogger(name).setLevel(logging.CRITICAL)
     config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id="gnndist",
                           rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0", max_restarts=0,
                           monitor_interval=0.1, start_method="spawn")
@@ -455,6 +469,12 @@ def launch(nproc: int, entrypoint: Callable[..., Any], *args: Any) -> list[Any]:
             rank_, failure = e.get_first_failure()
             host = dist.this_host("127.0.0.1")
             raise GnndistError(f"rank {rank_} (host {host}) {_exit_cause(failure.exitcode)}") from None
+        except SignalException as e:  # Ctrl-C: torch's agent has stopped the ranks
+            if e.sigval != signal.SIGINT:
+                raise
+            notes = sorted(f for f in os.listdir(errdir) if f.endswith(".note"))
+            note = Path(errdir, notes[0]).read_text() if notes else ""
+            raise KeyboardInterrupt(note + (", and the other ranks' in theirs" if len(notes) > 1 else "")) from None
         finally:
             del os.environ[ERRDIR]
             done.set()

@@ -20,9 +20,11 @@ import json
 import os
 import random
 import shutil
+import signal
 import struct
 import subprocess
 import sys
+import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -752,6 +754,26 @@ def test_train_that_fails_keeps_the_checkpoint_it_replaces(tmp_path, monkeypatch
     assert main([*argv, "--resume"]) == 130
     assert capsys.readouterr().err.strip() == f"gnndist: interrupted (an earlier run's checkpoint is kept in {ck}/.replaced)"
     assert {f.name: f.read_bytes() for f in (ck / ".replaced").iterdir()} == before
+
+
+def test_ctrl_c_on_two_ranks_is_one_line_naming_the_kept_checkpoint(tmp_path):
+    """Ctrl-C (SIGINT to the process group, as a terminal sends it) during `--nproc 2` training
+    that replaces an earlier run's checkpoint: exit 130, one line naming where it is kept."""
+    ck = tmp_path / "ck"
+    env = {**os.environ, "GNNDIST_CACHE": str(tmp_path / "cache")}
+    argv = [sys.executable, "-m", "gnndist", "train", *TEMPORAL, "--nproc", "2", "--checkpoint", str(ck), "--quiet"]
+    assert subprocess.run([*argv, "--epochs", "1"], env=env, capture_output=True).returncode == 0
+    p = subprocess.Popen([*argv, "--epochs", "100000", "--patience", "100000"], env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not (ck / "rank0" / checkpoint_name(2)).exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    os.killpg(p.pid, signal.SIGINT)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 130, err[-3000:]
+    assert err.strip().splitlines()[-1] == (f"gnndist: interrupted (an earlier run's checkpoint is kept in "
+                                            f"{ck}/rank0/.replaced, and the other ranks' in theirs)"), err[-3000:]
+    assert "Traceback" not in err and checkpoint.epochs(ck / "rank1" / ".replaced") == [1]
 
 
 def test_ranks_that_crashed_between_writes_share_an_older_epoch(tmp_path):
