@@ -8,8 +8,9 @@ remote feature bytes per epoch, with ratios against peers measured in the same r
     python benchmarks/dist_static.py --scale 0.1 --steps 20
 
 Partitions are METIS with balanced nodes and training nodes (`gnndist.partition`), made once
-per rank count (their time is printed). `--steps S` trains only each rank's first S local
-batches of the epoch (the same nodes for every policy): figures are then per S steps. The
+per rank count (their time is printed). `--steps S` keeps each rank's first S x (its share of
+a global batch) training nodes (the same nodes for every policy), so that an epoch is about S
+global batches: figures are then per S steps. The
 `presample` cache counts visits over one earlier sampling epoch (other order and seed).
 """
 from __future__ import annotations
@@ -28,7 +29,7 @@ from gnndist.static.trainer import WholeGraph, NodeConfig, NodeTrainer, PartGrap
 
 
 def capped(graph, cfg: NodeConfig, steps: int):
-    """`graph` with its training nodes cut to `steps` local batches (0: all)."""
+    """`graph` with its training nodes cut to `steps` shares of a global batch (0: all)."""
     if steps:
         graph.train_ids = graph.train_ids[: steps * max(local_share(cfg.batch_size), 1)]
     return graph
