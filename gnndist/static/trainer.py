@@ -220,15 +220,22 @@ def epoch_keys(ids: np.ndarray, salt: int) -> np.ndarray:
     return ((x ^ (x >> np.uint64(31))) >> np.uint64(2)).astype(np.int64)
 
 
-def global_quantiles(keys: np.ndarray, ranks: np.ndarray) -> np.ndarray:
+def global_quantiles(keys: np.ndarray, ranks: np.ndarray, bits: int = 8) -> np.ndarray:
     """For each r of `ranks`, the smallest key with r keys below it over all ranks' sorted `keys`
-    (62-bit): a bisection of the key range, one all-reduce of the counts per bit (a collective)."""
+    (62-bit): a search of the key range that splits each interval into 2**bits per round, with
+    one all-reduce of the counts below the split points a round (a collective)."""
     lo, hi = np.zeros(ranks.size, np.int64), np.full(ranks.size, 1 << 62, np.int64)
-    for _ in range(62):
-        mid = lo + (hi - lo) // 2
-        below = torch.from_numpy(np.searchsorted(keys, mid).astype(np.int64))
-        enough = dist.all_reduce(below, group=sampler_group()).numpy() >= ranks  # host data: the gloo group
-        hi, lo = np.where(enough, mid, hi), np.where(enough, lo, mid)
+    parts = 1 << bits
+    while np.any(hi - lo > 1):
+        width = -(-(hi - lo) // parts)  # the last part may be shorter; `hi` stays a bound
+        points = np.minimum(lo[:, None] + width[:, None] * np.arange(1, parts), hi[:, None])
+        below = torch.from_numpy(np.searchsorted(keys, points).astype(np.int64))
+        below = dist.all_reduce(below, group=sampler_group()).numpy()  # host data: the gloo group
+        enough = below >= ranks[:, None]
+        first = np.where(enough.any(1), enough.argmax(1), parts - 1)  # the first point with enough below
+        new_hi = np.where(enough.any(1), points[np.arange(ranks.size), np.minimum(first, parts - 2)], hi)
+        new_lo = np.where(first > 0, points[np.arange(ranks.size), np.maximum(first - 1, 0)], lo)
+        lo, hi = np.where(enough.any(1), new_lo, points[:, -1]), new_hi
     return hi
 
 
