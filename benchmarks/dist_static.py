@@ -76,7 +76,7 @@ def main() -> None:
     fanouts = [int(f) for f in a.fanouts.split(",")]
     policies = a.policies.split(",")
     cfgs = [NodeConfig.for_model("sage", batch_size=a.batch_size, fanouts=fanouts, cache=pol,
-                                 cache_size=a.cache_size, quiet=True) for pol in policies]
+                                 cache_size=None if pol == "none" else a.cache_size, quiet=True) for pol in policies]
     rows = []
     with tempfile.TemporaryDirectory(prefix="dist_static-") as tmp:
         work = Path(a.workdir or tmp)

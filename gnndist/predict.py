@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence, Union
 
@@ -66,6 +66,16 @@ class SavedModel:
         params = best["model"] if best["model"] is not None else payload["model"]  # no validation figure
         return cls(str(directory), task, config, params, int(payload["epoch"]), int(best["epoch"]),
                    list(payload.get("history", [])))
+
+    def settings(self, cls: type, defaults: Optional[dict[str, Any]] = None, **overrides: Any) -> Any:
+        """The saved run's config as a `cls` (`LinkConfig`, `NodeConfig`): its fields of `cls`
+        over `defaults` (of fields older checkpoints lack), with `overrides`. A cache size saved
+        without a cache (configs held one before a size was a cache's only) is left out."""
+        names = {f.name for f in fields(cls)}
+        saved = {**(defaults or {}), **{k: v for k, v in self.config.items() if k in names}}
+        if saved.get("cache", "none") == "none":
+            saved.pop("cache_size", None)
+        return cls(**{**saved, **overrides})
 
     def check_kind(self, data: Data) -> None:
         """A one-line error when `data` is not of the graph kind this model's task takes."""

@@ -104,12 +104,13 @@ Rule = Union[Int, Real, OneOf, Fanouts]
 SEED = Int(0)
 FLAG = OneOf((False, True))
 CACHE_POLICIES = ("none", "degree", "presample", "adaptive")
+CACHE_SIZE = 0.1  # a cache's capacity where no size is given: a tenth of the remote rows
 DEVICES = ("cpu", "cuda")
 MEMORY_MODES = ("replicated", "partitioned")  # where a link model's node state lives across ranks
 # the fields both trainers' configs have
 COMMON = {"epochs": Int(), "patience": Int(optional=True), "batch_size": Int(), "lr": Real(low_open=True),
           "cache": OneOf(CACHE_POLICIES),
-          "cache_size": Real(), "device": OneOf(DEVICES), "seed": SEED, "quiet": FLAG}
+          "cache_size": Real(optional=True), "device": OneOf(DEVICES), "seed": SEED, "quiet": FLAG}
 
 
 def check(name: str, value: Any, rule: Rule) -> None:
@@ -130,6 +131,17 @@ def check_type(what: str, value: Any, cls: type) -> None:
     """GnndistError unless `value` is a `cls` (a library call's argument `what`)."""
     if not isinstance(value, cls):
         raise GnndistError(f"{what} must be of type {cls.__name__}, got {type(value).__name__}")
+
+
+def check_cache(cache: str, cache_size: Optional[float]) -> None:
+    """A size is a cache's: given without one, a GnndistError."""
+    if cache_size is not None and cache == "none":
+        raise GnndistError(f"{flag('cache_size')} needs a cache: give {flag('cache')} degree, presample or adaptive")
+
+
+def cache_capacity(cache_size: Optional[float]) -> float:
+    """A cache's capacity: `cache_size`, or CACHE_SIZE where none is given."""
+    return CACHE_SIZE if cache_size is None else cache_size
 
 
 def check_fields(obj: Any, rules: dict[str, Rule]) -> None:

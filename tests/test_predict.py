@@ -249,6 +249,7 @@ def test_a_tgat_checkpoint_from_before_the_sampling_setting_samples_uniformly(tm
     (path,) = (tmp_path / "ck").glob("epoch-*.pt")
     payload = torch.load(path, weights_only=True)
     del payload["config"]["sampling"]  # as written before the setting existed
+    payload["config"]["cache_size"] = 0.1  # as written before a size was a cache's only
     torch.save(payload, path)
     np.testing.assert_array_equal(link_scores(tmp_path / "ck", g, src, dst, t, quiet=True), want)
 

@@ -114,7 +114,7 @@ def test_a_node_config_built_in_python_fails_with_the_line_of_the_cli(flags, fie
 
 def test_the_edges_of_each_node_range_are_accepted():
     cfg = NodeConfig.for_model("gcn", dropout=0.0, weight_decay=0.0, fanouts=[-1, 2**63 - 1], eval_fanouts=[1, -1],
-                               seed=2**63 - 1, cache_size=0.0)
+                               seed=2**63 - 1, cache="degree", cache_size=0.0)
     assert dataclasses.replace(cfg, dropout=0.999).dropout == 0.999
     for bad in (dict(fanouts=[]), dict(fanouts=[2.0]), dict(prefetch=None), dict(row_norm="yes"), dict(hidden=8.0)):
         with pytest.raises(GnndistError):

@@ -127,7 +127,8 @@ def test_a_config_built_in_python_fails_with_the_line_of_the_cli(flags, fields, 
 
 
 def test_the_edges_of_each_range_are_accepted():
-    cfg = LinkConfig(seed=2**63 - 1, cache_size=0.0, clip_grad=1e-30, lr=1e300, patience=1, batch_size=1)
+    cfg = LinkConfig(seed=2**63 - 1, cache="degree", cache_size=0.0, clip_grad=1e-30, lr=1e300, patience=1,
+                     batch_size=1)
     assert dataclasses.replace(cfg, seed=0).seed == 0
     for bad in (dict(seed=True), dict(epochs=2.0), dict(quiet=1), dict(lr="0.1"), dict(model="TGN")):
         with pytest.raises(GnndistError):

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field, fields
 from typing import Optional
 
 from gnndist.errors import GnndistError
-from gnndist.validate import COMMON, FLAG, Fanouts, Int, OneOf, Real, check, check_fields
+from gnndist.validate import COMMON, FLAG, Fanouts, Int, OneOf, Real, check, check_cache, check_fields
 
 MODELS = ("sage", "gcn", "gat")
 # Per-model defaults, picked among a few settings on Cora and CiteSeer (public splits, 5 seeds).
@@ -39,7 +39,7 @@ class NodeConfig:
     dropout: float = MODEL_DEFAULTS["sage"]["dropout"]
     row_norm: str = "auto"  # on | off | auto: on when no feature is negative
     cache: str = "none"
-    cache_size: float = 0.1
+    cache_size: Optional[float] = None  # a fraction (<= 1) of the remote rows, or bytes (> 1); None: CACHE_SIZE
     device: str = "cpu"
     prefetch: bool = True  # sample and fetch step i+1 in a background thread during step i
     seed: int = 0
@@ -47,6 +47,7 @@ class NodeConfig:
 
     def __post_init__(self) -> None:
         check_fields(self, NODE_RULES)
+        check_cache(self.cache, self.cache_size)
         if self.eval_fanouts is not None and len(self.eval_fanouts) != len(self.fanouts):
             raise GnndistError(f"--eval-fanouts needs {len(self.fanouts)} values (one per layer, like --fanouts), "
                                f"got {len(self.eval_fanouts)}")

@@ -6,7 +6,7 @@ figures are the same. Node ids are those of the data's graph (a store's original
 """
 from __future__ import annotations
 
-from dataclasses import fields, replace
+from dataclasses import replace
 from typing import Optional, Union
 
 import numpy as np
@@ -39,9 +39,7 @@ def _check_sizes(saved: SavedModel, data: Union[Graph, RankGraph]) -> None:
 def _probabilities_rank(source: Union[Graph, str], saved: SavedModel, device: str, quiet: bool,
                         ids: Optional[np.ndarray]) -> np.ndarray:
     with joined(device) as dev:
-        names = {f.name for f in fields(NodeConfig)}
-        cfg = NodeConfig(**{k: v for k, v in saved.config.items() if k in names})
-        cfg = replace(cfg, eval_fanouts=None, device=dev.type, quiet=quiet)  # full neighbourhoods
+        cfg = saved.settings(NodeConfig, eval_fanouts=None, device=dev.type, quiet=quiet)  # full neighbourhoods
         view = rank_graph(source, cfg, dev)
         _check_sizes(saved, view)
         trainer = NodeTrainer(view, cfg, dev)

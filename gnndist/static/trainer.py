@@ -42,7 +42,7 @@ from gnndist.samplers import (Blocks, DistNeighborSampler, DistFeatures, Prefetc
 from gnndist.static.config import NodeConfig
 from gnndist.static.models import MiniBatch, StaticGNN
 from gnndist.launch import Data, Outputs, Split, run_job
-from gnndist.validate import check_type
+from gnndist.validate import cache_capacity, check_type
 
 
 def step_seed(*keys: int) -> int:
@@ -265,7 +265,7 @@ class NodeTrainer:
         self.on_loss: Optional[Callable[[float], None]] = None  # called with each training step's global loss
         self.row_norm = cfg.row_norm == "on" or (cfg.row_norm == "auto" and graph.min_feature() >= 0)
         self.num_train = int(dist.all_reduce(torch.tensor([graph.train_ids.size], device=device)).item())
-        graph.set_cache(cfg.cache, cfg.cache_size, self._presample)
+        graph.set_cache(cfg.cache, cache_capacity(cfg.cache_size), self._presample)
 
     def batch(self, seeds: np.ndarray, fanouts: list[int], seed: int) -> MiniBatch:
         """Sample around `seeds` and gather the sampled nodes' features (collectives)."""
@@ -427,7 +427,7 @@ class NodeTrainer:
         runlog.test(test, best_epoch)
         return {"task": "node", "model": cfg.model, "world_size": dist.world_size(),
                 "config": asdict(cfg), "epochs": epochs, "selected_epoch": best_epoch, "stop_reason": stop_reason,
-                "test": test, "cache": {"policy": cfg.cache, "capacity": cfg.cache_size, **c, "hit_rate": hit_rate(c["hits"], c["requests"])}}
+                "test": test, "cache": {"policy": cfg.cache, "capacity": cache_capacity(cfg.cache_size), **c, "hit_rate": hit_rate(c["hits"], c["requests"])}}
 
     def _global_counters(self) -> dict[str, int]:
         """This epoch's feature-store counters summed over ranks."""

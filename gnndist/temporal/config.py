@@ -5,7 +5,7 @@ from dataclasses import asdict, dataclass
 from typing import Optional
 
 from gnndist.errors import GnndistError
-from gnndist.validate import COMMON, MEMORY_MODES, Int, OneOf, Real, check_fields, flag
+from gnndist.validate import COMMON, MEMORY_MODES, Int, OneOf, Real, check_cache, check_fields, flag
 
 MODELS = ("tgn", "jodie", "apan", "dyrep", "tgat")
 NEG_STRATEGIES = ("random", "historical", "inductive")
@@ -39,13 +39,14 @@ class LinkConfig:
     memory: str = "replicated"  # node state across ranks: replicated | partitioned
     share: str = "owner"  # a rank processes the events whose source node it owns
     cache: str = "none"  # remote edge-feature cache: none | degree | presample | adaptive
-    cache_size: float = 0.1  # a fraction (<= 1) of the remote events, or bytes (> 1)
+    cache_size: Optional[float] = None  # a fraction (<= 1) of the remote events, or bytes (> 1); None: CACHE_SIZE
     device: str = "cpu"
     seed: int = 0
     quiet: bool = False
 
     def __post_init__(self) -> None:
         check_fields(self, RULES)
+        check_cache(self.cache, self.cache_size)
         if self.model == "jodie" and self.sampling != "recent":
             raise GnndistError(f"{flag('sampling')} {self.sampling}: jodie samples no neighbours")
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import numbers
 from contextlib import contextmanager
-from dataclasses import fields, replace
+from dataclasses import replace
 from typing import Any, Iterator, Optional, Union
 
 import numpy as np
@@ -135,10 +135,9 @@ def _trainer(source, saved: SavedModel, device: torch.device, quiet: bool, same_
     """This rank's trainer with the saved settings and the selected parameters."""
     events = rank_events(source)
     _check_sizes(saved, events, same_events)
-    names = {f.name for f in fields(LinkConfig)}
     # checkpoints from before the sampling setting: TGAT sampled uniformly, the others the most recent
-    written = {"sampling": "uniform" if saved.config.get("model") == "tgat" else "recent", **saved.config}
-    cfg = LinkConfig(**{**{k: v for k, v in written.items() if k in names}, "device": device.type, "quiet": quiet})
+    cfg = saved.settings(LinkConfig, {"sampling": "uniform" if saved.config.get("model") == "tgat" else "recent"},
+                         device=device.type, quiet=quiet)
     trainer = LinkTrainer(events, cfg, device)
     trainer.model.load_state_dict(saved.params)
     trainer.model.eval()
