@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import math
 import os
 import sys
 from typing import Iterator, Optional, Sequence, Union
