@@ -26,7 +26,6 @@ from gnndist.static.models import StaticGNN
 from gnndist.temporal.models import build_model
 from gnndist.temporal.modules import GraphAttention
 from gnndist.temporal.state import NodeState
-from gnndist.validate import cache_capacity
 
 TRAINING_COPIES = 3  # of a trainable parameter, beside itself: its gradient and Adam's two moments
 HOP_ENTRY_BYTES = 8 + 8 + 8 + 4 + 1  # a sampled neighbour: node, event id, time, time gap, mask
@@ -116,7 +115,7 @@ def link_footprint(events: Any, cfg: Any, device: torch.device = torch.device("c
     cache = 0
     if cfg.cache != "none" and events.num_parts > 1 and events.edge_dim:
         row = events.edge_dim * events.edge_feat.itemsize
-        cache = capacity_rows(cache_capacity(cfg.cache_size), events.num_events - events.num_held, row) * row
+        cache = capacity_rows(cfg.cache_size, events.num_events - events.num_held, row) * row
     state_flag = "--memory-dim" if events.num_parts == 1 or partitioned else "--memory-dim or use --memory partitioned"
     return Footprint(what, torch.device(device), [
         Part("model with gradients and Adam state", _model_bytes(model), "--memory-dim"),
@@ -134,7 +133,7 @@ def node_footprint(graph: Any, cfg: Any, device: torch.device = torch.device("cp
     store = getattr(graph, "store", None)  # the remote features of a part (none in one process)
     cache = 0
     if store is not None and cfg.cache != "none":
-        cache = capacity_rows(cache_capacity(cfg.cache_size), store.num_remote, store.row_bytes) * store.row_bytes
+        cache = capacity_rows(cfg.cache_size, store.num_remote, store.row_bytes) * store.row_bytes
     return Footprint(what, torch.device(device), [
         Part("model with gradients and Adam state", _model_bytes(model), "--hidden"),
         Part("feature cache", cache, "--cache-size", on_device=False)])

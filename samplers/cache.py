@@ -15,7 +15,7 @@ from typing import Optional
 import numpy as np
 
 from gnndist.errors import GnndistError
-from gnndist.validate import CACHE_POLICIES as POLICIES
+from gnndist.validate import CACHE_POLICIES as POLICIES, cache_capacity
 
 
 class SparseMap:
@@ -69,8 +69,10 @@ class SparseMap:
         self.keys, self.values = self.keys[rows], self.values[rows]
 
 
-def capacity_rows(capacity: float, num_remote: int, row_bytes: int) -> int:
-    """Rows a capacity means: a fraction (<= 1) of the remote ids, or a byte budget (> 1)."""
+def capacity_rows(capacity: Optional[float], num_remote: int, row_bytes: int) -> int:
+    """Rows a capacity means: a fraction (<= 1) of the remote ids, or a byte budget (> 1) (None:
+    `validate.CACHE_SIZE`)."""
+    capacity = cache_capacity(capacity)
     if not capacity >= 0:
         raise GnndistError(f"cache capacity must be >= 0, got {capacity}")
     rows = int(capacity * num_remote) if capacity <= 1 else int(capacity // max(row_bytes, 1))

@@ -171,11 +171,11 @@ class DistFeatures:
         """How many ids this rank does not hold."""
         return self.num_ids - self.local_rows.shape[0]
 
-    def set_cache(self, policy: str, capacity: float = 0.1, scores: Optional[np.ndarray] = None,
+    def set_cache(self, policy: str, capacity: Optional[float] = None, scores: Optional[np.ndarray] = None,
                   candidates: Optional[tuple[np.ndarray, np.ndarray, np.ndarray]] = None) -> None:
         """Put a cache in front of the remote path; a collective (it fetches the first rows).
 
-        `capacity`: a fraction (<= 1) of the remote ids, or bytes (> 1). What ranks ids for
+        `capacity`: a fraction (<= 1) of the remote ids, or bytes (> 1) (None: `validate.CACHE_SIZE`). What ranks ids for
         `degree` and `presample` (required for them, an optional first fill for `adaptive`):
         `scores` [num_ids] of a node store (degrees, see `degree_scores`; visit counts, see
         `visit_scores`), or `candidates` = (ids, scores, holders) of remote ids of an event store.

@@ -83,7 +83,7 @@ class RankGraph(abc.ABC):
         """The smallest feature value over the whole graph."""
 
     @abc.abstractmethod
-    def set_cache(self, policy: str, capacity: float, visits: Callable[[], list[np.ndarray]]) -> None:
+    def set_cache(self, policy: str, capacity: Optional[float], visits: Callable[[], list[np.ndarray]]) -> None:
         """Put a feature cache in front of remote rows; `visits()` runs one sampling epoch."""
 
     @abc.abstractmethod
@@ -125,7 +125,7 @@ class WholeGraph(RankGraph):
     def min_feature(self) -> float:
         return float(self.graph.x.min(initial=np.inf))
 
-    def set_cache(self, policy: str, capacity: float, visits: Callable[[], list[np.ndarray]]) -> None:
+    def set_cache(self, policy: str, capacity: Optional[float], visits: Callable[[], list[np.ndarray]]) -> None:
         """No remote rows in one process: nothing to cache."""
 
     def original_ids(self, ids: np.ndarray) -> np.ndarray:
@@ -150,7 +150,7 @@ class PartGraph(RankGraph):
         local_deg = torch.from_numpy(np.diff(part.indptr)).to(device)
         self._deg = torch.cat(dist.all_gather_varsize(local_deg)).cpu() if cfg.model == "gcn" else None
 
-    def set_cache(self, policy: str, capacity: float, visits: Callable[[], list[np.ndarray]]) -> None:
+    def set_cache(self, policy: str, capacity: Optional[float], visits: Callable[[], list[np.ndarray]]) -> None:
         """Put the feature cache in front of remote rows; `visits()` runs one sampling epoch
         (only called for `presample`). A collective."""
         if policy == "none":
@@ -265,7 +265,7 @@ class NodeTrainer:
         self.on_loss: Optional[Callable[[float], None]] = None  # called with each training step's global loss
         self.row_norm = cfg.row_norm == "on" or (cfg.row_norm == "auto" and graph.min_feature() >= 0)
         self.num_train = int(dist.all_reduce(torch.tensor([graph.train_ids.size], device=device)).item())
-        graph.set_cache(cfg.cache, cache_capacity(cfg.cache_size), self._presample)
+        graph.set_cache(cfg.cache, cfg.cache_size, self._presample)
 
     def batch(self, seeds: np.ndarray, fanouts: list[int], seed: int) -> MiniBatch:
         """Sample around `seeds` and gather the sampled nodes' features (collectives)."""

@@ -50,7 +50,7 @@ from gnndist.graph import TemporalGraph
 from gnndist.io import show_progress
 from gnndist.outputs import write_metrics
 from gnndist.launch import Data, Outputs, Split, run_job
-from gnndist.validate import cache_capacity, check_type
+from gnndist.validate import check_type
 from gnndist.partition import load_id_maps, load_partition
 from gnndist.runlog import RunLog
 from gnndist.samplers import hit_rate, sampler_group
@@ -472,14 +472,14 @@ class LinkTrainer:
             candidates = self._degree_candidates()
         elif policy == "presample":
             candidates = self._presample_candidates()
-        store.set_cache(policy, cache_capacity(self.cfg.cache_size), candidates=candidates)
+        store.set_cache(policy, self.cfg.cache_size, candidates=candidates)
 
     def _capacities(self) -> list[int]:
         """Cache rows of every rank."""
         from gnndist.samplers.cache import capacity_rows
 
         store = self.neighbours.features
-        mine = capacity_rows(cache_capacity(self.cfg.cache_size), store.num_remote, store.row_bytes)
+        mine = capacity_rows(self.cfg.cache_size, store.num_remote, store.row_bytes)
         return [int(c) for c in torch.cat(dist.all_gather_varsize(torch.tensor([mine]), store.group)).tolist()]
 
     def _degree_candidates(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
