@@ -225,17 +225,15 @@ def global_quantiles(keys: np.ndarray, ranks: np.ndarray, bits: int = 8) -> np.n
     (62-bit): a search of the key range that splits each interval into 2**bits per round, with
     one all-reduce of the counts below the split points a round (a collective)."""
     lo, hi = np.zeros(ranks.size, np.int64), np.full(ranks.size, 1 << 62, np.int64)
-    parts = 1 << bits
-    while np.any(hi - lo > 1):
+    parts, rows = 1 << bits, np.arange(ranks.size)
+    while np.any(hi - lo > 1):  # r keys lie below hi, fewer below lo
         width = -(-(hi - lo) // parts)  # the last part may be shorter; `hi` stays a bound
         points = np.minimum(lo[:, None] + width[:, None] * np.arange(1, parts), hi[:, None])
         below = torch.from_numpy(np.searchsorted(keys, points).astype(np.int64))
         below = dist.all_reduce(below, group=sampler_group()).numpy()  # host data: the gloo group
-        enough = below >= ranks[:, None]
-        first = np.where(enough.any(1), enough.argmax(1), parts - 1)  # the first point with enough below
-        new_hi = np.where(enough.any(1), points[np.arange(ranks.size), np.minimum(first, parts - 2)], hi)
-        new_lo = np.where(first > 0, points[np.arange(ranks.size), np.maximum(first - 1, 0)], lo)
-        lo, hi = np.where(enough.any(1), new_lo, points[:, -1]), new_hi
+        few = (below < ranks[:, None]).sum(1)  # the points with fewer than r keys below come first
+        lo = np.where(few > 0, points[rows, np.maximum(few - 1, 0)], lo)
+        hi = np.where(few < parts - 1, points[rows, np.minimum(few, parts - 2)], hi)
     return hi
 
 
@@ -264,7 +262,9 @@ class NodeTrainer:
         self.counter_totals = dict.fromkeys(COUNTERS, 0)
         self.on_loss: Optional[Callable[[float], None]] = None  # called with each training step's global loss
         self.row_norm = cfg.row_norm == "on" or (cfg.row_norm == "auto" and graph.min_feature() >= 0)
-        self.num_train = int(dist.all_reduce(torch.tensor([graph.train_ids.size], device=device)).item())
+        # the three splits' node counts over the ranks (a store's parts: no rank sees whole masks)
+        self.split_sizes = dist.all_reduce(torch.tensor([graph.train_ids.size, graph.val_ids.size,
+                                                         graph.test_ids.size], device=device)).tolist()
         graph.set_cache(cfg.cache, cfg.cache_size, self._presample)
 
     def batch(self, seeds: np.ndarray, fanouts: list[int], seed: int) -> MiniBatch:
@@ -302,7 +302,7 @@ class NodeTrainer:
         ids = self.graph.train_ids
         keys = epoch_keys(self.graph.original_ids(ids), step_seed(self.cfg.seed, epoch, 3))
         order = np.argsort(keys, kind="stable")
-        steps = -(-self.num_train // self.cfg.batch_size)
+        steps = -(-self.split_sizes[0] // self.cfg.batch_size)
         firsts = global_quantiles(keys[order], np.arange(1, steps) * self.cfg.batch_size)
         return np.split(ids[order], np.searchsorted(keys[order], firsts))
 
@@ -391,9 +391,7 @@ class NodeTrainer:
         (one file: parameters and optimizer state are the same on every rank). Returns the metrics
         dict (the same on every rank)."""
         cfg, lead = self.cfg, dist.rank() == 0
-        g = self.graph  # a store's parts, whose masks no rank sees whole (raw data: `check_training_graph`)
-        check_split_sizes(dist.all_reduce(torch.tensor([g.train_ids.size, g.val_ids.size, g.test_ids.size],
-                                                        device=self.device)).tolist())
+        check_split_sizes(self.split_sizes)  # a store's parts (raw data: `check_training_graph`, earlier)
         config = {**asdict(cfg), "task": "node", "num_features": self.graph.num_features,
                   "num_classes": self.graph.num_classes, "world_size": dist.world_size()}
         runlog = RunLog(outputs.log_dir if lead else None)
