@@ -169,14 +169,11 @@ class Replay:
         after the block). `stop` never decreases from one call to the next."""
         tr = self.trainer
         grid = stop // tr.cfg.batch_size * tr.cfg.batch_size
-        if tr.state is None:  # a model without memory has nothing to replay
-            yield
-            return
-        if grid > self.done:
+        if tr.state is not None and grid > self.done:  # a model without memory has nothing to replay
             tr.evaluate(self.done, grid, "replay", score=False)
-            self.done = grid
+        self.done = max(self.done, grid)
         self.bar.update(max(stop - self.bar.n, 0))
-        if stop == grid:
+        if tr.state is None or stop == grid:
             yield
             return
         with tr.state.provisional():
