@@ -39,7 +39,7 @@ from gnndist.runlog import require_tensorboard
 from gnndist.validate import DEVICES, Int, OneOf, check
 
 TASK_OF_KIND = {"static": "node", "temporal": "link"}
-ERRDIR = "GNNDIST_LAUNCH_ERRDIR"  # where the ranks `launch` starts leave their error line
+ERRDIR = "GNNDIST_LAUNCH_ERRDIR"  # where the ranks `launch` starts (they inherit it) leave their error line
 Data = Union[DataSource, Graph, TemporalGraph, str]  # a str names a partition store or a DataSource
 
 
@@ -375,14 +375,14 @@ def _thread_locks_only() -> None:
     tqdm.set_lock(threading.RLock())
 
 
-def _run_rank(errdir: str, cores: list[int], entrypoint: Callable[..., Any], *args: Any) -> Any:
+def _run_rank(cores: list[int], entrypoint: Callable[..., Any], *args: Any) -> Any:
     """Child side of `launch`: on its slice of the launcher's `cores` (`threads.rank_cores`), a
-    user error leaves its one-line message in `errdir` (and this rank's pid, so that `launch` can
-    end a rank that does not stop)."""
+    user error leaves its one-line message in the folder $GNNDIST_LAUNCH_ERRDIR (and this rank's
+    pid, so that `launch` can end a rank that does not stop)."""
     mine = threads.rank_cores(cores, int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"]))
     if mine is not None:
         threads.pin(mine)
-    r = os.environ.get("RANK", "0")
+    errdir, r = os.environ[ERRDIR], os.environ.get("RANK", "0")
     Path(errdir, f"pid-{r}").write_text(str(os.getpid()))
     _thread_locks_only()
     signal.signal(signal.SIGINT, _interrupt_once)
@@ -459,7 +459,7 @@ def launch(nproc: int, entrypoint: Callable[..., Any], *args: Any) -> list[Any]:
         reaper = threading.Thread(target=_end_stragglers, args=(errdir, done), daemon=True)
         reaper.start()
         try:
-            out = elastic_launch(config, _run_rank)(errdir, cores, entrypoint, *args)
+            out = elastic_launch(config, _run_rank)(cores, entrypoint, *args)
         except ChildFailedError as e:
             files = sorted((f for f in os.listdir(errdir) if f.endswith(".txt")),
                            key=lambda f: (not f.startswith("own"), f))
