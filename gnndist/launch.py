@@ -36,9 +36,8 @@ from gnndist.io import show_progress
 from gnndist.outputs import check_output, write_metrics
 from gnndist.partition import files_missing, is_store, partition_graph, read_store_meta
 from gnndist.runlog import require_tensorboard
-from gnndist.validate import DEVICES, Int, OneOf, check
+from gnndist.validate import DEVICES, TASK_OF_KIND, Int, OneOf, check
 
-TASK_OF_KIND = {"static": "node", "temporal": "link"}
 ERRDIR = "GNNDIST_LAUNCH_ERRDIR"  # where the ranks `launch` starts (they inherit it) leave their error line
 Data = Union[DataSource, Graph, TemporalGraph, str]  # a str names a partition store or a DataSource
 

@@ -23,9 +23,10 @@ from gnndist.datasets.text import check_finite, check_ids, read_table
 from gnndist.errors import GnndistError
 from gnndist.graph import Graph, TemporalGraph, as_node_ids
 from gnndist.io import atomic_file
-from gnndist.launch import TASK_OF_KIND, Data, kind_of
+from gnndist.launch import Data, kind_of
 from gnndist.outputs import CHECKPOINT_FILE, REPLACED, check_output
 from gnndist.partition import is_store
+from gnndist.validate import TASK_OF_KIND
 
 PathLike = Union[str, os.PathLike]
 KIND_OF_TASK = {task: kind for kind, task in TASK_OF_KIND.items()}

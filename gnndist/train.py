@@ -17,7 +17,7 @@ from gnndist.errors import GnndistError
 from gnndist.static.config import MODELS as STATIC_MODELS, NodeConfig
 from gnndist.temporal.config import (LR_SCHEDULES, MEMORY_MODES, NEG_STRATEGIES, SAMPLINGS, SHARES,
                                      MODELS as TEMPORAL_MODELS, LinkConfig)
-from gnndist.validate import CACHE_POLICIES, DEVICES, Int, check, check_seeds, flag
+from gnndist.validate import CACHE_POLICIES, DEVICES, TASK_OF_KIND, Int, check, check_seeds, flag
 
 # the config fields set by flags: of both tasks, of link prediction only, of node classification only
 COMMON_FLAGS = ("epochs", "patience", "batch_size", "lr", "cache", "cache_size", "device", "seed", "quiet")
@@ -144,18 +144,16 @@ def check_flags(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the subcommand; the exit status. The flags are checked before torch loads."""
     if args.task is None:
-        if args.model is not None:
-            if args.model not in STATIC_MODELS + TEMPORAL_MODELS:
-                raise GnndistError(f"--model must be one of {', '.join(TEMPORAL_MODELS)} (link) or "
-                                   f"{', '.join(STATIC_MODELS)} (node), got {args.model!r}")
-            args.task = "node" if args.model in STATIC_MODELS else "link"
-            kind = data_kind(args.data, args.format)
-            if kind != ("static" if args.task == "node" else "temporal"):
-                models = STATIC_MODELS if kind == "static" else TEMPORAL_MODELS
-                raise GnndistError(f"--model {args.model} trains on {'static' if args.task == 'node' else 'temporal'} "
-                                   f"graphs; DATA is a {kind} graph: use --model {', '.join(models)}")
-        else:
-            args.task = "node" if data_kind(args.data, args.format) == "static" else "link"
+        if args.model is not None and args.model not in STATIC_MODELS + TEMPORAL_MODELS:
+            raise GnndistError(f"--model must be one of {', '.join(TEMPORAL_MODELS)} (link) or "
+                               f"{', '.join(STATIC_MODELS)} (node), got {args.model!r}")
+        kind = data_kind(args.data, args.format)
+        model_kind = kind if args.model is None else "static" if args.model in STATIC_MODELS else "temporal"
+        if model_kind != kind:
+            models = STATIC_MODELS if kind == "static" else TEMPORAL_MODELS
+            raise GnndistError(f"--model {args.model} trains on {model_kind} graphs; DATA is a {kind} graph: "
+                               f"use --model {', '.join(models)}")
+        args.task = TASK_OF_KIND[kind]
     check_flags(args)
     cfg = node_config(args) if args.task == "node" else link_config(args)
 

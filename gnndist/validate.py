@@ -107,6 +107,7 @@ CACHE_POLICIES = ("none", "degree", "presample", "adaptive")
 CACHE_SIZE = 0.1  # a cache's capacity where no size is given: a tenth of the remote rows
 DEVICES = ("cpu", "cuda")
 MEMORY_MODES = ("replicated", "partitioned")  # where a link model's node state lives across ranks
+TASK_OF_KIND = {"static": "node", "temporal": "link"}  # --task of each kind of graph
 # the fields both trainers' configs have
 COMMON = {"epochs": Int(), "patience": Int(optional=True), "batch_size": Int(), "lr": Real(low_open=True),
           "cache": OneOf(CACHE_POLICIES),
