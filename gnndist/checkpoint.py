@@ -15,6 +15,7 @@ from typing import Any, Iterator, Optional
 import numpy as np
 import torch
 
+from gnndist import dist
 from gnndist.errors import GnndistError, first_line
 from gnndist.io import atomic_file
 from gnndist.outputs import CHECKPOINT_FILE, REPLACED, checkpoint_name
@@ -91,8 +92,8 @@ def run(directory: Optional[str | os.PathLike], resume: bool, restore: bool = Tr
     """The block of a training run that writes its checkpoint to DIR (None: no checkpoint).
     Without `resume`, the epoch files an earlier run left in DIR move to DIR/.replaced first;
     where .replaced holds epochs already (a run that failed while replacing them), those in
-    DIR are that failed run's, and are deleted. A run that ends well deletes DIR/.replaced. One
-    that fails keeps it, and its error names it; with `restore`, a run that fails before its
+    DIR are that failed run's, and are deleted; rank 0 says which epochs it set aside. A run that
+    ends well deletes DIR/.replaced. One that fails keeps it, and its error names it; with `restore`, a run that fails before its
     first save moves the files back (not for the per-rank folders of a W-rank run, whose ranks
     could then hold different runs' epochs). A failed run loses no checkpoint, and its own
     epochs stay there to --resume."""
@@ -108,6 +109,10 @@ def run(directory: Optional[str | os.PathLike], resume: bool, restore: bool = Tr
             for f in left:
                 f.unlink()
         elif left:
+            if dist.rank() == 0 and (earlier := epochs(directory)):
+                dist.say(f"replacing the checkpoint of an earlier run in {directory} (epoch{'s' * (len(earlier) > 1)} "
+                         f"{', '.join(map(str, earlier))}): kept in {aside} until this run ends well, then deleted; "
+                         f"--resume continues it instead")
             aside.mkdir(exist_ok=True)
             for f in left:
                 os.replace(f, aside / f.name)

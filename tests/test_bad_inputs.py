@@ -687,6 +687,29 @@ def test_a_failed_run_loses_no_checkpoint(tmp_path):
     assert sorted(os.listdir(d)) == [checkpoint_name(1)]
 
 
+def test_replacing_a_checkpoint_says_so_once(tmp_path, capsys, monkeypatch):
+    """A run without --resume that sets an earlier run's epochs aside says so on rank 0 (what
+    it replaces, where it keeps it, and how to continue it instead); resuming says nothing."""
+    d = tmp_path / "ck"
+    for e in (2, 3):
+        checkpoint.save(d, {"epoch": e, "w": torch.zeros(3)})
+    with checkpoint.run(d, resume=True):
+        pass
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(checkpoint.dist, "rank", lambda: 1)
+    with pytest.raises(GnndistError):
+        with checkpoint.run(d, resume=False):
+            raise GnndistError("stop")  # before its first save: the epochs go back
+    assert capsys.readouterr().err == "" and checkpoint.epochs(d) == [2, 3]
+    monkeypatch.undo()
+    with checkpoint.run(d, resume=False):
+        checkpoint.save(d, {"epoch": 1, "w": torch.ones(3)})
+    assert capsys.readouterr().err == (f"replacing the checkpoint of an earlier run in {d} (epochs 2, 3): kept in "
+                                       f"{d}/.replaced until this run ends well, then deleted; --resume continues "
+                                       f"it instead\n")
+    assert checkpoint.epochs(d) == [1] and not (d / ".replaced").exists()
+
+
 def test_a_replaced_checkpoint_survives_every_later_failure(tmp_path):
     """What `checkpoint.run` must not lose: epochs moved back by hand beside the empty
     .replaced they came from; those of a W-rank run's rank whose run failed before its first
