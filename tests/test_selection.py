@@ -55,6 +55,9 @@ def test_early_stopping_selects_the_best_validation_epoch():
     cfg = LinkConfig(model="jodie", epochs=3, memory_dim=8, time_dim=8, batch_size=100, quiet=True)
     m = fit(Scripted(RankEvents.from_graph(tg), cfg))
     assert m["stop_reason"] == "epochs" and len(m["epochs"]) == 3
+    cfg = LinkConfig(model="jodie", epochs=4, patience=2, memory_dim=8, time_dim=8, batch_size=100, quiet=True)
+    m = fit(Scripted(RankEvents.from_graph(tg), cfg))  # the patience runs out with the last epoch: it ran them all
+    assert m["stop_reason"] == "epochs" and len(m["epochs"]) == 4
 
 
 def test_cosine_schedule_and_clipping():
@@ -101,3 +104,5 @@ def test_node_early_stopping_selects_the_best_validation_epoch():
     assert [e["epoch"] for e in m["epochs"]] == [1, 2, 3, 4]
     assert m["selected_epoch"] == m["test"]["best_epoch"] == 2 and m["stop_reason"] == "patience"
     assert torch.equal(tr.tested, tr.after[2]) and not torch.equal(tr.after[2], tr.after[4])
+    m = ScriptedNode(WholeGraph(g), NodeConfig.for_model("sage", epochs=4, patience=2, quiet=True)).fit(log=lambda s: None)
+    assert m["stop_reason"] == "epochs" and len(m["epochs"]) == 4  # the patience ran out with the last epoch

@@ -418,8 +418,6 @@ class NodeTrainer:
         if best_state is not None:
             self.model.load_state_dict(best_state)
         test_acc = self.evaluate(self.graph.test_ids, phase=cfg.epochs + 1)
-        if cfg.patience is not None and epochs[-1]["epoch"] - best_epoch >= cfg.patience:
-            stop_reason = "patience"
         c = self.counter_totals
         test = {"acc": test_acc, "best_epoch": best_epoch, "best_val_acc": best}
         runlog.test(test, best_epoch)

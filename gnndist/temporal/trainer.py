@@ -635,7 +635,7 @@ def _fit(trainer: LinkTrainer, outputs: Outputs, ckpt_dir: Optional[Path]) -> di
                                        "rng": checkpoint.rng_state(), "history": history, "best": best})
     if first > cfg.epochs:
         raise GnndistError(f"the checkpoint already holds {first - 1} epochs; ask for more with --epochs")
-    stop_reason = "patience" if stopped() else "epochs"
+    stop_reason = "patience" if history[-1]["epoch"] < cfg.epochs else "epochs"  # stopped before --epochs, or not
     test = selected_test_figures(trainer, best, history)
     runlog.test(test, best["epoch"])
     metrics = {"task": "link", "model": cfg.model, "world_size": ev.num_parts, "memory": cfg.memory,
