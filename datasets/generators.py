@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from gnndist.errors import GnndistError
-from gnndist.validate import INT_MAX
+from gnndist.validate import INT_MAX, is_int
 from gnndist.graph import Graph, TemporalGraph, indptr_of, unique_ints
 
 HOMOPHILY = 0.8  # share of static edges drawn inside the source's community
@@ -27,7 +27,7 @@ def _named(name: str) -> str:
 def _positive(**kw: int) -> None:
     """Each a positive integer that an int64 count holds."""
     for name, v in kw.items():
-        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or not 1 <= v <= INT_MAX:
+        if not is_int(v) or not 1 <= v <= INT_MAX:
             raise GnndistError(f"{_named(name)} must be a positive integer below 2**63, got {v!r}")
 
 
@@ -36,7 +36,7 @@ SEED_LIMIT = 2**64
 
 def _check_seed(seed: int) -> None:
     """The generator seed must be an integer in [0, 2**64) (numpy's seeding refuses negatives)."""
-    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) or not 0 <= seed < SEED_LIMIT:
+    if not is_int(seed) or not 0 <= seed < SEED_LIMIT:
         raise GnndistError(f"{_named('seed')} must be an integer from 0 to {SEED_LIMIT - 1}, got {seed!r}")
 
 

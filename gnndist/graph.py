@@ -8,6 +8,7 @@ import numpy as np
 from tqdm import tqdm
 
 from gnndist.errors import GnndistError, first_line
+from gnndist.validate import is_int
 
 if TYPE_CHECKING:  # pragma: no cover
     import networkx as nx
@@ -47,7 +48,7 @@ def as_node_ids(name: str, a, num_nodes: Optional[int] = None) -> np.ndarray:
 
 def _node_count(num_nodes) -> int:
     """A given node count, checked: an integer >= 0."""
-    if not isinstance(num_nodes, (int, np.integer)) or isinstance(num_nodes, bool) or num_nodes < 0:
+    if not is_int(num_nodes) or num_nodes < 0:
         raise GnndistError(f"num_nodes must be an integer >= 0, got {num_nodes!r}")
     return int(num_nodes)
 

@@ -26,7 +26,8 @@ def _show(v: int) -> str:
     return "2**63-1" if v == INT_MAX else str(v)
 
 
-def _is_int(v: Any) -> bool:
+def is_int(v: Any) -> bool:
+    """An integer (Python or numpy), not a bool."""
     return isinstance(v, Integral) and not isinstance(v, bool)
 
 
@@ -40,7 +41,7 @@ class Int:
 
     def problem(self, v: Any) -> Optional[str]:
         """What is wrong with `v` (None: nothing)."""
-        if (v is None and self.optional) or (_is_int(v) and self.low <= v <= self.high):
+        if (v is None and self.optional) or (is_int(v) and self.low <= v <= self.high):
             return None
         return f"must be an integer from {_show(self.low)} to {_show(self.high)}, got {v!r}"
 
@@ -95,7 +96,7 @@ class Fanouts:
         """What is wrong with `v` (None: nothing)."""
         if v is None and self.optional:
             return None
-        if isinstance(v, (list, tuple)) and v and all(_is_int(f) and (f == -1 or 1 <= f <= INT_MAX) for f in v):
+        if isinstance(v, (list, tuple)) and v and all(is_int(f) and (f == -1 or 1 <= f <= INT_MAX) for f in v):
             return None
         return f"must be one or more integers, each from 1 to 2**63-1 or -1 (all), got {v!r}"
 
@@ -124,7 +125,7 @@ def check(name: str, value: Any, rule: Rule) -> None:
 def check_integer(name: str, value: Any, optional: bool = False) -> None:
     """GnndistError naming `name`'s flag unless `value` is an integer (None allowed when
     `optional`); its range is checked where it is known."""
-    if not (value is None and optional) and not _is_int(value):
+    if not (value is None and optional) and not is_int(value):
         raise GnndistError(f"{flag(name)} must be an integer, got {value!r}")
 
 

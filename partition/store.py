@@ -43,7 +43,7 @@ from gnndist.errors import GnndistError, first_line
 from gnndist.graph import Graph, TemporalGraph, indptr_of, owners, unique_ints
 from gnndist.io import atomic_dir, sha256_file, write_json
 from gnndist.outputs import check_output
-from gnndist.validate import check_integer
+from gnndist.validate import check_integer, is_int
 from gnndist.partition import methods, stats
 
 FORMAT_VERSION = 2  # 2: meta.json holds its own checksum and the per-part array specs
@@ -387,16 +387,12 @@ _REQUIRED_ARRAYS = {"static": ("orig_ids", "indptr", "indices"), "temporal": ("o
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
 def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def _is_count(v: Any) -> bool:
-    return _is_int(v) and v >= 0
+    return is_int(v) and v >= 0
 
 
 def _ints(n: int):
@@ -450,16 +446,16 @@ def _meta_problem(meta: dict) -> Optional[str]:
     kind, k = meta.get("kind"), meta.get("num_parts")
     if kind not in ("static", "temporal"):
         return f"kind must be 'static' or 'temporal', got {reprlib.repr(kind)}"
-    if not (_is_int(k) and k >= 1):
+    if not (is_int(k) and k >= 1):
         return f"num_parts must be an integer >= 1, got {reprlib.repr(k)}"
     temporal = kind == "temporal"
     size = "num_events" if temporal else "num_edges"
     top = {"method": lambda v: v in methods.METHODS, "num_nodes": _is_count, size: _is_count,
            "node_offsets": _ints(k + 1),
-           "params": lambda v: isinstance(v, dict) and v.get("halo") in (0, 1) and _is_int(v.get("halo")),
+           "params": lambda v: isinstance(v, dict) and v.get("halo") in (0, 1) and is_int(v.get("halo")),
            "arrays": lambda v: isinstance(v, dict),
            "files": lambda v: isinstance(v, dict) and all(isinstance(x, str) for x in [*v, *v.values()]),
-           "replicated_hubs": lambda v: isinstance(v, list) and all(_is_int(x) for x in v),
+           "replicated_hubs": lambda v: isinstance(v, list) and all(is_int(x) for x in v),
            "stats": lambda v: isinstance(v, dict)}
     per_part = ("nodes_per_part", "halo_nodes_per_part", "train_nodes_per_part",
                 *(("events_per_part", "stored_events_per_part") if temporal else ("edges_per_part",)))
