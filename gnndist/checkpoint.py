@@ -18,7 +18,7 @@ import torch
 from gnndist import dist
 from gnndist.errors import GnndistError, first_line
 from gnndist.io import atomic_file
-from gnndist.outputs import CHECKPOINT_FILE, REPLACED, checkpoint_name
+from gnndist.outputs import CHECKPOINT_FILE, RANK_FOLDER as _RANK_FOLDER, REPLACED, checkpoint_name
 
 FORMAT = 1
 KEEP = 2  # complete epochs kept in a checkpoint folder
@@ -87,6 +87,49 @@ def save(directory: str | os.PathLike, payload: dict[str, Any]) -> Path:
     return path
 
 
+def _layout(directory: Path) -> Optional[int]:
+    """How the checkpoint in DIR was written: 0 as one folder of epochs (a one-process link run,
+    or a node run), W as per-rank folders rank0 .. rank{W-1} (a link run of W ranks; W is the
+    highest rank folder holding epochs, plus one), None when DIR holds no epochs. Epochs set
+    aside in .replaced count as the run's."""
+    def held(folder: Path) -> bool:
+        return bool(_epoch_files(folder) or _epoch_files(folder / REPLACED))
+
+    ranks = [int(m[1]) for f in directory.iterdir() if (m := _RANK_FOLDER.fullmatch(f.name)) and held(f)] \
+        if directory.is_dir() else []
+    return max(ranks) + 1 if ranks else 0 if held(directory) else None
+
+
+def check_folder(directory: str | os.PathLike, rank_folders: int, resume: bool) -> None:
+    """Refuse (GnndistError), before a run starts, a checkpoint folder that the run would mix with
+    another: one written in another layout (`rank_folders`: what this run writes, as `_layout`),
+    or, without `resume`, a folder of a run that stopped while replacing an earlier one (both
+    its epochs and the earlier run's in .replaced are there: which to keep is the user's call)."""
+    directory = Path(directory)
+    found = _layout(directory)
+    if found is not None and found != rank_folders:
+        held = (f"the checkpoint of a link run on {found} ranks (rank0/ .. rank{found - 1}/)" if found else
+                "a checkpoint written as one folder of epochs (by one process, or by a node run)")
+        writes = f"a folder per rank for {rank_folders} ranks" if rank_folders else "one folder of epochs"
+        raise GnndistError(f"{directory} holds {held}, and this run writes {writes}: choose another --checkpoint, "
+                           f"or delete that one")
+    if not resume:
+        for folder in [directory / f"rank{r}" for r in range(rank_folders)] if rank_folders else [directory]:
+            _refuse_two_runs(folder)
+
+
+def _refuse_two_runs(folder: Path) -> None:
+    """Refuse to replace a folder that holds both a run's epochs and, in .replaced, the epochs of
+    the earlier run it was replacing when it stopped."""
+    aside = folder / REPLACED
+    mine = epochs(folder)
+    if mine and _epoch_files(aside):
+        raise GnndistError(f"{folder} holds epoch{'s' * (len(mine) > 1)} {', '.join(map(str, mine))} of a run that "
+                           f"stopped while replacing "
+                           f"an earlier run's (kept in {aside}): --resume continues the stopped run; to start anew, "
+                           f"delete one of them")
+
+
 @contextmanager
 def run(directory: Optional[str | os.PathLike], resume: bool, restore: bool = True) -> Iterator[None]:
     """The block of a training run that writes its checkpoint to DIR (None: no checkpoint).
@@ -104,8 +147,9 @@ def run(directory: Optional[str | os.PathLike], resume: bool, restore: bool = Tr
     aside = directory / REPLACED
     moved = False
     if not resume:
+        _refuse_two_runs(directory)
         left = list(_epoch_files(directory).values()) + list(directory.glob(".epoch-*.pt.tmp-*"))
-        if left and _epoch_files(aside):
+        if left and _epoch_files(aside):  # only unfinished files of a stopped run (`_refuse_two_runs`)
             for f in left:
                 f.unlink()
         elif left:

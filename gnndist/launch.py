@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from gnndist import __version__, dist, threads
+from gnndist import __version__, checkpoint, dist, threads
 from gnndist.datasets import DataSource
 from gnndist.errors import GnndistError, first_line
 from gnndist.graph import Graph, TemporalGraph
@@ -62,9 +62,11 @@ class Outputs:
     resume: bool = False
     log_dir: Optional[str] = None
 
-    def check(self, data: "Data") -> None:
+    def check(self, data: "Data", rank_folders: int = 0) -> None:
         """Refuse, before any work, outputs that would overwrite the input or files gnndist did
-        not write (`gnndist.outputs.check_output`)."""
+        not write (`gnndist.outputs.check_output`), and a checkpoint folder the run would mix
+        with another run's (`gnndist.checkpoint.check_folder`; `rank_folders`: W where each of
+        W ranks writes a folder of its own, else 0)."""
         if self.resume and not self.checkpoint:
             raise GnndistError("--resume needs --checkpoint DIR")
         given = [(f, Path(p).resolve()) for f, p in (("--metrics-out", self.metrics_out),
@@ -79,6 +81,7 @@ class Outputs:
             check_output(self.metrics_out, "metrics", [name])
         if self.checkpoint:
             check_output(self.checkpoint, "checkpoint", [name])
+            checkpoint.check_folder(self.checkpoint, rank_folders, self.resume)
         if self.log_dir:
             check_output(self.log_dir, "log_dir", [name])
             require_tensorboard()
@@ -299,11 +302,12 @@ def over_seeds(train: Callable[..., dict], data: Data, cfg: Any, seeds: list[int
 
 
 def run_job(data: Data, nproc: int, split: Split, rank_fn: Callable[..., dict], *args: Any,
-            device: str = "cpu", quiet: bool = False) -> dict:
+            device: str = "cpu", quiet: bool = False, rank_checkpoints: bool = False) -> dict:
     """`rank_fn(source, *args)` on every rank of the job, where `source` is what `rank_source`
     gives: in this process (nproc 1), on `nproc` local ranks, or on this rank of a torchrun world
     (which first checks, with every other rank, that they run the same job). Returns rank 0's
-    result (this rank's under torchrun). Torch runs on `threads.job_threads` meanwhile."""
+    result (this rank's under torchrun). Torch runs on `threads.job_threads` meanwhile.
+    `rank_checkpoints`: each of W > 1 ranks writes its checkpoint to a folder of its own."""
     _refuse_rerun_script()
     dist.timeout_s()  # a bad GNNDIST_TIMEOUT is told before anything starts
     check("nproc", nproc, Int())
@@ -313,7 +317,8 @@ def run_job(data: Data, nproc: int, split: Split, rank_fn: Callable[..., dict], 
                            f"got {type(data).__name__}")
     outputs = next((a for a in args if isinstance(a, Outputs)), None)
     if outputs is not None:
-        outputs.check(data)
+        world = int(os.environ["WORLD_SIZE"]) if dist.in_torchrun() else nproc
+        outputs.check(data, world if rank_checkpoints and world > 1 else 0)
     with threads.job_threads():
         if dist.in_torchrun():
             return _torchrun_rank(data, split, rank_fn, args, device, quiet)

@@ -33,6 +33,7 @@ KINDS = {"store": ("partition store", "--out", True), "metrics": ("metrics file"
          "plot": ("plot", "output path", False), "predictions": ("predictions", "-o", False)}
 SOFTWARE = f"gnndist {gnndist.__version__}"  # the PNG tEXt "Software" value of gnndist's plots
 CHECKPOINT_FILE = re.compile(r"epoch-(\d+)\.pt")  # one epoch's checkpoint; `checkpoint_name` writes it
+RANK_FOLDER = re.compile(r"rank(\d+)")  # the folder of rank r's epochs in a W-rank link run's checkpoint
 REPLACED = ".replaced"  # the folder of a checkpoint that a running or failed run replaces (gnndist.checkpoint.run)
 # what a checkpoint folder may hold: epoch files (per rank in rank{r}/, replaced ones in .replaced/)
 # and the temp files of interrupted atomic writes (gnndist.io.atomic_file: ".NAME.tmp-XXXX")

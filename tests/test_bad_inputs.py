@@ -654,7 +654,8 @@ def test_checkpoints_keep_the_last_two_complete_epochs(tmp_path):
 def test_a_failed_run_loses_no_checkpoint(tmp_path):
     """`checkpoint.run`: an earlier run's epochs survive a run that replaces them and fails, in
     place where it saved nothing, in .replaced (named by its error) where it did; a run that
-    ends well drops them; a later run deletes a failed run's epochs, not the replaced ones."""
+    ends well drops them; a later run without --resume replaces neither the stopped run's epochs
+    nor the ones it replaced (it is refused)."""
     d = tmp_path / "ck"
     for e in (2, 3):
         checkpoint.save(d, {"epoch": e, "w": torch.full((3,), float(e))})
@@ -674,8 +675,19 @@ def test_a_failed_run_loses_no_checkpoint(tmp_path):
         failing_run(1, GnndistError("the loss became nan"))
     assert checkpoint.epochs(d) == [1] and {f.name: f.read_bytes() for f in (d / ".replaced").iterdir()} == before
     assert check_output(d, "checkpoint") == d
+    stopped = {f.name: f.read_bytes() for f in d.iterdir() if f.is_file()}
+    for call in (lambda: failing_run(1, GnndistError("x")), lambda: checkpoint.check_folder(d, 0, resume=False)):
+        with pytest.raises(GnndistError, match=f"^{d} holds epoch 1 of a run that stopped while replacing an earlier "
+                                               f"run's \\(kept in {d}/.replaced\\): --resume continues the stopped run; "
+                                               f"to start anew, delete one of them$"):
+            call()  # which of the two runs to keep is the user's call: a new run replaces neither
+        assert {f.name: f.read_bytes() for f in d.iterdir() if f.is_file()} == stopped
+        assert {f.name: f.read_bytes() for f in (d / ".replaced").iterdir()} == before
+    checkpoint.check_folder(d, 0, resume=True)
     with pytest.raises(KeyboardInterrupt, match=f"^an earlier run's checkpoint is kept in {d}/.replaced$"):
-        failing_run(2, KeyboardInterrupt())  # an interrupt stays one, and says where the files are
+        with checkpoint.run(d, resume=True):  # an interrupt stays one, and says where the files are
+            checkpoint.save(d, {"epoch": 2, "w": torch.zeros(3)})
+            raise KeyboardInterrupt()
     assert checkpoint.epochs(d) == [1, 2] and {f.name: f.read_bytes() for f in (d / ".replaced").iterdir()} == before
     with checkpoint.run(d, resume=True):  # resuming the failed run keeps what it replaces until it ends
         assert checkpoint.epochs(d) == [1, 2] and (d / ".replaced").is_dir()
@@ -685,6 +697,35 @@ def test_a_failed_run_loses_no_checkpoint(tmp_path):
         assert checkpoint.epochs(d) == [] and checkpoint.epochs(d / ".replaced") == [2, 3]
         checkpoint.save(d, {"epoch": 1, "w": torch.ones(3)})
     assert sorted(os.listdir(d)) == [checkpoint_name(1)]
+
+
+def test_a_checkpoint_folder_of_another_layout_is_refused(tmp_path, capsys):
+    """A run into a folder whose checkpoint was written in another layout (per-rank folders of a
+    W-rank link run, or one folder of epochs) would leave the other run's files beside its own
+    (and `gnndist predict` would read rank0/): refused before anything starts, nothing changed."""
+    ranks, flat = tmp_path / "ranks", tmp_path / "flat"
+    for r in (0, 1):
+        checkpoint.save(ranks / f"rank{r}", {"epoch": 1, "w": torch.zeros(3)})
+    checkpoint.save(flat / ".replaced", {"epoch": 2, "w": torch.zeros(3)})  # set-aside epochs count too
+    snapshot = {p: sorted(os.listdir(p)) for p in (ranks, ranks / "rank0", flat, flat / ".replaced")}
+    two = f"{ranks} holds the checkpoint of a link run on 2 ranks \\(rank0/ .. rank1/\\), and this run writes "
+    one = (f"{flat} holds a checkpoint written as one folder of epochs \\(by one process, or by a node run\\), and "
+           f"this run writes ")
+    for folder, rank_folders, resume, message in ((ranks, 0, False, two + "one folder of epochs"),
+                                                   (ranks, 3, False, two + "a folder per rank for 3 ranks"),
+                                                   (ranks, 0, True, two + "one folder of epochs"),
+                                                   (flat, 2, False, one + "a folder per rank for 2 ranks")):
+        with pytest.raises(GnndistError, match=f"^{message}: choose another --checkpoint, or delete that one$"):
+            checkpoint.check_folder(folder, rank_folders, resume)
+    checkpoint.check_folder(ranks, 2, resume=False)
+    checkpoint.check_folder(flat, 0, resume=True)
+    for argv in (["train", *TEMPORAL, "--task", "link", "--checkpoint", str(ranks), "--quiet"],
+                 ["train", *STATIC, "--task", "node", "--checkpoint", str(ranks), "--quiet"],
+                 ["train", *TEMPORAL, "--task", "link", "--nproc", "2", "--checkpoint", str(flat), "--quiet"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"gnndist train: error: {argv[-2]} holds ") and "\n" not in err
+    assert {p: sorted(os.listdir(p)) for p in snapshot} == snapshot
 
 
 def test_replacing_a_checkpoint_says_so_once(tmp_path, capsys, monkeypatch):

@@ -701,4 +701,5 @@ def train_link(data: Data, cfg: Optional[LinkConfig] = None, nproc: int = 1, out
     cfg = LinkConfig() if cfg is None else cfg
     check_type("cfg", cfg, LinkConfig)
     check_type("outputs", outputs, Outputs)
-    return run_job(data, nproc, SPLIT, link_rank, cfg, outputs, device=cfg.device, quiet=cfg.quiet)
+    return run_job(data, nproc, SPLIT, link_rank, cfg, outputs, device=cfg.device, quiet=cfg.quiet,
+                   rank_checkpoints=True)
