@@ -202,6 +202,8 @@ def load(directory: str | os.PathLike, epoch: Optional[int] = None, needs: tuple
     if not isinstance(payload, dict) or payload.get("format") != FORMAT or payload.get("epoch") != epoch:
         raise GnndistError(f"{path} is not a gnndist checkpoint of epoch {epoch} (format {FORMAT}){fallback}")
     missing = [k for k in needs if k not in payload]
-    if missing:
-        raise GnndistError(f"{path} is not a whole training checkpoint (it lacks {', '.join(missing)}){fallback}")
+    if missing:  # not damage: the older epochs are of the same run, and lack them too
+        config = payload.get("config")
+        whose = " (a node run's, for gnndist predict)" if isinstance(config, dict) and config.get("task") == "node" else ""
+        raise GnndistError(f"{path} is not a whole training checkpoint{whose}: it lacks {', '.join(missing)}")
     return payload

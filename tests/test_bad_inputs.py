@@ -358,8 +358,8 @@ CASES = [
     Case("resume-truncated-checkpoint", _resume(lambda b: b[:len(b) // 2]),
          ["ckpt/epoch-0001.pt", "it is truncated or not a torch file"]),
     Case("resume-checkpoint-without-training-state", _resume(lambda b: b),  # {"format", "epoch", "w"} only
-         ["ckpt/epoch-0001.pt is not a whole training checkpoint (it lacks config, model, optimizer, node_state, "
-          "rng, history, best)"]),
+         ["ckpt/epoch-0001.pt is not a whole training checkpoint: it lacks config, model, optimizer, node_state, "
+          "rng, history, best"]),
     # ---- train and demo flags: refused before any data is read
     flags_case("train-seed-and-seeds", "link", ["--seeds", "0,1", "--seed", "3"],
                ["--seed and --seeds together: --seeds runs one training per seed; give one of them"]),
@@ -697,6 +697,16 @@ def test_a_failed_run_loses_no_checkpoint(tmp_path):
         assert checkpoint.epochs(d) == [] and checkpoint.epochs(d / ".replaced") == [2, 3]
         checkpoint.save(d, {"epoch": 1, "w": torch.ones(3)})
     assert sorted(os.listdir(d)) == [checkpoint_name(1)]
+
+
+def test_resuming_a_node_checkpoint_says_whose_it_is(tmp_path):
+    """A node run's epochs lack what --resume needs, all alike: the line says whose they are, and
+    gives no advice to move the newest away (the older one lacks the same)."""
+    for e in (1, 2):
+        checkpoint.save(tmp_path, {"epoch": e, "config": {"task": "node"}, "model": {}})
+    with pytest.raises(GnndistError, match=f"^{tmp_path}/epoch-0002.pt is not a whole training checkpoint \\(a node "
+                                           f"run's, for gnndist predict\\): it lacks node_state, rng$"):
+        checkpoint.load(tmp_path, needs=("model", "node_state", "rng"))
 
 
 def test_a_checkpoint_folder_of_another_layout_is_refused(tmp_path, capsys):
