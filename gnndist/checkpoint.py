@@ -133,13 +133,13 @@ def _refuse_two_runs(folder: Path) -> None:
 @contextmanager
 def run(directory: Optional[str | os.PathLike], resume: bool, restore: bool = True) -> Iterator[None]:
     """The block of a training run that writes its checkpoint to DIR (None: no checkpoint).
-    Without `resume`, the epoch files an earlier run left in DIR move to DIR/.replaced first;
-    where .replaced holds epochs already (a run that failed while replacing them), those in
-    DIR are that failed run's, and are deleted; rank 0 says which epochs it set aside. A run that
-    ends well deletes DIR/.replaced. One that fails keeps it, and its error names it; with `restore`, a run that fails before its
-    first save moves the files back (not for the per-rank folders of a W-rank run, whose ranks
-    could then hold different runs' epochs). A failed run loses no checkpoint, and its own
-    epochs stay there to --resume."""
+    Without `resume`, the epoch files an earlier run left in DIR move to DIR/.replaced first, and
+    rank 0 says which; a DIR that holds both a stopped run's epochs and the ones it was replacing
+    is refused (`check_folder`), and a stopped run's unfinished files beside .replaced are
+    deleted. A run that ends well deletes DIR/.replaced. One that fails keeps it, and its error
+    names it; with `restore`, a run that fails before its first save moves the files back (not
+    for the per-rank folders of a W-rank run, whose ranks could then hold different runs'
+    epochs). A failed run loses no checkpoint, and its own epochs stay there to --resume."""
     if directory is None:
         yield
         return
@@ -204,6 +204,7 @@ def load(directory: str | os.PathLike, epoch: Optional[int] = None, needs: tuple
     missing = [k for k in needs if k not in payload]
     if missing:  # not damage: the older epochs are of the same run, and lack them too
         config = payload.get("config")
-        whose = " (a node run's, for gnndist predict)" if isinstance(config, dict) and config.get("task") == "node" else ""
+        node = isinstance(config, dict) and config.get("task") == "node"
+        whose = " (a node run's, for gnndist predict)" if node else ""
         raise GnndistError(f"{path} is not a whole training checkpoint{whose}: it lacks {', '.join(missing)}")
     return payload

@@ -5,7 +5,8 @@ checkpoint folders, TensorBoard folders, plots, predictions), and how gnndist ma
 - a path that is one of the run's `inputs`, contains one, or lies inside an input folder
   (compared after resolving symlinks, and by inode, so a hard link counts as the same file);
 - an existing file or folder that gnndist did not write: a metrics file without the
-  `"gnndist"` stamp that `write_metrics` puts in, a store folder holding files its meta.json
+  `"gnndist"` stamp that `write_metrics` puts in (and, for `gnndist predict`'s test figures,
+  a training run's metrics file), a store folder holding files its meta.json
   does not list, a checkpoint folder holding anything but checkpoint files, a TensorBoard
   folder holding anything but event files, a PNG without gnndist's Software text chunk;
 - any existing predictions file (`gnndist predict -o`): a .npy or .csv carries no mark of its
@@ -29,6 +30,7 @@ from gnndist.io import write_json
 PathLike = Union[str, os.PathLike]
 # kind -> (what it is, in messages; the flag that names it; True for a folder)
 KINDS = {"store": ("partition store", "--out", True), "metrics": ("metrics file", "--metrics-out", False),
+         "test_figures": ("test figures", "-o", False),
          "checkpoint": ("checkpoint folder", "--checkpoint", True), "log_dir": ("log folder", "--log-dir", True),
          "plot": ("plot", "output path", False), "predictions": ("predictions", "-o", False)}
 SOFTWARE = f"gnndist {gnndist.__version__}"  # the PNG tEXt "Software" value of gnndist's plots
@@ -54,10 +56,11 @@ def plot_metadata() -> dict[str, str]:
     return {"Software": SOFTWARE}
 
 
-def write_metrics(path: PathLike, obj: dict[str, Any], flag: Optional[str] = None) -> Path:
+def write_metrics(path: PathLike, obj: dict[str, Any], flag: Optional[str] = None, kind: str = "metrics") -> Path:
     """Write `obj` as the metrics JSON file `path` (atomically), stamped with a top-level
-    `"gnndist": {"version", "kind": "metrics"}` key; refused as `check_output(path, "metrics", flag=flag)`."""
-    path = check_output(path, "metrics", flag=flag)
+    `"gnndist": {"version", "kind": "metrics"}` key; refused as `check_output(path, kind, flag=flag)`
+    (`kind` "test_figures": `gnndist predict --split test`'s, which replace no training run's)."""
+    path = check_output(path, kind, flag=flag)
     write_json(path, {"gnndist": {"version": gnndist.__version__, "kind": "metrics"}, **obj})
     return path
 
@@ -160,18 +163,33 @@ def _foreign_entries(pattern: re.Pattern, what: str):
     return check
 
 
+def _stamped_metrics(out: Path) -> Optional[dict[str, Any]]:
+    """The existing file `out` as a metrics file that `write_metrics` wrote, or None."""
+    if out.stat().st_size > _MAX_METRICS_BYTES:
+        return None
+    try:
+        obj = json.loads(out.read_bytes())
+    except (ValueError, RecursionError):
+        return None
+    stamp = obj.get("gnndist") if isinstance(obj, dict) else None
+    return obj if isinstance(stamp, dict) and stamp.get("kind") == "metrics" else None
+
+
 def _foreign_metrics(out: Path) -> Optional[str]:
     """Why the existing file `out` is not a metrics file that `write_metrics` wrote, or None."""
-    stamp = None
-    if out.stat().st_size <= _MAX_METRICS_BYTES:
-        try:
-            obj = json.loads(out.read_bytes())
-            stamp = obj.get("gnndist") if isinstance(obj, dict) else None
-        except (ValueError, RecursionError):
-            pass
-    if isinstance(stamp, dict) and stamp.get("kind") == "metrics":
-        return None
-    return "it exists and is not a metrics file gnndist wrote (no \"gnndist\" stamp)"
+    return None if _stamped_metrics(out) is not None else \
+        "it exists and is not a metrics file gnndist wrote (no \"gnndist\" stamp)"
+
+
+def _foreign_test_figures(out: Path) -> Optional[str]:
+    """Why the existing file `out` may not be replaced by test figures, or None: it must be a
+    metrics file gnndist wrote, and not a training run's (whose per-epoch figures would be lost)."""
+    obj = _stamped_metrics(out)
+    if obj is None:
+        return _foreign_metrics(out)
+    if "epochs" in obj or "runs" in obj:
+        return "it holds a training run's metrics (per-epoch figures), which the test figures would replace"
+    return None
 
 
 def _png_software(path: Path) -> Optional[str]:
@@ -206,7 +224,8 @@ def _existing_predictions(out: Path) -> str:
     return "it exists, and a predictions file is never replaced (nothing marks it as gnndist's); delete it"
 
 
-_FOREIGN = {"store": _foreign_store, "metrics": _foreign_metrics, "plot": _foreign_plot,
+_FOREIGN = {"store": _foreign_store, "metrics": _foreign_metrics, "test_figures": _foreign_test_figures,
+            "plot": _foreign_plot,
             "predictions": _existing_predictions,
             "checkpoint": _foreign_entries(_CHECKPOINT_ENTRY, "a gnndist checkpoint file"),
             "log_dir": _foreign_entries(_TFEVENTS, "a TensorBoard event file")}

@@ -90,12 +90,12 @@ def run(args: argparse.Namespace) -> int:
         if args.out and not args.out.lower().endswith(".json"):
             raise GnndistError(f"--split writes its figures as JSON: give -o a .json path, not {args.out}")
         if args.out:
-            check_output(args.out, "metrics", inputs, flag="-o")
+            check_output(args.out, "test_figures", inputs, flag="-o")
         test = link.link_test(saved, data, **run_opts)
         if args.out:
             path = write_metrics(args.out, {"task": "link", "model": saved.config.get("model"),
                                             "checkpoint": args.checkpoint, "selected_epoch": saved.selected_epoch,
-                                            "world_size": args.nproc, "test": test}, flag="-o")
+                                            "world_size": args.nproc, "test": test}, flag="-o", kind="test_figures")
             print(f"wrote {path}")
         return 0
     if not args.out:

@@ -383,7 +383,7 @@ def test_predict_progress_bars_only_on_a_terminal(runs, tmp_path, capsys, monkey
     (["{link2}", "{store}", "--split", "test"], "has 2 parts but 1 rank(s) run; use --nproc 2"),
     (["{link1}", *LINK_DATA, "--split", "test", "-o", "{link1}/t.json"], "it is inside the input folder"),
     (["{link1}", *LINK_DATA, "--split", "test", "-o", "{tmp}/exists.json"],
-     "refusing to write the metrics file to {tmp}/exists.json: it exists and is not a metrics file gnndist wrote"),
+     "refusing to write the test figures to {tmp}/exists.json: it exists and is not a metrics file gnndist wrote"),
     (["{link1}", *LINK_DATA, "--split", "test", "-o", "{tmp}/exists.json"], "; choose another -o"),
 ])
 def test_predict_errors_are_one_line(runs, cache, tmp_path, capsys, args, message):
@@ -400,6 +400,24 @@ def test_predict_errors_are_one_line(runs, cache, tmp_path, capsys, args, messag
     assert message.format(**names) in err, err
     assert sorted(tmp_path.rglob("*")) == before and (tmp_path / "exists.npy").read_bytes() == b"precious"
     assert (tmp_path / "exists.json").read_bytes() == b"precious"
+
+
+def test_predict_test_figures_replace_no_training_metrics(runs, tmp_path, capsys):
+    """`--split test -o` refuses a training run's metrics file (its per-epoch figures would be
+    lost), and replaces test figures it wrote before."""
+    trained = tmp_path / "run.json"
+    trained.write_bytes(runs["link1"]["metrics"].read_bytes())
+    err = one_line_error(["predict", str(runs["link1"]["ckpt"]), *LINK_DATA, "--split", "test", "-o", str(trained),
+                          "--quiet"], capsys)
+    assert err.strip() == (f"gnndist predict: error: refusing to write the test figures to {trained}: it holds a "
+                           f"training run's metrics (per-epoch figures), which the test figures would replace; "
+                           f"choose another -o")
+    assert trained.read_bytes() == runs["link1"]["metrics"].read_bytes()
+    out = tmp_path / "test.json"
+    for _ in range(2):
+        assert main(["predict", str(runs["link1"]["ckpt"]), *LINK_DATA, "--split", "test", "-o", str(out),
+                     "--quiet"]) == 0
+    assert json.loads(out.read_text())["test"] == metrics(runs["link1"])["test"]
 
 
 def test_library_predictions_refuse_ids_that_are_not_node_ids(runs, cache):
