@@ -3,7 +3,8 @@ marked), the time split per epoch, and for distributed runs bytes moved and cach
 
   gnndist plot RUN.json -o run.png [--dataset NAME]
 
-RUN.json is a file from `gnndist train ... --metrics-out RUN.json`. The output is refused when
+RUN.json is a file from `gnndist train ... --metrics-out RUN.json` (with `--seeds`: each seed's
+loss and validation curves side by side). The output is refused when
 it is the input or an existing file gnndist did not write. Needs matplotlib:
 pip install 'gnndist[plot]'.
 """

@@ -1,6 +1,6 @@
 """Pictures of a training run (its metrics JSON) and of a partition store (its meta.json).
 
-`run_figure(metrics)` and `partition_figure(meta)` return a matplotlib `Figure` (no pyplot
+`run_figure(metrics)` (`seeds_figure` for the runs of `--seeds`) and `partition_figure(meta)` return a matplotlib `Figure` (no pyplot
 state is touched); `save_png(fig, path, inputs)` writes it atomically, marked as written by
 gnndist so that a later call may replace it but never a file gnndist did not write.
 matplotlib is the optional extra: `pip install 'gnndist[plot]'`.
@@ -94,7 +94,8 @@ def epochs_of(metrics: Any, where: str = "the metrics") -> list[dict]:
 
 
 def read_metrics(path: PathLike) -> dict:
-    """A metrics JSON written by `gnndist train --metrics-out`, checked to hold epochs."""
+    """A metrics JSON written by `gnndist train --metrics-out`, checked to hold epochs (in each
+    run, for one of `--seeds`)."""
     try:
         text = Path(path).read_text()
     except FileNotFoundError:
@@ -105,7 +106,11 @@ def read_metrics(path: PathLike) -> dict:
         metrics = json.loads(text)
     except ValueError as e:
         raise GnndistError(f"{path}: not valid JSON ({e})") from None
-    epochs_of(metrics, str(path))
+    runs = metrics.get("runs") if isinstance(metrics, dict) else None
+    for i, run in enumerate(runs) if isinstance(runs, list) else []:  # `gnndist train --seeds`: one per seed
+        epochs_of(run, f"{path} (run {i + 1})")
+    if not isinstance(runs, list):
+        epochs_of(metrics, str(path))
     return metrics
 
 
@@ -118,8 +123,11 @@ def selected_epoch(metrics: dict) -> Optional[int]:
     return None
 
 
-def _run_title(metrics: dict, dataset: Optional[str]) -> str:
-    """Dataset, model and world size; then the test figure and the stop reason when recorded."""
+TEST_FIGURES = (("ap", "AP"), ("auc", "AUC"), ("mrr", "MRR"), ("acc", "accuracy"))  # key, name in titles
+
+
+def _run_head(metrics: dict, dataset: Optional[str]) -> str:
+    """Dataset, model and world size (and memory mode) of a run."""
     cfg = metrics.get("config") if isinstance(metrics.get("config"), dict) else {}
     if dataset is None:
         dataset = next((metrics[k] for k in ("dataset", "data") if isinstance(metrics.get(k), str)), None)
@@ -129,12 +137,16 @@ def _run_title(metrics: dict, dataset: Optional[str]) -> str:
     head = f"{dataset or 'unnamed data'}: {metrics.get('model', '?')}, {world} rank{'s' if world > 1 else ''}"
     if isinstance(metrics.get("memory"), str):
         head += f", {metrics['memory']} memory"
+    return head
+
+
+def _run_title(metrics: dict, dataset: Optional[str]) -> str:
+    """`_run_head`; then the test figures and the stop reason when recorded."""
     test = metrics.get("test") if isinstance(metrics.get("test"), dict) else {}
-    shown = [f"test {name} {test[k]:.4f}" for k, name in (("ap", "AP"), ("auc", "AUC"), ("mrr", "MRR"),
-                                                          ("acc", "accuracy")) if _number(test.get(k)) is not None]
+    shown = [f"test {name} {test[k]:.4f}" for k, name in TEST_FIGURES if _number(test.get(k)) is not None]
     if isinstance(metrics.get("stop_reason"), str):
         shown.append(f"stopped: {metrics['stop_reason']}")
-    return head + ("\n" + ", ".join(shown) if shown else "")
+    return _run_head(metrics, dataset) + ("\n" + ", ".join(shown) if shown else "")
 
 
 def _mark_selected(ax: "Axes", epoch: Optional[int]) -> None:
@@ -147,7 +159,10 @@ def run_figure(metrics: dict, dataset: Optional[str] = None) -> "Figure":
     (the selected epoch marked), the time split per epoch (stacked sample / fetch / compute /
     sync seconds, else the epoch time), and for distributed runs the bytes moved and the cache
     hit rate per epoch. Absent figures are left out. The title names `dataset` (default: the
-    metrics' `dataset` or `data`), the model and the world size."""
+    metrics' `dataset` or `data`), the model and the world size. The metrics of `gnndist train
+    --seeds` (a `runs` list) give `seeds_figure`."""
+    if isinstance(metrics.get("runs"), list):
+        return seeds_figure(metrics, dataset)
     epochs = epochs_of(metrics)
     x = series(epochs, "epoch")
     if not np.isfinite(x).all():
@@ -200,6 +215,37 @@ def run_figure(metrics: dict, dataset: Optional[str] = None) -> "Figure":
     for a in axes:
         a.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))  # whole epochs, not too many
         a.set_xlim(x.min() - 0.5, x.max() + 0.5)  # a whole epoch around each: one epoch is no fraction of one
+    return fig
+
+
+def seeds_figure(metrics: dict, dataset: Optional[str] = None) -> "Figure":
+    """The runs of `gnndist train --seeds` (`metrics["runs"]`) side by side: each seed's training
+    loss and main validation figure (AP for link, accuracy for node) per epoch, its selected
+    epoch starred; the title gives each test figure's mean and standard deviation over the seeds."""
+    runs, seeds = metrics["runs"], metrics.get("seeds") or list(range(len(metrics["runs"])))
+    key = "val_ap" if metrics.get("task") == "link" else "val_acc"
+    summary = metrics.get("summary") if isinstance(metrics.get("summary"), dict) else {}
+    shown = [f"test {name} {summary[k]['mean']:.4f} ± {summary[k]['std']:.4f}" for k, name in TEST_FIGURES
+             if isinstance(summary.get(k), dict) and _number(summary[k].get("mean")) is not None
+             and _number(summary[k].get("std")) is not None]
+    fig, (loss, val) = _new_figure(2, f"{_run_head(runs[0], dataset)}, seeds {', '.join(map(str, seeds))}" +
+                                   ("\n" + ", ".join(shown) if shown else ""))
+    for seed, run in zip(seeds, runs):
+        epochs = epochs_of(run)
+        x = series(epochs, "epoch")
+        line, = loss.plot(x, series(epochs, "loss"), marker="o", label=f"seed {seed}")
+        y = series(epochs, key)
+        val.plot(x, y, marker="o", color=line.get_color(), label=f"seed {seed}")
+        sel = selected_epoch(run)
+        if sel is not None and sel in x:
+            val.plot([sel], [y[list(x).index(sel)]], marker="*", markersize=14, color=line.get_color())
+    loss.set(title="training loss", xlabel="epoch")
+    val.set(title=f"validation {'AP' if key == 'val_ap' else 'accuracy'} (selected epochs starred)", xlabel="epoch")
+    from matplotlib.ticker import MaxNLocator
+
+    for a in (loss, val):
+        a.legend(fontsize="small")
+        a.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
     return fig
 
 

@@ -146,6 +146,34 @@ def test_run_figure_tolerates_absent_and_coming_keys():
 
 
 @needs_matplotlib
+def test_plot_of_seeds_draws_each_run(tmp_path, capsys):
+    """`gnndist train --seeds` metrics: each seed's loss and validation curve, its selected
+    epoch starred, the summary in the title (the file was refused as holding no epochs)."""
+    def run(seed, losses, accs, best):
+        return {"task": "node", "model": "gcn", "world_size": 1, "selected_epoch": best,
+                "epochs": [{"epoch": e + 1, "loss": lo, "val_acc": a} for e, (lo, a) in enumerate(zip(losses, accs))]}
+    m = {"task": "node", "model": "gcn", "seeds": [3, 7], "summary": {"acc": {"mean": 0.75, "std": 0.05}},
+         "runs": [run(3, [1.0, 0.5, 0.4], [0.6, 0.8, 0.7], 2), run(7, [0.9, 0.6, 0.3], [0.5, 0.6, 0.9], 3)]}
+    src = tmp_path / "seeds.json"
+    src.write_text(json.dumps({"gnndist": {"version": "x", "kind": "metrics"}, **m}))
+    out = tmp_path / "seeds.png"
+    assert main(["plot", str(src), "-o", str(out), "--dataset", "toy"]) == 0
+    fig = run_figure(m, dataset="toy")
+    assert png_size(out) == size_pixels(fig)
+    assert fig.get_suptitle() == "toy: gcn, 1 rank, seeds 3, 7\ntest accuracy 0.7500 ± 0.0500"
+    ax = panels(fig)
+    assert list(ax) == ["training loss", "validation accuracy (selected epochs starred)"]
+    assert {ln.get_label(): list(ln.get_ydata()) for ln in ax["training loss"].lines} == {
+        "seed 3": [1.0, 0.5, 0.4], "seed 7": [0.9, 0.6, 0.3]}
+    val = ax["validation accuracy (selected epochs starred)"].lines
+    assert [list(ln.get_ydata()) for ln in val if ln.get_marker() == "o"] == [[0.6, 0.8, 0.7], [0.5, 0.6, 0.9]]
+    assert [(ln.get_xdata()[0], ln.get_ydata()[0]) for ln in val if ln.get_marker() == "*"] == [(2, 0.8), (3, 0.9)]
+    del m["runs"][1]["epochs"]
+    src.write_text(json.dumps({"gnndist": {"version": "x", "kind": "metrics"}, **m}))
+    assert f"{src} (run 2) holds no per-epoch figures" in one_line_error(["plot", str(src), "-o", str(out)], capsys)
+
+
+@needs_matplotlib
 def test_plot_refuses_inputs_and_files_it_did_not_write(runs, tmp_path, capsys):
     src = runs["node1"]
     before = src.read_bytes()
