@@ -8,6 +8,7 @@ from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from gnndist import GnndistError
 from gnndist.graph import Graph, TemporalGraph
 from gnndist.static.trainer import WholeGraph, NodeConfig, NodeTrainer, check_node_graph
+from gnndist.static.config import MODEL_DEFAULTS
 
 
 def small_graph(n: int = 60, m: int = 200, f: int = 8, c: int = 3, seed: int = 0) -> Graph:
@@ -96,6 +97,16 @@ def test_an_epoch_cuts_every_training_node_once_into_full_batches():
         assert [s.size for s in c] == [7] * (train.size // 7) + ([train.size % 7] if train.size % 7 else [])
         assert np.array_equal(np.sort(np.concatenate(c)), train)
     assert not np.array_equal(np.concatenate(chunks[0]), np.concatenate(chunks[1]))  # a new order each epoch
+
+
+def test_a_config_takes_its_models_defaults():
+    """NodeConfig(model=M) is what `gnndist train --model M` runs: M's lr, hidden size and
+    dropout (it took GraphSAGE's), each still given explicitly where wanted."""
+    for model, defaults in MODEL_DEFAULTS.items():
+        cfg = NodeConfig(model=model)
+        assert (cfg.lr, cfg.hidden, cfg.dropout) == (defaults["lr"], defaults["hidden"], defaults["dropout"])
+        assert cfg == NodeConfig.for_model(model)
+    assert NodeConfig(model="gat").lr == 0.005 and NodeConfig(model="gat", lr=0.1, dropout=0.0).dropout == 0.0
 
 
 def test_graphs_without_node_data_are_refused():

@@ -14,7 +14,6 @@ MODEL_DEFAULTS = {
     "gcn": dict(hidden=64, dropout=0.5, lr=0.01),
     "gat": dict(hidden=64, dropout=0.6, lr=0.005),
 }
-COMMON_DEFAULTS = dict(epochs=50, batch_size=32, fanouts=[15, 10], weight_decay=5e-4)
 NODE_RULES = {"model": OneOf(MODELS, f"--task node supports --model {'|'.join(MODELS)}, got {{got}}"), **COMMON,
               "fanouts": Fanouts(), "eval_fanouts": Fanouts(optional=True), "eval_batch_size": Int(),
               "weight_decay": Real(), "hidden": Int(), "dropout": Real(0, 1, high_open=True),
@@ -24,19 +23,20 @@ NODE_RULES = {"model": OneOf(MODELS, f"--task node supports --model {'|'.join(MO
 @dataclass
 class NodeConfig:
     """Training and evaluation settings of a node-classification run (checked on creation;
-    picklable so it can cross `dist.launch`)."""
+    picklable so it can cross `dist.launch`). lr, hidden and dropout left out are the model's
+    (`MODEL_DEFAULTS`), as `gnndist train --model M` takes them."""
 
     model: str = "sage"
-    epochs: int = COMMON_DEFAULTS["epochs"]
+    epochs: int = 50
     patience: Optional[int] = None  # stop after this many epochs without a better validation accuracy
-    batch_size: int = COMMON_DEFAULTS["batch_size"]
-    fanouts: list[int] = field(default_factory=lambda: list(COMMON_DEFAULTS["fanouts"]))
+    batch_size: int = 32
+    fanouts: list[int] = field(default_factory=lambda: [15, 10])
     eval_fanouts: Optional[list[int]] = None  # None: all neighbours at every hop
     eval_batch_size: int = 1024  # global, like batch_size
-    lr: float = MODEL_DEFAULTS["sage"]["lr"]
-    weight_decay: float = COMMON_DEFAULTS["weight_decay"]
-    hidden: int = MODEL_DEFAULTS["sage"]["hidden"]
-    dropout: float = MODEL_DEFAULTS["sage"]["dropout"]
+    lr: Optional[float] = None  # None (here and for hidden, dropout): the model's, MODEL_DEFAULTS
+    weight_decay: float = 5e-4
+    hidden: Optional[int] = None
+    dropout: Optional[float] = None
     row_norm: str = "auto"  # on | off | auto: on when no feature is negative
     cache: str = "none"
     cache_size: Optional[float] = None  # a fraction (<= 1) of the remote rows, or bytes (> 1); None: CACHE_SIZE
@@ -46,6 +46,10 @@ class NodeConfig:
     quiet: bool = False
 
     def __post_init__(self) -> None:
+        check("model", self.model, NODE_RULES["model"])
+        for name, value in MODEL_DEFAULTS[self.model].items():
+            if getattr(self, name) is None:
+                setattr(self, name, value)
         check_fields(self, NODE_RULES)
         check_cache(self.cache, self.cache_size)
         if self.eval_fanouts is not None and len(self.eval_fanouts) != len(self.fanouts):
@@ -54,10 +58,9 @@ class NodeConfig:
 
     @classmethod
     def for_model(cls, model: str = "sage", **overrides) -> "NodeConfig":
-        """The defaults of `model`, with `overrides` (None values ignored)."""
-        check("model", model, NODE_RULES["model"])
+        """The defaults of `model`, with `overrides` (None values ignored: what the CLI passes
+        for flags not given)."""
         unknown = sorted(set(overrides) - {f.name for f in fields(cls)})
         if unknown:
             raise GnndistError(f"NodeConfig has no field {', '.join(unknown)}")
-        return cls(model=model, **{**COMMON_DEFAULTS, **MODEL_DEFAULTS[model],
-                                   **{k: v for k, v in overrides.items() if v is not None}})
+        return cls(model=model, **{k: v for k, v in overrides.items() if v is not None})
