@@ -13,6 +13,7 @@ from gnndist.datasets.planetoid import PARTS, load_planetoid
 from gnndist.datasets.text import check_regular, open_bytes
 from gnndist.errors import GnndistError
 from gnndist.graph import Graph, TemporalGraph
+from gnndist.outputs import gnndist_output
 
 # format name -> (loader(path) -> Graph | TemporalGraph, one-line description)
 FORMATS: dict[str, tuple[Callable[[str], Union[Graph, TemporalGraph]], str]] = {
@@ -42,8 +43,18 @@ def generator_options(name: str) -> dict[str, Any]:
     return {k: p.default for k, p in inspect.signature(GENERATORS[name][0]).parameters.items()}
 
 
+def refuse_gnndist_output(path: str) -> None:
+    """A one-line error where `path` is an output of gnndist's (a checkpoint, a metrics file, a
+    plot) given as data, saying what it is."""
+    written = gnndist_output(path)
+    if written is not None:
+        raise GnndistError(f"{path} is {written}, not a dataset")
+
+
 def detect_format(path: str) -> str:
-    """The format of a file or folder, from its name, else from its first bytes."""
+    """The format of a file or folder, from its name, else from its first bytes; an output of
+    gnndist's (a checkpoint, a metrics file) is said to be one."""
+    refuse_gnndist_output(path)
     base = os.path.basename(os.path.normpath(path))
     if os.path.isdir(path):
         if any(f.startswith("ind.") for f in os.listdir(path)):

@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from gnndist.datasets.cli import add_data_args, refuse_dataset_flags, source_from_args
 from gnndist.datasets.describe import MEMORY_DIM, MEMORY_FORMULA, facts, format_facts, memory
-from gnndist.datasets.registry import FORMATS, GENERATORS, detect_format
+from gnndist.datasets.registry import FORMATS, GENERATORS, detect_format, refuse_gnndist_output
 from gnndist.errors import GnndistError
 from gnndist.io import show_progress
 from gnndist.partition.info import format_summary, summary
@@ -85,6 +85,7 @@ def _dataset_summary(args: argparse.Namespace) -> dict[str, Any]:
     with tqdm(total=3, desc="info", unit="step", disable=not show_progress(args.quiet)) as bar:
         bar.set_postfix_str("loading")
         if os.path.isdir(args.data) and args.format is None:
+            refuse_gnndist_output(args.data)
             try:
                 detect_format(args.data)
             except GnndistError:

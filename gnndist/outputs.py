@@ -192,6 +192,26 @@ def _foreign_test_figures(out: Path) -> Optional[str]:
     return None
 
 
+def gnndist_output(path: PathLike) -> Optional[str]:
+    """What gnndist output `path` is, as a phrase for messages (a checkpoint folder or file, a
+    metrics file, a plot), or None: for telling a user who gives one as data what it is."""
+    p = Path(path)
+    if p.is_dir():
+        below = [f.relative_to(p).as_posix() for f in p.rglob("*") if f.is_file()]
+        if below and all(_CHECKPOINT_ENTRY.fullmatch(f) for f in below):
+            return "a gnndist checkpoint folder (gnndist predict CHECKPOINT DATA uses it)"
+        return None
+    if not p.is_file():
+        return None
+    if CHECKPOINT_FILE.fullmatch(p.name):
+        return "a gnndist checkpoint file (gnndist predict takes its folder)"
+    if p.suffix.lower() == ".json" and _stamped_metrics(p) is not None:
+        return "a gnndist metrics file (gnndist plot draws it)"
+    if p.suffix.lower() == ".png" and _png_software(p) == SOFTWARE:
+        return "a plot gnndist drew"
+    return None
+
+
 def _png_software(path: Path) -> Optional[str]:
     """The PNG's tEXt "Software" value, or None (not a PNG, or no such chunk)."""
     with open(path, "rb") as f:

@@ -171,6 +171,12 @@ def _set(a, i, v):
     a[i] = v
 
 
+def _saved_checkpoint(ctx: Ctx) -> str:
+    """A checkpoint folder `ck` holding one epoch file."""
+    checkpoint.save(ctx.tmp / "ck", {"epoch": 1, "w": torch.ones(4)})
+    return str(ctx.tmp / "ck")
+
+
 def _resume(content: Callable[[bytes], bytes]) -> Callable[[Ctx], list[str]]:
     """`gnndist train ... --resume` from a checkpoint folder whose epoch file is `content(good)`."""
     def setup(ctx: Ctx) -> list[str]:
@@ -352,6 +358,14 @@ CASES = [
     Case("info-halo-owns", info(lambda c, s: c.restamp(s, _edited(s, "part0/halo_ids.npy", lambda a: _set(
         a, 0, 0))), kind="static"), ["part 0", "halo_ids.npy holds a node the part owns"]),
     Case("info-of-a-file-that-is-no-dataset", lambda c: ["info", c.file("s.json", "{}")], ["s.json:1", "expected 3 fields"]),
+    # ---- gnndist's own outputs given as data: said what they are
+    Case("info-of-a-checkpoint-folder", lambda c: ["info", _saved_checkpoint(c)],
+         ["ck is a gnndist checkpoint folder (gnndist predict CHECKPOINT DATA uses it), not a dataset"]),
+    Case("train-on-a-checkpoint-file", lambda c: ["train", _saved_checkpoint(c) + "/epoch-0001.pt", "--task", "link"],
+         ["ck/epoch-0001.pt is a gnndist checkpoint file (gnndist predict takes its folder), not a dataset"]),
+    Case("partition-a-metrics-file", lambda c: ["partition", c.file("m.json", json.dumps(
+        {"gnndist": {"version": "0", "kind": "metrics"}, "epochs": []})), "--parts", "2", "--out", c.out],
+         ["m.json is a gnndist metrics file (gnndist plot draws it), not a dataset"]),
     # ---- checkpoints
     Case("resume-empty-checkpoint", _resume(lambda b: b""),
          ["ckpt/epoch-0001.pt", "cannot read checkpoint", "it is empty (0 bytes)"]),
