@@ -186,6 +186,11 @@ def make_store(data: Data, world: int, split: Split, quiet: bool = False) -> str
     if world > graph.num_nodes:
         raise GnndistError(f"--nproc {world} is more ranks than the data has nodes ({graph.num_nodes:,}): "
                            "each rank owns at least one node")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise GnndistError(f"cannot make the partition cache folder {out.parent} (GNNDIST_CACHE, default "
+                           f"~/.cache/gnndist): {e.strerror or e}") from None
     dist.say(f"partitioning into {world} parts ({split.method}) at {out}")
     try:
         partition_graph(graph, world, method=split.method, balance=list(split.balance) or None, out=out,

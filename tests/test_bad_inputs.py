@@ -987,3 +987,12 @@ def test_a_cache_path_that_is_a_file_is_named(tmp_path, monkeypatch, capsys):
         f"gnndist train: error: the partition cache {tmp_path}/cachefile (GNNDIST_CACHE, default ~/.cache/gnndist) "
         f"cannot be a folder: {tmp_path}/cachefile is a file"]
     assert (tmp_path / "cachefile").read_text() == "mine"
+
+
+def test_a_cache_folder_that_cannot_be_made_is_named(monkeypatch, capsys):
+    monkeypatch.setenv("GNNDIST_CACHE", "/proc/gnndist-cache")  # /proc takes no new folder, even from root
+    capsys.readouterr()
+    assert main(["train", *TEMPORAL, "--nproc", "2", "--quiet"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "gnndist train: error: cannot make the partition cache folder /proc/gnndist-cache/partitions (GNNDIST_CACHE, "
+        "default ~/.cache/gnndist): No such file or directory"]
