@@ -5,6 +5,7 @@ import argparse
 import importlib
 import json
 import os
+import signal
 import sys
 import time
 
@@ -92,6 +93,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         with allocating(f"gnndist {args.command}"):
             return int(args.run(args) or 0)
+    except BrokenPipeError:  # the reader of the output went away (`| head`): stop quietly, as SIGPIPE would
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush at exit
+        return 128 + signal.SIGPIPE
     except (GnndistError, OSError) as e:
         if args.debug:
             raise

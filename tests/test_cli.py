@@ -87,3 +87,12 @@ def test_task_defaults_to_what_the_data_is(tmp_path):
     assert main(["train", "synthetic-static", "--num-nodes", "300", "--num-edges", "1200", "--epochs", "1",
                  "--quiet", "--metrics-out", str(out)]) == 0
     assert json.loads(out.read_text())["task"] == "node"
+
+
+def test_a_reader_that_goes_away_stops_the_output_quietly():
+    """`gnndist ... | head`: the pipe's reader closed, gnndist stops without an error line (it
+    said "error: [Errno 32] Broken pipe"), with SIGPIPE's status as shells report it."""
+    p = subprocess.Popen([sys.executable, "-m", "gnndist", "datasets"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.close()  # before gnndist writes anything
+    err = p.stderr.read()
+    assert p.wait(timeout=60) == 141 and err == b""
