@@ -17,18 +17,19 @@ import json
 import sys
 
 from gnndist.datasets.cli import add_data_args, source_from_args
+from gnndist.errors import GnndistError
 from gnndist.graph import Graph
 from gnndist.io import show_progress
 from gnndist.partition.info import format_summary, summary
 from gnndist.partition.methods import METHODS
 from gnndist.partition.stats import available_memory_bytes, fmt_bytes, graph_bytes
 from gnndist.outputs import check_output
-from gnndist.partition.store import check_memory, partition_graph, read_store_meta
+from gnndist.partition.store import check_memory, is_store, partition_graph, read_store_meta
 
 
 def configure(p: argparse.ArgumentParser) -> None:
     """The subcommand\'s flags."""
-    add_data_args(p)
+    add_data_args(p, stores=False)
     p.add_argument("--parts", type=int, required=True, metavar="K", help="number of parts, at most the node "
                    "count (temporal method: at most the nodes that are an event source)")
     p.add_argument("--out", required=True, metavar="DIR", help="store folder to write (replaced atomically; refused "
@@ -58,6 +59,9 @@ def configure(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the subcommand; the exit status."""
     check_output(args.out, "store", [args.data])
+    if is_store(args.data):
+        raise GnndistError(f"{args.data} is a partition store: partition the graph it was made from (a store's "
+                           f"parts are not read back as one graph)")
     graph = source_from_args(args).load()
     method = args.method or ("metis" if isinstance(graph, Graph) else "temporal")
     need = check_memory(graph, method, force=True)

@@ -358,6 +358,8 @@ CASES = [
     Case("info-halo-owns", info(lambda c, s: c.restamp(s, _edited(s, "part0/halo_ids.npy", lambda a: _set(
         a, 0, 0))), kind="static"), ["part 0", "halo_ids.npy holds a node the part owns"]),
     Case("info-of-a-file-that-is-no-dataset", lambda c: ["info", c.file("s.json", "{}")], ["s.json:1", "expected 3 fields"]),
+    Case("partition-a-store", lambda c: ["partition", str(c.store("static")), "--parts", "3", "--out", c.out],
+         ["is a partition store: partition the graph it was made from"], loads=False),
     # ---- gnndist's own outputs given as data: said what they are
     Case("info-of-a-checkpoint-folder", lambda c: ["info", _saved_checkpoint(c)],
          ["ck is a gnndist checkpoint folder (gnndist predict CHECKPOINT DATA uses it), not a dataset"]),
