@@ -9,7 +9,7 @@ from typing import Union
 
 from gnndist.datasets.registry import FORMATS, GENERATORS, DataSource, generator_options, load
 from gnndist.errors import GnndistError
-from gnndist.graph import Graph, TemporalGraph
+from gnndist.graph import MASKS, Graph, TemporalGraph
 
 
 def _generator_flags() -> dict[str, tuple[type, list[str]]]:
@@ -67,7 +67,7 @@ def describe(g: Union[Graph, TemporalGraph]) -> str:
         span = float(g.t[-1] - g.t[0]) if g.num_events else 0.0
         return (f"temporal: {g.num_nodes} nodes, {g.num_events} events, edge_dim {g.edge_dim}, "
                 f"time span {span:g}")
-    masks = ", ".join(f"{m[:-5]} {int(getattr(g, m).sum())}" for m in ("train_mask", "val_mask", "test_mask")
+    masks = ", ".join(f"{m[:-5]} {int(getattr(g, m).sum())}" for m in MASKS
                       if getattr(g, m) is not None)
     return (f"static: {g.num_nodes} nodes, {g.num_edges} directed edges, {g.num_features} features, "
             f"{g.num_classes} classes" + (f", split {masks}" if masks else ""))

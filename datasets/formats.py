@@ -15,7 +15,7 @@ from numpy.lib.npyio import NpzFile
 
 from gnndist.datasets.text import check_finite, check_ids, read_table
 from gnndist.errors import GnndistError, first_line
-from gnndist.graph import Graph, TemporalGraph
+from gnndist.graph import MASKS, Graph, TemporalGraph
 
 # CSV header names (lower case) -> column role
 _ROLES = {
@@ -210,7 +210,8 @@ def csr_rows_cols(indices: np.ndarray, indptr: np.ndarray, shape, where: str) ->
 
 
 def load_npz(path: str) -> Graph:
-    """gnn-benchmark .npz (Shchur et al.): adjacency and attributes as CSR parts, labels.
+    """gnn-benchmark .npz (Shchur et al.): adjacency and attributes as CSR parts, labels, and
+    optionally a split as `train_mask`, `val_mask`, `test_mask` (one entry per node).
 
     The adjacency is symmetrized; duplicate edges are dropped, self-loops kept once.
     """
@@ -232,6 +233,7 @@ def load_npz(path: str) -> Graph:
         else:
             x = None
         y = _npz_key(path, z, "labels") if "labels" in z.files else None
+        masks = {k: _npz_key(path, z, k) for k in MASKS if k in z.files}
     if y is not None and (y.ndim != 1 or not np.issubdtype(y.dtype, np.integer)):
         raise GnndistError(f"{path}: labels must be a 1-d integer array, got {y.dtype} {y.shape}")
     if y is not None and y.size and y.min() < 0:
@@ -240,5 +242,8 @@ def load_npz(path: str) -> Graph:
         raise GnndistError(f"{path}: labels hold class {y.max()}, more classes than the {n} nodes")
     if x is not None and x.shape[0] != n:
         raise GnndistError(f"{path}: {x.shape[0]} attribute rows for {n} nodes")
-    return Graph.from_edges(rows, cols, num_nodes=n, undirected=True, dedup=True, x=x,
-                            y=None if y is None else y.astype(np.int64))
+    try:
+        return Graph.from_edges(rows, cols, num_nodes=n, undirected=True, dedup=True, x=x,
+                                y=None if y is None else y.astype(np.int64), **masks)
+    except GnndistError as e:  # a mask's own check (its length, its values) does not know the file
+        raise GnndistError(f"{path}: {first_line(e)}") from None

@@ -16,7 +16,7 @@ import numpy as np
 from gnndist.datasets.formats import csr_to_dense
 from gnndist.datasets.text import check_ids, open_bytes, read_table
 from gnndist.errors import GnndistError, first_line
-from gnndist.graph import Graph
+from gnndist.graph import MASKS, Graph
 
 try:
     from numpy._core.multiarray import _reconstruct
@@ -191,7 +191,7 @@ def load_planetoid(path: str) -> Graph:
     n = feats.shape[0]
     if n != lo + tx.shape[0] or y.shape[0] + 500 > n:
         raise GnndistError(f"{folder}: {n} nodes do not fit test ids {lo}-{hi} and {y.shape[0]} + 500 train/val rows")
-    masks = {k: np.zeros(n, dtype=bool) for k in ("train_mask", "val_mask", "test_mask")}
+    masks = {k: np.zeros(n, dtype=bool) for k in MASKS}
     masks["train_mask"][:y.shape[0]] = True
     masks["val_mask"][y.shape[0]:y.shape[0] + 500] = True
     masks["test_mask"][test_index] = True

@@ -79,6 +79,9 @@ def _labels(a, n: int) -> Optional[np.ndarray]:
     return a.astype(np.int64, copy=False)
 
 
+MASKS = ("train_mask", "val_mask", "test_mask")  # a static graph's split, one bool per node
+
+
 def _mask(name: str, a, n: int) -> Optional[np.ndarray]:
     """Optional boolean node mask (True/False, or 0/1)."""
     a = _check_rows(name, a, n)
@@ -170,7 +173,7 @@ class Graph:
             raise GnndistError(f"indices has {self.indices.size} entries, indptr says {self.indptr[-1]}")
         self.x = _check_rows("x", self.x, n, np.float32, ndims=(2,))
         self.y = _labels(self.y, n)
-        for name in ("train_mask", "val_mask", "test_mask"):
+        for name in MASKS:
             setattr(self, name, _mask(name, getattr(self, name), n))
 
     @property
@@ -223,7 +226,7 @@ class Graph:
 
         src, dst = self.edges()
         data = Data(edge_index=torch.from_numpy(np.stack([src, dst])), num_nodes=self.num_nodes)
-        for name in ("x", "y", "train_mask", "val_mask", "test_mask"):
+        for name in ("x", "y", *MASKS):
             value = getattr(self, name)
             if value is not None:
                 data[name] = torch.from_numpy(value)
@@ -232,7 +235,7 @@ class Graph:
     @classmethod
     def from_pyg(cls, data: "torch_geometric.data.Data") -> "Graph":
         ei = data.edge_index.cpu().numpy()
-        node_data = {name: data[name].cpu().numpy() for name in ("x", "y", "train_mask", "val_mask", "test_mask")
+        node_data = {name: data[name].cpu().numpy() for name in ("x", "y", *MASKS)
                      if name in data and data[name] is not None}
         return cls.from_edges(ei[0], ei[1], num_nodes=data.num_nodes, **node_data)
 

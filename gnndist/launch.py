@@ -31,7 +31,7 @@ from tqdm import tqdm
 from gnndist import __version__, checkpoint, dist, threads
 from gnndist.datasets import DataSource
 from gnndist.errors import GnndistError, first_line
-from gnndist.graph import Graph, TemporalGraph
+from gnndist.graph import MASKS, Graph, TemporalGraph
 from gnndist.io import show_progress
 from gnndist.outputs import check_output, write_metrics
 from gnndist.partition import files_missing, is_store, partition_graph, read_store_meta
@@ -115,7 +115,7 @@ def _identity(data: Union[DataSource, Graph, TemporalGraph]) -> list[str]:
     holds, features, labels and masks included: a store split from a graph holds them all)."""
     if isinstance(data, DataSource):
         return data.identity()
-    names = (("indptr", "indices", "x", "y", "train_mask", "val_mask", "test_mask") if isinstance(data, Graph)
+    names = (("indptr", "indices", "x", "y", *MASKS) if isinstance(data, Graph)
              else ("src", "dst", "t", "edge_feat", "edge_label"))
     h = hashlib.sha256(str(getattr(data, "num_nodes", "")).encode())
     for name in names:

@@ -40,7 +40,7 @@ from tqdm import tqdm
 
 import gnndist
 from gnndist.errors import GnndistError, first_line
-from gnndist.graph import Graph, TemporalGraph, indptr_of, owners, unique_ints
+from gnndist.graph import MASKS, Graph, TemporalGraph, indptr_of, owners, unique_ints
 from gnndist.io import atomic_dir, sha256_file, write_json
 from gnndist.outputs import check_output
 from gnndist.validate import check_integer, is_int
@@ -50,7 +50,7 @@ FORMAT_VERSION = 2  # 2: meta.json holds its own checksum and the per-part array
 REWRITE = "rewrite the store with `gnndist partition`"
 COPY_OR_REWRITE = f"copy it from the host that wrote the store, or {REWRITE}"
 MEMORY_CHECK_EDGES = 1_000_000
-_NODE_ARRAYS = ("x", "y", "train_mask", "val_mask", "test_mask")
+_NODE_ARRAYS = ("x", "y", *MASKS)
 _EVENT_ARRAYS = ("edge_feat", "edge_label")
 
 

@@ -929,7 +929,9 @@ def _library_calls():
                                                            nproc=2),
          "--task node needs training, validation and test nodes; DATA's train_mask selects none"),
         ("masks-missing-on-2-ranks", lambda: train_node(Graph(g.indptr, g.indices, x=g.x, y=g.y), nproc=2),
-         "--task node needs node features, labels and split masks; DATA has no train_mask, val_mask, test_mask"),
+         "--task node needs node features, labels and split masks; DATA has no train_mask, val_mask, test_mask (a "
+         "split comes with the data: a Planetoid folder has one; a .npz takes train_mask, val_mask and test_mask "
+         "arrays)"),
     ]
 
 

@@ -319,6 +319,16 @@ def npz_bytes(tmp_path, **change) -> bytes:
     return (tmp_path / "_tmp.npz").read_bytes()
 
 
+def test_npz_split_masks_are_read(tmp_path):
+    """A .npz may carry the split a node run needs (train_mask, val_mask, test_mask)."""
+    masks = dict(train_mask=np.array([True, False, False]), val_mask=np.array([0, 1, 0]),
+                 test_mask=np.array([False, False, True]))
+    np.savez(tmp_path / "s.npz", **npz_arrays(**masks))
+    g = load(str(tmp_path / "s.npz"))
+    assert [getattr(g, k).tolist() for k in masks] == [[True, False, False], [False, True, False], [False, False, True]]
+    assert load(str(tmp_path / "s.npz")).val_mask.dtype == bool
+
+
 def test_npz_reference_graph_and_integral_float_ids(tmp_path):
     np.savez(tmp_path / "g.npz", **npz_arrays())
     g = load(str(tmp_path / "g.npz"))
@@ -341,6 +351,8 @@ NPZ_MALFORMED = [  # (arrays changed from npz_arrays, message)
     (dict(adj_indices=np.array([1.5, 2, 0])), r"adj: CSR indices must hold integers, got float64 value 1\.5"),
     (dict(adj_indptr=np.array([0, 1, np.nan, 3])), "adj: CSR indptr must hold integers, got float64 value nan"),
     (dict(labels=np.array([0, 1, 10**9])), "labels hold class 1000000000, more classes than the 3 nodes"),
+    (dict(val_mask=np.array([True, False])), "val_mask has 2 rows, expected 3"),
+    (dict(test_mask=np.array([0, 2, 1])), "test_mask must hold True/False"),
 ]
 
 

@@ -32,7 +32,7 @@ from tqdm import tqdm
 from gnndist import checkpoint, dist
 from gnndist.errors import GnndistError
 from gnndist.footprint import memory_checked, node_footprint
-from gnndist.graph import Graph, TemporalGraph
+from gnndist.graph import MASKS, Graph, TemporalGraph
 from gnndist.io import show_progress
 from gnndist.outputs import write_metrics
 from gnndist.partition import load_partition
@@ -138,7 +138,7 @@ class PartGraph(RankGraph):
     def __init__(self, part, cfg: NodeConfig, device: torch.device = torch.device("cpu")) -> None:
         if part.kind != "static":
             raise GnndistError(f"partition store holds a {part.kind} graph; --task node needs a static one")
-        if any(getattr(part, n) is None for n in ("x", "y", "train_mask", "val_mask", "test_mask")):
+        if any(getattr(part, n) is None for n in ("x", "y", *MASKS)):
             raise GnndistError("partition store has no node features, labels or split masks; --task node needs them")
         self.part, self.offset, self.device = part, part.start, device
         self.sampler = DistNeighborSampler.from_partition(part)
@@ -187,14 +187,17 @@ def check_node_graph(graph) -> None:
     if isinstance(graph, TemporalGraph):
         raise GnndistError("DATA is a temporal graph; --task node needs a static graph with node features "
                            "and labels (use --task link)")
-    missing = [n for n in ("x", "y", "train_mask", "val_mask", "test_mask") if getattr(graph, n) is None]
+    missing = [n for n in ("x", "y", *MASKS) if getattr(graph, n) is None]
     if missing:
-        raise GnndistError(f"--task node needs node features, labels and split masks; DATA has no {', '.join(missing)}")
+        split = (" (a split comes with the data: a Planetoid folder has one; a .npz takes train_mask, val_mask and "
+                 "test_mask arrays)" if set(missing) & set(MASKS) else "")
+        raise GnndistError(f"--task node needs node features, labels and split masks; DATA has no "
+                           f"{', '.join(missing)}{split}")
 
 
 def check_split_sizes(sizes: list[int]) -> None:
     """A clear error unless the training, validation and test node counts are all above 0."""
-    empty = [m for m, c in zip(("train_mask", "val_mask", "test_mask"), sizes) if c == 0]
+    empty = [m for m, c in zip(MASKS, sizes) if c == 0]
     if empty:
         raise GnndistError(f"--task node needs training, validation and test nodes; DATA's {empty[0]} selects none")
 
