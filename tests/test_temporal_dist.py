@@ -8,6 +8,7 @@ whole graph.
 One launch per world size runs every case; the one-process references run here, through the
 same `LinkTrainer` on the whole graph.
 """
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -18,6 +19,7 @@ import torch
 
 from gnndist import cli
 from gnndist import dist as gdist
+from gnndist.errors import GnndistError
 from gnndist.graph import TemporalGraph
 from gnndist.launch import Outputs, launch
 from gnndist.partition import partition_graph
@@ -142,6 +144,12 @@ def worker(store, own_copies, tg, ckpt_root):
     resumed = RecTrainer(events, cfg)
     m_resumed = fit(resumed, Outputs(checkpoint=ckpt_root, resume=True))
     out["resume"] = (m_straight, m_resumed, straight.epochs_run, resumed.epochs_run, straight.rng[1], resumed.rng[0])
+    other = dataclasses.replace(events, orig_to_new=events.orig_to_new[::-1].copy())  # nodes owned by other ranks
+    try:
+        fit(RecTrainer(other, cfg), Outputs(checkpoint=ckpt_root, resume=True))
+        out["other_partition"] = None
+    except GnndistError as e:
+        out["other_partition"] = str(e)
     gdist.teardown()
     return out
 
@@ -358,6 +366,8 @@ def test_resume_runs_only_the_remaining_epochs_from_the_saved_state(launched):
         assert [e["epoch"] for e in resumed["epochs"]] == [1, 2]
         assert resumed["test"] == straight["test"]
         assert resumed["epochs"][1]["val_ap"] == straight["epochs"][1]["val_ap"]
+        assert out["other_partition"].endswith("/ckpt was written on another partition of the data (its ranks own "
+                                               "other nodes): resume on the partition store it was trained on")
 
 
 def test_cli_nproc_from_a_partition_store_equals_one_process(tmp_path, monkeypatch, capsys):

@@ -13,6 +13,7 @@ endpoint), and the id maps one per node.
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Optional
 
@@ -44,6 +45,15 @@ class RankEvents:
         self.lo, self.hi = int(self.node_offsets[self.rank]), int(self.node_offsets[self.rank + 1])
         self.scored = np.flatnonzero((self.src >= self.lo) & (self.src < self.hi))  # positions of own events
         self._tcsr: Optional[tuple] = None
+
+    def partition_key(self) -> Optional[str]:
+        """What tells this store's partition from another of the same graph (a digest of which
+        rank owns each node), or None in one process: a checkpoint's node state is per owner."""
+        if self.num_parts == 1:
+            return None
+        digest = hashlib.sha256(np.ascontiguousarray(self.orig_to_new, np.int64).tobytes())
+        digest.update(np.ascontiguousarray(self.node_offsets, np.int64).tobytes())
+        return digest.hexdigest()[:16]
 
     @classmethod
     def from_graph(cls, tg: TemporalGraph) -> "RankEvents":

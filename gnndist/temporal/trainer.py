@@ -593,7 +593,7 @@ def fit(trainer: LinkTrainer, outputs: Outputs = Outputs()) -> dict[str, Any]:
 def _fit(trainer: LinkTrainer, outputs: Outputs, ckpt_dir: Optional[Path]) -> dict[str, Any]:
     cfg, ev, lead = trainer.cfg, trainer.events, dist.rank() == 0
     config = {**cfg.to_dict(), "num_nodes": ev.num_nodes, "num_events": ev.num_events, "edge_dim": ev.edge_dim,
-              "world_size": ev.num_parts}
+              "world_size": ev.num_parts, "partition": ev.partition_key()}
     resume_keys = ("model", "batch_size", "lr", "lr_schedule", "clip_grad", "memory_dim", "time_dim", "num_neighbors",
                    "sampling", "neg", "seed", "memory", "num_nodes", "num_events", "edge_dim", "world_size")
     history: list[dict[str, Any]] = []
@@ -604,6 +604,9 @@ def _fit(trainer: LinkTrainer, outputs: Outputs, ckpt_dir: Optional[Path]) -> di
         if not held:
             checkpoint.load(ckpt_dir)  # says what is wrong with what is there
         saved = checkpoint.load(ckpt_dir, common_epoch(held, trainer.device), needs=RESUMED)
+        if saved["config"].get("partition", config["partition"]) != config["partition"]:  # older ones: not kept
+            raise GnndistError(f"checkpoint in {outputs.checkpoint} was written on another partition of the data "
+                               f"(its ranks own other nodes): resume on the partition store it was trained on")
         for key in resume_keys:
             if saved["config"].get(key) != config[key]:
                 raise GnndistError(f"checkpoint in {outputs.checkpoint} was written with {key}="
