@@ -45,13 +45,14 @@ def source_from_args(args: argparse.Namespace) -> DataSource:
     return DataSource(args.data, args.format, opts)
 
 
-def refuse_dataset_flags(args: argparse.Namespace, *others: tuple[str, object]) -> None:
-    """For a partition store DATA: a one-line error naming the first of --format, the generator
-    flags and `others` ((flag, value) pairs) that was given; they apply to datasets only."""
+def refuse_dataset_flags(args: argparse.Namespace, *others: tuple[str, object], what: str = "a partition store"
+                         ) -> None:
+    """For a DATA that is `what` (not a dataset): a one-line error naming the first of --format,
+    the generator flags and `others` ((flag, value) pairs) that was given; they apply to datasets only."""
     given = [flag for flag, v in (("--format", args.format), *others) if v is not None]
     given += [f"--{opt.replace('_', '-')}" for opt in source_from_args(args).options if opt != "seed"]
     if given:
-        raise GnndistError(f"{given[0]} applies to a dataset; {args.data} is a partition store")
+        raise GnndistError(f"{given[0]} applies to a dataset; {args.data} is {what}")
 
 
 def configure(p: argparse.ArgumentParser) -> None:

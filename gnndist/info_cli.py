@@ -5,6 +5,10 @@
       training and halo nodes per part, imbalance, edge cut, cross-partition events, ...;
       --verify checks every file's sha256; --plot draws them as one PNG (needs matplotlib:
       pip install 'gnndist[plot]').
+  gnndist info CHECKPOINT [--json]
+      a checkpoint folder (gnndist train --checkpoint): the run's task, model and ranks, the
+      data it was trained on, the epochs run and kept, the selected epoch and its validation
+      figures, the settings, and how `gnndist predict` uses it.
   gnndist info DATA [--nproc W] [--memory-dim D] [--json]
       DATA is a file, folder or built-in generator name: kind, nodes, edges or events, time
       span and resolution (smallest positive gap between distinct times), feature dims,
@@ -26,6 +30,7 @@ from gnndist.datasets.describe import MEMORY_DIM, MEMORY_FORMULA, facts, format_
 from gnndist.datasets.registry import FORMATS, GENERATORS, detect_format, refuse_gnndist_output
 from gnndist.errors import GnndistError
 from gnndist.io import show_progress
+from gnndist.outputs import is_checkpoint_folder
 from gnndist.partition.info import format_summary, summary
 from gnndist.partition.store import files_missing, is_store, read_store_meta, verify_store
 
@@ -103,10 +108,43 @@ def _dataset_summary(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+_SHOWN_APART = ("task", "model", "world_size", "num_nodes", "num_events", "edge_dim", "num_features", "num_classes",
+                "partition", "quiet")  # config keys `_checkpoint` shows on lines of their own, or not at all
+
+
+def _checkpoint(args: argparse.Namespace) -> None:
+    """`gnndist info CHECKPOINT`: what the run was and what `gnndist predict` would apply."""
+    refuse_dataset_flags(args, ("--nproc", args.nproc), ("--memory-dim", args.memory_dim),
+                         ("--verify", args.verify or None), ("--plot", args.plot), what="a checkpoint folder")
+    from gnndist.predict import describe_checkpoint
+
+    c = describe_checkpoint(args.data)
+    if args.json:
+        print(json.dumps(c))
+        return
+    cfg, w = c["config"], c["world_size"]
+    ranks = f"{w} ranks" + (f" (folders rank0/ .. rank{c['rank_folders'] - 1}/)" if c["rank_folders"] else "")
+    data = (f"{cfg.get('num_nodes', '?'):,} nodes, {cfg.get('num_events', '?'):,} events, {cfg.get('edge_dim', 0)} "
+            f"edge features" if c["task"] == "link" else
+            f"{cfg.get('num_features', '?')} features, {cfg.get('num_classes', '?')} classes")
+    val = ", ".join(f"{k} {v:.4f}" for k, v in c["selected_val"].items() if isinstance(v, (int, float)))
+    modes = "--split test, --candidates FILE -o OUT, or --embed-at T -o OUT" if c["task"] == "link" else "-o OUT"
+    print("\n".join([
+        f"{args.data}: checkpoint of a {c['task']} run, {c['model']} on {ranks if w > 1 else '1 process'}",
+        f"trained on: {data}",
+        f"epochs run: {c['epochs_run']} (kept: {', '.join(map(str, c['epochs_kept']))}); selected epoch "
+        f"{c['selected_epoch']}" + (f": val {val}" if val else ""),
+        "settings: " + ", ".join(f"{k} {v}" for k, v in cfg.items() if k not in _SHOWN_APART),
+        f"use: gnndist predict {args.data} DATA {modes}"]))
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the subcommand; the exit status."""
     if is_store(args.data):
         _store(args)
+        return 0
+    if is_checkpoint_folder(args.data):
+        _checkpoint(args)
         return 0
     if args.verify or args.plot:
         raise GnndistError(f"{'--verify' if args.verify else '--plot'} applies to a partition store; "

@@ -192,15 +192,21 @@ def _foreign_test_figures(out: Path) -> Optional[str]:
     return None
 
 
+def is_checkpoint_folder(path: PathLike) -> bool:
+    """Whether `path` is a folder holding checkpoint files and nothing else (`gnndist train --checkpoint`)."""
+    p = Path(path)
+    if not p.is_dir():
+        return False
+    below = [f.relative_to(p).as_posix() for f in p.rglob("*") if f.is_file()]
+    return bool(below) and all(_CHECKPOINT_ENTRY.fullmatch(f) for f in below)
+
+
 def gnndist_output(path: PathLike) -> Optional[str]:
     """What gnndist output `path` is, as a phrase for messages (a checkpoint folder or file, a
     metrics file, a plot), or None: for telling a user who gives one as data what it is."""
     p = Path(path)
-    if p.is_dir():
-        below = [f.relative_to(p).as_posix() for f in p.rglob("*") if f.is_file()]
-        if below and all(_CHECKPOINT_ENTRY.fullmatch(f) for f in below):
-            return "a gnndist checkpoint folder (gnndist predict CHECKPOINT DATA uses it)"
-        return None
+    if is_checkpoint_folder(p):
+        return "a gnndist checkpoint folder (gnndist predict CHECKPOINT DATA uses it; gnndist info describes it)"
     if not p.is_file():
         return None
     if CHECKPOINT_FILE.fullmatch(p.name):

@@ -24,7 +24,7 @@ from gnndist.errors import GnndistError
 from gnndist.graph import Graph, TemporalGraph, as_node_ids
 from gnndist.io import atomic_file
 from gnndist.launch import Data, kind_of
-from gnndist.outputs import CHECKPOINT_FILE, REPLACED, check_output
+from gnndist.outputs import CHECKPOINT_FILE, RANK_FOLDER, REPLACED, check_output
 from gnndist.partition import is_store
 from gnndist.validate import TASK_OF_KIND
 
@@ -90,6 +90,21 @@ class SavedModel:
             if key in self.config and self.config[key] != value:
                 raise GnndistError(f"{self.path} was trained on data with {key.replace('_', ' ')} {self.config[key]}, "
                                    f"DATA has {value}")
+
+
+def describe_checkpoint(directory: PathLike) -> dict[str, Any]:
+    """What `gnndist info CHECKPOINT` shows of a checkpoint folder: the run's task, model and
+    ranks, the epochs it ran and those kept, the selected epoch with its validation figures, and
+    the run's settings (`config`)."""
+    saved = SavedModel.load(directory)
+    folder = Path(directory)
+    ranks = sorted(int(m[1]) for f in folder.iterdir() if (m := RANK_FOLDER.fullmatch(f.name)) and f.is_dir())
+    selected = next((h for h in saved.history if h.get("epoch") == saved.selected_epoch), {})
+    return {"checkpoint": str(directory), "task": saved.task, "model": saved.config.get("model"),
+            "world_size": saved.config.get("world_size", 1), "rank_folders": len(ranks),
+            "epochs_run": len(saved.history), "epochs_kept": checkpoint.epochs(folder / "rank0" if ranks else folder),
+            "selected_epoch": saved.selected_epoch,
+            "selected_val": {k[4:]: v for k, v in selected.items() if k.startswith("val_")}, "config": saved.config}
 
 
 Checkpoint = Union[PathLike, SavedModel]  # a checkpoint folder, or its model already loaded

@@ -361,8 +361,9 @@ CASES = [
     Case("partition-a-store", lambda c: ["partition", str(c.store("static")), "--parts", "3", "--out", c.out],
          ["is a partition store: partition the graph it was made from"], loads=False),
     # ---- gnndist's own outputs given as data: said what they are
-    Case("info-of-a-checkpoint-folder", lambda c: ["info", _saved_checkpoint(c)],
-         ["ck is a gnndist checkpoint folder (gnndist predict CHECKPOINT DATA uses it), not a dataset"]),
+    Case("train-on-a-checkpoint-folder", lambda c: ["train", _saved_checkpoint(c), "--task", "link"],
+         ["ck is a gnndist checkpoint folder (gnndist predict CHECKPOINT DATA uses it; gnndist info describes it), "
+          "not a dataset"]),
     Case("train-on-a-checkpoint-file", lambda c: ["train", _saved_checkpoint(c) + "/epoch-0001.pt", "--task", "link"],
          ["ck/epoch-0001.pt is a gnndist checkpoint file (gnndist predict takes its folder), not a dataset"]),
     Case("partition-a-metrics-file", lambda c: ["partition", c.file("m.json", json.dumps(
