@@ -266,9 +266,16 @@ def test_evaluation_scores_and_figures_equal_one_process(launched):
 
 
 def test_loss_time_split_and_inductive_counts(launched):
-    w, _, results = launched
+    w, tg, results = launched
+    n = tg.num_events  # brute force: test events with an endpoint that has no event before the validation period
+    train_end = n - 2 * round(0.15 * n)
+    seen = np.zeros(tg.num_nodes, bool)
+    seen[tg.src[:train_end]] = seen[tg.dst[:train_end]] = True
+    test = slice(n - round(0.15 * n), n)
+    brute = int((~seen[tg.src[test]] | ~seen[tg.dst[test]]).sum())
     for case in CASES:
         _, ref = reference(*case)
+        assert ref["test"]["inductive_events"] == brute > 0
         for out in results:
             m = out[case][1]
             assert m["world_size"] == w and m["memory"] == case[1]

@@ -46,7 +46,7 @@ from gnndist.datasets import chronological_split
 from gnndist.device import to_device
 from gnndist.errors import GnndistError
 from gnndist.footprint import link_footprint, memory_checked
-from gnndist.graph import TemporalGraph
+from gnndist.graph import TemporalGraph, owners
 from gnndist.io import show_progress
 from gnndist.outputs import write_metrics
 from gnndist.launch import Data, Outputs, Split, run_job
@@ -54,6 +54,7 @@ from gnndist.validate import check_type
 from gnndist.partition import load_id_maps, load_partition
 from gnndist.runlog import RunLog
 from gnndist.samplers import hit_rate, sampler_group
+from gnndist.samplers.distributed import Requests
 from gnndist.samplers.distributed import StepRequests
 from gnndist.temporal import keys, time_encoding
 from gnndist.temporal.config import LinkConfig
@@ -390,11 +391,14 @@ class LinkTrainer:
                 bar.update(size)
         return np.concatenate(pos), np.concatenate(neg), np.concatenate(eid)
 
-    def new_nodes(self) -> np.ndarray:
-        """[N] bool: the nodes whose first event is after training (gathered from the owners)."""
-        first = self.events.first_seen()
-        mine = torch.from_numpy((first >= self.train_end) & (first < self.events.num_events))
-        return torch.cat(dist.all_gather_varsize(mine.to(torch.uint8).to(self.device))).cpu().numpy().astype(bool)
+    def are_new(self, nodes: np.ndarray) -> np.ndarray:
+        """Whether each of `nodes` (store ids, a host array) has its first event after training,
+        as their owners know (one request and one reply on the gloo group; a collective)."""
+        ev = self.events
+        first = ev.first_seen()
+        mine = (first >= self.train_end) & (first < ev.num_events)
+        asked = Requests(nodes, owners(nodes, ev.node_offsets), sampler_group())
+        return asked.reply(mine[asked.received - ev.lo])
 
     # ------------------------------------------------------------------------------ figures
 
@@ -661,9 +665,9 @@ def selected_test_figures(trainer: LinkTrainer, best: dict[str, Any], history: l
     trainer.reset_state()
     trainer.evaluate(0, trainer.val_end, "replay", score=False)
     pos, neg, eid = trainer.evaluate(trainer.val_end, ev.num_events, "test")
-    new = trainer.new_nodes()
     held = np.searchsorted(ev.eid, eid)
-    inductive = new[ev.src[held]] | new[ev.dst[held]]
+    new = trainer.are_new(np.concatenate([ev.src[held], ev.dst[held]]))
+    inductive = new[:held.size] | new[held.size:]
     test = link_metrics(pos, neg, across_ranks=True)
     test_new = link_metrics(pos[inductive], neg[inductive], across_ranks=True)
     n_inductive = int(dist.all_reduce(torch.tensor([int(inductive.sum())], device=trainer.device)).item())
