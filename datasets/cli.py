@@ -22,12 +22,13 @@ def _generator_flags() -> dict[str, tuple[type, list[str]]]:
     return flags
 
 
-def add_data_args(p: argparse.ArgumentParser, stores: bool = True) -> None:
+def add_data_args(p: argparse.ArgumentParser, stores: bool = True, checkpoints: bool = False) -> None:
     """The positional DATA argument and the flags that choose its format or shape a generator
-    (one flag per generator option; `--data-seed` is the generators' seed). `stores`: whether
-    DATA may be a partition store."""
-    p.add_argument("data", metavar="DATA", help="a built-in dataset name (see `gnndist datasets`), "
-                   + ("a file or folder, or a partition store" if stores else "or a file or folder"))
+    (one flag per generator option; `--data-seed` is the generators' seed). `stores`,
+    `checkpoints`: whether DATA may be a partition store, a checkpoint folder."""
+    also = ["a partition store"] * stores + ["a checkpoint folder"] * checkpoints
+    p.add_argument("data", metavar="DATA", help="a built-in dataset name (see `gnndist datasets`), a file or folder"
+                   + "".join(f", or {a}" for a in also))
     p.add_argument("--format", default=None, help="file format, when the extension does not tell")
     g = p.add_argument_group("built-in generators")
     for opt, (kind, names) in _generator_flags().items():

@@ -18,7 +18,7 @@ import torch
 from gnndist import dist
 from gnndist.errors import GnndistError, first_line
 from gnndist.io import atomic_file
-from gnndist.outputs import CHECKPOINT_FILE, RANK_FOLDER as _RANK_FOLDER, REPLACED, checkpoint_name
+from gnndist.outputs import CHECKPOINT_FILE, RANK_FOLDER, REPLACED, checkpoint_name
 
 FORMAT = 1
 KEEP = 2  # complete epochs kept in a checkpoint folder
@@ -87,30 +87,48 @@ def save(directory: str | os.PathLike, payload: dict[str, Any]) -> Path:
     return path
 
 
-def _layout(directory: Path) -> Optional[int]:
-    """How the checkpoint in DIR was written: 0 as one folder of epochs (a one-process link run,
-    or a node run), W as per-rank folders rank0 .. rank{W-1} (a link run of W ranks; W is the
-    highest rank folder holding epochs, plus one), None when DIR holds no epochs. Epochs set
-    aside in .replaced count as the run's."""
-    def held(folder: Path) -> bool:
-        return bool(_epoch_files(folder) or _epoch_files(folder / REPLACED))
+def rank_folders_in(directory: Path) -> list[int]:
+    """The ranks r whose folder rank{r} is in the checkpoint folder `directory` (a W-rank link
+    run's; a host of a multi-host run holds its own ranks' only), ascending."""
+    if not directory.is_dir():
+        return []
+    return sorted(int(m[1]) for f in directory.iterdir() if (m := RANK_FOLDER.fullmatch(f.name)) and f.is_dir())
 
-    ranks = [int(m[1]) for f in directory.iterdir() if (m := _RANK_FOLDER.fullmatch(f.name)) and held(f)] \
-        if directory.is_dir() else []
-    return max(ranks) + 1 if ranks else 0 if held(directory) else None
+
+def _holds(folder: Path) -> bool:
+    """Whether `folder` holds epoch files of a run (in .replaced too)."""
+    return bool(_epoch_files(folder) or _epoch_files(folder / REPLACED))
+
+
+def _resumable(folder: Path) -> bool:
+    """Whether the newest complete epoch in `folder` is a link run's, which --resume continues
+    (a node run's is for gnndist predict)."""
+    held = epochs(folder)
+    if not held:
+        return False
+    payload = torch.load(folder / checkpoint_name(held[-1]), map_location="cpu", weights_only=True, mmap=True)
+    config = payload.get("config") if isinstance(payload, dict) else None
+    return not (isinstance(config, dict) and config.get("task") == "node")
 
 
 def check_folder(directory: str | os.PathLike, rank_folders: int, resume: bool) -> None:
     """Refuse (GnndistError), before a run starts, a checkpoint folder that the run would mix with
-    another: one written in another layout (`rank_folders`: what this run writes, as `_layout`),
-    or, without `resume`, a folder of a run that stopped while replacing an earlier one (both
-    its epochs and the earlier run's in .replaced are there: which to keep is the user's call)."""
+    another run's: one written in the other layout (one folder of epochs, or a folder per rank:
+    `rank_folders` is W where this run's W ranks write rank0 .. rank{W-1}, else 0), or holding a
+    rank's folder this run has no rank for (a host may hold only its own ranks' folders); and,
+    without `resume`, a folder of a run that stopped while replacing an earlier one (both its
+    epochs and the earlier run's in .replaced are there: which to keep is the user's call)."""
     directory = Path(directory)
-    found = _layout(directory)
-    if found is not None and found != rank_folders:
-        held = (f"the checkpoint of a link run on {found} ranks (rank0/ .. rank{found - 1}/)" if found else
-                "a checkpoint written as one folder of epochs (by one process, or by a node run)")
-        writes = f"a folder per rank for {rank_folders} ranks" if rank_folders else "one folder of epochs"
+    ranks = [r for r in rank_folders_in(directory) if _holds(directory / f"rank{r}")]
+    writes = f"a folder per rank for {rank_folders} ranks" if rank_folders else "one folder of epochs"
+    held = None
+    if rank_folders and _holds(directory):
+        held = "a checkpoint written as one folder of epochs (by one process, or by a node run)"
+    elif ranks and not rank_folders:
+        held = f"the per-rank folders of a link run ({', '.join(f'rank{r}/' for r in ranks)})"
+    elif ranks and ranks[-1] >= rank_folders:
+        held = f"rank{ranks[-1]}/ of a link run on more ranks"
+    if held:
         raise GnndistError(f"{directory} holds {held}, and this run writes {writes}: choose another --checkpoint, "
                            f"or delete that one")
     if not resume:
@@ -124,10 +142,10 @@ def _refuse_two_runs(folder: Path) -> None:
     aside = folder / REPLACED
     mine = epochs(folder)
     if mine and _epoch_files(aside):
+        keep = "--resume continues the stopped run; " if _resumable(folder) else ""
         raise GnndistError(f"{folder} holds epoch{'s' * (len(mine) > 1)} {', '.join(map(str, mine))} of a run that "
-                           f"stopped while replacing "
-                           f"an earlier run's (kept in {aside}): --resume continues the stopped run; to start anew, "
-                           f"delete one of them")
+                           f"stopped while replacing an earlier run's (kept in {aside}): {keep}to start anew, delete "
+                           f"one of them, or choose another --checkpoint")
 
 
 @contextmanager
@@ -155,8 +173,8 @@ def run(directory: Optional[str | os.PathLike], resume: bool, restore: bool = Tr
         elif left:
             if dist.rank() == 0 and (earlier := epochs(directory)):
                 dist.say(f"replacing the checkpoint of an earlier run in {directory} (epoch{'s' * (len(earlier) > 1)} "
-                         f"{', '.join(map(str, earlier))}): kept in {aside} until this run ends well, then deleted; "
-                         f"--resume continues it instead")
+                         f"{', '.join(map(str, earlier))}): kept in {aside} until this run ends well, then deleted"
+                         + ("; --resume continues it instead" if _resumable(directory) else ""))
             aside.mkdir(exist_ok=True)
             for f in left:
                 os.replace(f, aside / f.name)

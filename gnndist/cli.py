@@ -5,6 +5,7 @@ import argparse
 import importlib
 import json
 import os
+import select
 import signal
 import sys
 import time
@@ -39,7 +40,7 @@ EPILOG = """examples:
 SUBCOMMANDS = {
     "datasets": ("gnndist.datasets.cli", "list the built-in datasets and the file formats gnndist reads"),
     "partition": ("gnndist.partition.cli", "split a graph into partitions written as an on-disk store"),
-    "info": ("gnndist.info_cli", "describe a partition store, or a dataset before partitioning or training it"),
+    "info": ("gnndist.info_cli", "describe a partition store, a checkpoint folder, or a dataset before partitioning or training it"),
     "train": ("gnndist.train", "train a temporal (link) or static (node) GNN, on one or many ranks"),
     "predict": ("gnndist.predict_cli", "use a trained model: test figures, link scores, embeddings, class "
                 "probabilities"),
@@ -93,19 +94,40 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         with allocating(f"gnndist {args.command}"):
             return int(args.run(args) or 0)
-    except BrokenPipeError:  # the reader of the output went away (`| head`): stop quietly, as SIGPIPE would
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush at exit
-        return 128 + signal.SIGPIPE
+    except BrokenPipeError as e:
+        if _stdout_gone():  # the reader of the output went away (`| head`): stop quietly, as SIGPIPE would
+            return 128 + signal.SIGPIPE
+        return _error(args, e)
     except (GnndistError, OSError) as e:
-        if args.debug:
-            raise
-        line = f"gnndist {args.command}: error: {first_line(e)}"
-        print(line, file=sys.stderr, flush=True)
-        _tell_torchrun(line)
-        return 2
+        return _error(args, e)
     except KeyboardInterrupt as e:
         print("gnndist: interrupted" + (f" ({e})" if str(e) else ""), file=sys.stderr)
         return 130
+
+
+def _stdout_gone() -> bool:
+    """Whether stdout is a pipe whose reader has gone (then it is pointed at /dev/null: nothing
+    more to flush at exit); another broken pipe is an error like others."""
+    try:
+        fd = sys.stdout.fileno()
+    except (OSError, ValueError):
+        return False
+    poll = select.poll()
+    poll.register(fd, select.POLLOUT)
+    gone = any(events & select.POLLERR for _, events in poll.poll(0))
+    if gone:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
+    return gone
+
+
+def _error(args: argparse.Namespace, e: BaseException) -> int:
+    """The one error line (the traceback with --debug); exit status 2."""
+    if args.debug:
+        raise e
+    line = f"gnndist {args.command}: error: {first_line(e)}"
+    print(line, file=sys.stderr, flush=True)
+    _tell_torchrun(line)
+    return 2
 
 
 def _tell_torchrun(line: str) -> None:

@@ -1,4 +1,4 @@
-"""Describe a partition store, or a dataset before partitioning or training it.
+"""Describe a partition store, a checkpoint folder, or a dataset before partitioning or training it.
 
   gnndist info STORE [--json] [--verify] [--plot parts.png]
       a store's quality figures (computed when it was written): nodes, events or edges,
@@ -49,7 +49,7 @@ def _positive_int(s: str) -> int:
 
 def configure(p: argparse.ArgumentParser) -> None:
     """The subcommand\'s flags."""
-    add_data_args(p)
+    add_data_args(p, checkpoints=True)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     store = p.add_argument_group("partition store")
     store.add_argument("--verify", action="store_true", help="check every file's sha256")
@@ -114,8 +114,10 @@ _SHOWN_APART = ("task", "model", "world_size", "num_nodes", "num_events", "edge_
 
 def _checkpoint(args: argparse.Namespace) -> None:
     """`gnndist info CHECKPOINT`: what the run was and what `gnndist predict` would apply."""
-    refuse_dataset_flags(args, ("--nproc", args.nproc), ("--memory-dim", args.memory_dim),
-                         ("--verify", args.verify or None), ("--plot", args.plot), what="a checkpoint folder")
+    if args.verify or args.plot:
+        raise GnndistError(f"{'--verify' if args.verify else '--plot'} applies to a partition store; "
+                           f"{args.data} is a checkpoint folder")
+    refuse_dataset_flags(args, ("--nproc", args.nproc), ("--memory-dim", args.memory_dim), what="a checkpoint folder")
     from gnndist.predict import describe_checkpoint
 
     c = describe_checkpoint(args.data)
@@ -123,10 +125,14 @@ def _checkpoint(args: argparse.Namespace) -> None:
         print(json.dumps(c))
         return
     cfg, w = c["config"], c["world_size"]
-    ranks = f"{w} ranks" + (f" (folders rank0/ .. rank{c['rank_folders'] - 1}/)" if c["rank_folders"] else "")
-    data = (f"{cfg.get('num_nodes', '?'):,} nodes, {cfg.get('num_events', '?'):,} events, {cfg.get('edge_dim', 0)} "
-            f"edge features" if c["task"] == "link" else
-            f"{cfg.get('num_features', '?')} features, {cfg.get('num_classes', '?')} classes")
+    ranks = f"{w} ranks" + (f" (folders here: {', '.join(f'rank{r}/' for r in c['rank_folders'])})"
+                            if c["rank_folders"] else "")
+    def count(key: str) -> str:
+        v = cfg.get(key)
+        return f"{v:,}" if isinstance(v, int) else "?"
+
+    data = (f"{count('num_nodes')} nodes, {count('num_events')} events, {count('edge_dim')} edge features"
+            if c["task"] == "link" else f"{count('num_features')} features, {count('num_classes')} classes")
     val = ", ".join(f"{k} {v:.4f}" for k, v in c["selected_val"].items() if isinstance(v, (int, float)))
     modes = "--split test, --candidates FILE -o OUT, or --embed-at T -o OUT" if c["task"] == "link" else "-o OUT"
     print("\n".join([

@@ -40,6 +40,7 @@ REPLACED = ".replaced"  # the folder of a checkpoint that a running or failed ru
 # what a checkpoint folder may hold: epoch files (per rank in rank{r}/, replaced ones in .replaced/)
 # and the temp files of interrupted atomic writes (gnndist.io.atomic_file: ".NAME.tmp-XXXX")
 _CHECKPOINT_ENTRY = re.compile(rf"(rank\d+/)?({re.escape(REPLACED)}/)?\.?epoch-\d+\.pt(\.tmp-\w+)?")
+_CHECKPOINT_TOP = re.compile(rf"rank\d+|{re.escape(REPLACED)}|\.?epoch-\d+\.pt(\.tmp-\w+)?")  # its top-level names
 _TFEVENTS = re.compile(r"(.+/)?events\.out\.tfevents\.[^/]+")
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _MAX_METRICS_BYTES = 64 << 20  # a larger file is not a metrics file gnndist wrote
@@ -163,6 +164,9 @@ def _foreign_entries(pattern: re.Pattern, what: str):
     return check
 
 
+_foreign_checkpoint = _foreign_entries(_CHECKPOINT_ENTRY, "a gnndist checkpoint file")
+
+
 def _stamped_metrics(out: Path) -> Optional[dict[str, Any]]:
     """The existing file `out` as a metrics file that `write_metrics` wrote, or None."""
     if out.stat().st_size > _MAX_METRICS_BYTES:
@@ -193,12 +197,13 @@ def _foreign_test_figures(out: Path) -> Optional[str]:
 
 
 def is_checkpoint_folder(path: PathLike) -> bool:
-    """Whether `path` is a folder holding checkpoint files and nothing else (`gnndist train --checkpoint`)."""
+    """Whether `path` is a folder of `gnndist train --checkpoint`: checkpoint files and nothing
+    else (as `check_output` takes one), at least one. Its top level is read first, so another
+    folder is told apart without walking it."""
     p = Path(path)
-    if not p.is_dir():
+    if not p.is_dir() or not all(_CHECKPOINT_TOP.fullmatch(f.name) for f in p.iterdir()):
         return False
-    below = [f.relative_to(p).as_posix() for f in p.rglob("*") if f.is_file()]
-    return bool(below) and all(_CHECKPOINT_ENTRY.fullmatch(f) for f in below)
+    return _foreign_checkpoint(p) is None and any(f.is_file() for f in p.rglob("*"))
 
 
 def gnndist_output(path: PathLike) -> Optional[str]:
@@ -211,8 +216,10 @@ def gnndist_output(path: PathLike) -> Optional[str]:
         return None
     if CHECKPOINT_FILE.fullmatch(p.name):
         return "a gnndist checkpoint file (gnndist predict takes its folder)"
-    if p.suffix.lower() == ".json" and _stamped_metrics(p) is not None:
-        return "a gnndist metrics file (gnndist plot draws it)"
+    metrics = _stamped_metrics(p) if p.suffix.lower() == ".json" else None
+    if metrics is not None:
+        return ("a gnndist metrics file (gnndist plot draws it)" if "epochs" in metrics or "runs" in metrics else
+                "the test figures of gnndist predict")
     if p.suffix.lower() == ".png" and _png_software(p) == SOFTWARE:
         return "a plot gnndist drew"
     return None
@@ -253,5 +260,5 @@ def _existing_predictions(out: Path) -> str:
 _FOREIGN = {"store": _foreign_store, "metrics": _foreign_metrics, "test_figures": _foreign_test_figures,
             "plot": _foreign_plot,
             "predictions": _existing_predictions,
-            "checkpoint": _foreign_entries(_CHECKPOINT_ENTRY, "a gnndist checkpoint file"),
+            "checkpoint": _foreign_checkpoint,
             "log_dir": _foreign_entries(_TFEVENTS, "a TensorBoard event file")}

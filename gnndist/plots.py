@@ -107,10 +107,15 @@ def read_metrics(path: PathLike) -> dict:
     except ValueError as e:
         raise GnndistError(f"{path}: not valid JSON ({e})") from None
     runs = metrics.get("runs") if isinstance(metrics, dict) else None
-    for i, run in enumerate(runs) if isinstance(runs, list) else []:  # `gnndist train --seeds`: one per seed
-        epochs_of(run, f"{path} (run {i + 1})")
-    if not isinstance(runs, list):
+    if runs is None:
         epochs_of(metrics, str(path))
+        return metrics
+    seeds = metrics.get("seeds")  # `gnndist train --seeds`: a run per seed
+    if not isinstance(runs, list) or not runs or not isinstance(seeds, list) or len(seeds) != len(runs):
+        raise GnndistError(f"{path} holds no runs of --seeds (a 'runs' list, one per 'seeds' entry): is it a file "
+                           "from `gnndist train --metrics-out`?")
+    for i, run in enumerate(runs):
+        epochs_of(run, f"{path} (run {i + 1})")
     return metrics
 
 
@@ -161,7 +166,7 @@ def run_figure(metrics: dict, dataset: Optional[str] = None) -> "Figure":
     hit rate per epoch. Absent figures are left out. The title names `dataset` (default: the
     metrics' `dataset` or `data`), the model and the world size. The metrics of `gnndist train
     --seeds` (a `runs` list) give `seeds_figure`."""
-    if isinstance(metrics.get("runs"), list):
+    if metrics.get("runs") is not None:
         return seeds_figure(metrics, dataset)
     epochs = epochs_of(metrics)
     x = series(epochs, "epoch")
@@ -219,10 +224,11 @@ def run_figure(metrics: dict, dataset: Optional[str] = None) -> "Figure":
 
 
 def seeds_figure(metrics: dict, dataset: Optional[str] = None) -> "Figure":
-    """The runs of `gnndist train --seeds` (`metrics["runs"]`) side by side: each seed's training
+    """The runs of `gnndist train --seeds` (`metrics["runs"]`, one per `metrics["seeds"]` entry,
+    checked by `read_metrics`) side by side: each seed's training
     loss and main validation figure (AP for link, accuracy for node) per epoch, its selected
     epoch starred; the title gives each test figure's mean and standard deviation over the seeds."""
-    runs, seeds = metrics["runs"], metrics.get("seeds") or list(range(len(metrics["runs"])))
+    runs, seeds = metrics["runs"], metrics["seeds"]
     key = "val_ap" if metrics.get("task") == "link" else "val_acc"
     summary = metrics.get("summary") if isinstance(metrics.get("summary"), dict) else {}
     shown = [f"test {name} {summary[k]['mean']:.4f} ± {summary[k]['std']:.4f}" for k, name in TEST_FIGURES

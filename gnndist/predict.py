@@ -24,7 +24,7 @@ from gnndist.errors import GnndistError
 from gnndist.graph import Graph, TemporalGraph, as_node_ids
 from gnndist.io import atomic_file
 from gnndist.launch import Data, kind_of
-from gnndist.outputs import CHECKPOINT_FILE, RANK_FOLDER, REPLACED, check_output
+from gnndist.outputs import CHECKPOINT_FILE, REPLACED, check_output
 from gnndist.partition import is_store
 from gnndist.validate import TASK_OF_KIND
 
@@ -50,11 +50,13 @@ class SavedModel:
     @classmethod
     def load(cls, directory: PathLike) -> "SavedModel":
         """The model of the newest epoch of the checkpoint folder `directory` (written by
-        `gnndist train --checkpoint DIR`; a run of W > 1 link ranks: DIR/rank0)."""
+        `gnndist train --checkpoint DIR`; a run of W > 1 link ranks: its lowest rank folder here,
+        as every rank holds the same parameters)."""
         directory = Path(directory)
         if not directory.is_dir():
             raise GnndistError(f"{directory} is not a checkpoint folder (one written by gnndist train --checkpoint DIR)")
-        folder = directory / "rank0" if (directory / "rank0").is_dir() else directory
+        ranks = checkpoint.rank_folders_in(directory)
+        folder = directory / f"rank{ranks[0]}" if ranks else directory
         if not any(CHECKPOINT_FILE.fullmatch(f.name) for f in folder.iterdir()):
             aside = folder / REPLACED
             raise GnndistError(f"no checkpoint in {folder} (no epoch-NNNN.pt files from gnndist train --checkpoint DIR)"
@@ -98,11 +100,11 @@ def describe_checkpoint(directory: PathLike) -> dict[str, Any]:
     the run's settings (`config`)."""
     saved = SavedModel.load(directory)
     folder = Path(directory)
-    ranks = sorted(int(m[1]) for f in folder.iterdir() if (m := RANK_FOLDER.fullmatch(f.name)) and f.is_dir())
+    ranks = checkpoint.rank_folders_in(folder)
     selected = next((h for h in saved.history if h.get("epoch") == saved.selected_epoch), {})
     return {"checkpoint": str(directory), "task": saved.task, "model": saved.config.get("model"),
-            "world_size": saved.config.get("world_size", 1), "rank_folders": len(ranks),
-            "epochs_run": len(saved.history), "epochs_kept": checkpoint.epochs(folder / "rank0" if ranks else folder),
+            "world_size": saved.config.get("world_size", 1), "rank_folders": ranks, "epochs_run": len(saved.history),
+            "epochs_kept": checkpoint.epochs(folder / f"rank{ranks[0]}" if ranks else folder),
             "selected_epoch": saved.selected_epoch,
             "selected_val": {k[4:]: v for k, v in selected.items() if k.startswith("val_")}, "config": saved.config}
 

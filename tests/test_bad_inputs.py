@@ -369,6 +369,9 @@ CASES = [
     Case("partition-a-metrics-file", lambda c: ["partition", c.file("m.json", json.dumps(
         {"gnndist": {"version": "0", "kind": "metrics"}, "epochs": []})), "--parts", "2", "--out", c.out],
          ["m.json is a gnndist metrics file (gnndist plot draws it), not a dataset"]),
+    Case("info-of-test-figures", lambda c: ["info", c.file("t.json", json.dumps(
+        {"gnndist": {"version": "0", "kind": "metrics"}, "test": {"ap": 0.5}}))],
+         ["t.json is the test figures of gnndist predict, not a dataset"]),
     # ---- checkpoints
     Case("resume-empty-checkpoint", _resume(lambda b: b""),
          ["ckpt/epoch-0001.pt", "cannot read checkpoint", "it is empty (0 bytes)"]),
@@ -696,7 +699,7 @@ def test_a_failed_run_loses_no_checkpoint(tmp_path):
     for call in (lambda: failing_run(1, GnndistError("x")), lambda: checkpoint.check_folder(d, 0, resume=False)):
         with pytest.raises(GnndistError, match=f"^{d} holds epoch 1 of a run that stopped while replacing an earlier "
                                                f"run's \\(kept in {d}/.replaced\\): --resume continues the stopped run; "
-                                               f"to start anew, delete one of them$"):
+                                               f"to start anew, delete one of them, or choose another --checkpoint$"):
             call()  # which of the two runs to keep is the user's call: a new run replaces neither
         assert {f.name: f.read_bytes() for f in d.iterdir() if f.is_file()} == stopped
         assert {f.name: f.read_bytes() for f in (d / ".replaced").iterdir()} == before
@@ -727,28 +730,36 @@ def test_resuming_a_node_checkpoint_says_whose_it_is(tmp_path):
 
 
 def test_a_checkpoint_folder_of_another_layout_is_refused(tmp_path, capsys):
-    """A run into a folder whose checkpoint was written in another layout (per-rank folders of a
-    W-rank link run, or one folder of epochs) would leave the other run's files beside its own
-    (and `gnndist predict` would read rank0/): refused before anything starts, nothing changed."""
-    ranks, flat = tmp_path / "ranks", tmp_path / "flat"
-    for r in (0, 1):
-        checkpoint.save(ranks / f"rank{r}", {"epoch": 1, "w": torch.zeros(3)})
+    """A run into a folder whose checkpoint was written in the other layout (per-rank folders of a
+    W-rank link run, or one folder of epochs), or that holds a rank's folder the run has no rank
+    for, would leave the other run's files beside its own (and `gnndist predict` would read
+    rank0/): refused before anything starts, nothing changed. A host of a multi-host run holds
+    only its own ranks' folders: that is no other layout."""
+    ranks, three, flat, host1 = (tmp_path / n for n in ("ranks", "three", "flat", "host1"))
+    for folder, held in ((ranks, (0, 1)), (three, (0, 1, 2)), (host1, (2, 3))):
+        for r in held:
+            checkpoint.save(folder / f"rank{r}", {"epoch": 1, "w": torch.zeros(3)})
     checkpoint.save(flat / ".replaced", {"epoch": 2, "w": torch.zeros(3)})  # set-aside epochs count too
-    snapshot = {p: sorted(os.listdir(p)) for p in (ranks, ranks / "rank0", flat, flat / ".replaced")}
-    two = f"{ranks} holds the checkpoint of a link run on 2 ranks \\(rank0/ .. rank1/\\), and this run writes "
+    snapshot = {p: sorted(os.listdir(p)) for p in (ranks, ranks / "rank0", flat, flat / ".replaced", three)}
+    per_rank = f"{ranks} holds the per-rank folders of a link run \\(rank0/, rank1/\\), and this run writes "
     one = (f"{flat} holds a checkpoint written as one folder of epochs \\(by one process, or by a node run\\), and "
            f"this run writes ")
-    for folder, rank_folders, resume, message in ((ranks, 0, False, two + "one folder of epochs"),
-                                                   (ranks, 3, False, two + "a folder per rank for 3 ranks"),
-                                                   (ranks, 0, True, two + "one folder of epochs"),
-                                                   (flat, 2, False, one + "a folder per rank for 2 ranks")):
+    for folder, rank_folders, resume, message in (
+            (ranks, 0, False, per_rank + "one folder of epochs"),
+            (ranks, 0, True, per_rank + "one folder of epochs"),
+            (three, 2, False, f"{three} holds rank2/ of a link run on more ranks, and this run writes a folder per "
+                              f"rank for 2 ranks"),
+            (flat, 2, False, one + "a folder per rank for 2 ranks")):
         with pytest.raises(GnndistError, match=f"^{message}: choose another --checkpoint, or delete that one$"):
             checkpoint.check_folder(folder, rank_folders, resume)
-    checkpoint.check_folder(ranks, 2, resume=False)
+    for folder, rank_folders in ((ranks, 2), (ranks, 4), (host1, 4), (three, 3)):  # host 0 or host 1 of 4 ranks
+        for resume in (False, True):
+            checkpoint.check_folder(folder, rank_folders, resume)
     checkpoint.check_folder(flat, 0, resume=True)
     for argv in (["train", *TEMPORAL, "--task", "link", "--checkpoint", str(ranks), "--quiet"],
                  ["train", *STATIC, "--task", "node", "--checkpoint", str(ranks), "--quiet"],
-                 ["train", *TEMPORAL, "--task", "link", "--nproc", "2", "--checkpoint", str(flat), "--quiet"]):
+                 ["train", *TEMPORAL, "--task", "link", "--nproc", "2", "--checkpoint", str(flat), "--quiet"],
+                 ["train", *TEMPORAL, "--task", "link", "--nproc", "2", "--checkpoint", str(three), "--quiet"]):
         assert main(argv) == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith(f"gnndist train: error: {argv[-2]} holds ") and "\n" not in err
@@ -776,6 +787,20 @@ def test_replacing_a_checkpoint_says_so_once(tmp_path, capsys, monkeypatch):
                                        f"{d}/.replaced until this run ends well, then deleted; --resume continues "
                                        f"it instead\n")
     assert checkpoint.epochs(d) == [1] and not (d / ".replaced").exists()
+    node = {"epoch": 1, "config": {"task": "node"}}  # a node run's epochs: --resume does not take them
+    checkpoint.save(d, node)
+    with checkpoint.run(d, resume=False):
+        checkpoint.save(d, node)
+    assert capsys.readouterr().err == (f"replacing the checkpoint of an earlier run in {d} (epoch 1): kept in "
+                                       f"{d}/.replaced until this run ends well, then deleted\n")
+    with pytest.raises(GnndistError):
+        with checkpoint.run(d, resume=False):
+            checkpoint.save(d, node)
+            raise GnndistError("stop")
+    with pytest.raises(GnndistError, match=f"^{d} holds epoch 1 of a run that stopped while replacing an earlier "
+                                           f"run's \\(kept in {d}/.replaced\\): to start anew, delete one of them, "
+                                           f"or choose another --checkpoint$"):
+        checkpoint.check_folder(d, 0, resume=False)
 
 
 def test_a_replaced_checkpoint_survives_every_later_failure(tmp_path):

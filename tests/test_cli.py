@@ -96,3 +96,15 @@ def test_a_reader_that_goes_away_stops_the_output_quietly():
     p.stdout.close()  # before gnndist writes anything
     err = p.stderr.read()
     assert p.wait(timeout=60) == 141 and err == b""
+
+
+def test_another_broken_pipe_is_an_error_line(monkeypatch, capsys):
+    """Only stdout's reader going away is quiet: a broken pipe elsewhere (e.g. to a rank being
+    started) is one error line, status 2."""
+    import gnndist.datasets.cli as datasets_cli
+
+    def broken(args):
+        raise BrokenPipeError(32, "Broken pipe")
+    monkeypatch.setattr(datasets_cli, "run", broken)
+    assert main(["datasets"]) == 2
+    assert capsys.readouterr().err == "gnndist datasets: error: [Errno 32] Broken pipe\n"

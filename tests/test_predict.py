@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import sys
 from pathlib import Path
 
@@ -421,7 +422,7 @@ def test_predict_test_figures_replace_no_training_metrics(runs, tmp_path, capsys
 
 
 @pytest.mark.parametrize("name", ["link2", "node1"])
-def test_info_describes_a_checkpoint_as_its_run_recorded_it(runs, name, capsys):
+def test_info_describes_a_checkpoint_as_its_run_recorded_it(runs, name, capsys, tmp_path):
     """`gnndist info CHECKPOINT`: the task, model, ranks, epochs and selected epoch's validation
     figures are those of the run's metrics JSON; the settings, its checkpoint's config."""
     m, ck = metrics(runs[name]), runs[name]["ckpt"]
@@ -430,16 +431,24 @@ def test_info_describes_a_checkpoint_as_its_run_recorded_it(runs, name, capsys):
     sel = m["epochs"][m["selected_epoch"] - 1]
     assert (c["task"], c["model"], c["world_size"], c["selected_epoch"]) == (m["task"], m["model"], m["world_size"],
                                                                               m["selected_epoch"])
-    assert c["rank_folders"] == (2 if name == "link2" else 0) and c["epochs_run"] == len(m["epochs"])
+    assert c["rank_folders"] == ([0, 1] if name == "link2" else []) and c["epochs_run"] == len(m["epochs"])
     assert c["epochs_kept"] == [e["epoch"] for e in m["epochs"]][-2:]
     assert c["selected_val"] == {k[4:]: v for k, v in sel.items() if k.startswith("val_")}
     assert c["config"] == SavedModel.load(ck).config
     assert main(["info", str(ck)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == (f"{ck}: checkpoint of a {m['task']} run, {m['model']} on " +
-                        ("2 ranks (folders rank0/ .. rank1/)" if name == "link2" else "1 process"))
+                        ("2 ranks (folders here: rank0/, rank1/)" if name == "link2" else "1 process"))
     assert lines[-1].startswith(f"use: gnndist predict {ck} DATA ")
     assert "--nproc applies to a dataset; " in one_line_error(["info", str(ck), "--nproc", "2"], capsys)
+    if name == "link2":  # a host of a multi-host run holds its own rank's folder only: the same model
+        host1 = tmp_path / "host1"
+        shutil.copytree(ck / "rank1", host1 / "rank1")
+        assert main(["info", str(host1), "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["rank_folders"] == [1]
+        one, full = SavedModel.load(host1), SavedModel.load(ck)
+        assert one.params.keys() == full.params.keys() and all(torch.equal(one.params[k], full.params[k])
+                                                               for k in full.params)
 
 
 def test_library_predictions_refuse_ids_that_are_not_node_ids(runs, cache):

@@ -168,9 +168,11 @@ def test_plot_of_seeds_draws_each_run(tmp_path, capsys):
     val = ax["validation accuracy (selected epochs starred)"].lines
     assert [list(ln.get_ydata()) for ln in val if ln.get_marker() == "o"] == [[0.6, 0.8, 0.7], [0.5, 0.6, 0.9]]
     assert [(ln.get_xdata()[0], ln.get_ydata()[0]) for ln in val if ln.get_marker() == "*"] == [(2, 0.8), (3, 0.9)]
-    del m["runs"][1]["epochs"]
-    src.write_text(json.dumps({"gnndist": {"version": "x", "kind": "metrics"}, **m}))
-    assert f"{src} (run 2) holds no per-epoch figures" in one_line_error(["plot", str(src), "-o", str(out)], capsys)
+    for change, message in (({"seeds": [3]}, "holds no runs of --seeds"), ({"runs": []}, "holds no runs of --seeds"),
+                            ({"seeds": 5}, "holds no runs of --seeds"),
+                            ({"runs": [m["runs"][0], {"model": "gcn"}]}, "(run 2) holds no per-epoch figures")):
+        src.write_text(json.dumps({"gnndist": {"version": "x", "kind": "metrics"}, **m, **change}))
+        assert f"{src} {message}" in one_line_error(["plot", str(src), "-o", str(out)], capsys)
 
 
 @needs_matplotlib
