@@ -24,7 +24,8 @@ NODE_RULES = {"model": OneOf(MODELS, f"--task node supports --model {'|'.join(MO
 class NodeConfig:
     """Training and evaluation settings of a node-classification run (checked on creation;
     picklable so it can cross `dist.launch`). lr, hidden and dropout left out are the model's
-    (`MODEL_DEFAULTS`), as `gnndist train --model M` takes them."""
+    (`MODEL_DEFAULTS`), as `gnndist train --model M` takes them; they are set on creation, so
+    `dataclasses.replace(cfg, model=...)` keeps the first model's (make a new config instead)."""
 
     model: str = "sage"
     epochs: int = 50
