@@ -39,15 +39,17 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--balance", default=None, help="metis only: comma-separated weights to balance: "
                    "nodes, edges, train (temporal graphs: nodes, edges = events) (default: nodes)")
     p.add_argument("--imbalance-tol", type=float, default=1.03,
-                   help="allowed max/mean of each balanced weight, from 1.001 to 10 (default: 1.03)")
+                   help="the max/mean of each balanced weight METIS aims for, from 1.001 to 10 (default: 1.03); "
+                   "a note says where the partition is over it")
     p.add_argument("--halo", type=int, choices=(0, 1), default=0, help="1: store each part's 1-hop halo")
     p.add_argument("--replicate-hubs", type=int, default=0, metavar="K",
                    help="temporal: copy the events of the K busiest nodes into every part")
     p.add_argument("--time-windows", type=int, default=None, metavar="W",
-                   help="temporal graphs: balance owned events in each of W equal time windows; W from 1 to 64, "
+                   help="temporal graphs: balance owned events in each of W time windows of equal event counts "
+                   "(consecutive in time order); W from 1 to 64, "
                    "with at least 10 events per part in each window (default: 4, or as many as the events fill)")
     p.add_argument("--recency", type=float, default=None, metavar="R",
-                   help="temporal method only: the latest events weigh 1+R times the first; finite, >= 0 "
+                   help="temporal method only: the latest events weigh 1+R times the first; from 0 to 1e6 "
                    "(default: 1)")
     p.add_argument("--seed", type=int, default=0, help="partitioner seed, from 0 to 2**32-1 (default: 0)")
     p.add_argument("--force", action="store_true", help="partition even if the memory estimate exceeds "
@@ -77,4 +79,19 @@ def run(args: argparse.Namespace) -> int:
                     out=args.out, progress=show_progress(args.quiet))
     s = summary(read_store_meta(args.out))
     print(json.dumps(s) if args.json else f"wrote {args.out}\n{format_summary(s)}")
+    over = over_tolerance(s)
+    if over and not args.quiet:
+        print(f"note: METIS left {', '.join(f'{k} at {v:.3f}' for k, v in over.items())} over --imbalance-tol "
+              f"{s['params']['imbalance_tol']:g} (it aims for the tolerance and does not always meet it; "
+              + ("fewer --time-windows, " if s["method"] == "temporal" else "") + "fewer parts or a looser tolerance "
+              "help)", file=sys.stderr)
     return 0
+
+
+def over_tolerance(s: dict) -> dict[str, float]:
+    """The balanced weights of a METIS or temporal store (its `summary`) whose max/mean is over
+    the store's --imbalance-tol."""
+    params = s["params"]
+    balanced = {"metis": params.get("balance", ["nodes"]), "temporal": ["events", "events_worst_window"]}
+    tol = params.get("imbalance_tol")
+    return {k: v for k, v in s["imbalance"].items() if k in balanced.get(s["method"], []) and v > tol}

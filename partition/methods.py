@@ -30,6 +30,7 @@ BALANCE_KEYS = ("nodes", "edges", "train")
 MAX_IMBALANCE_TOL = 10.0  # METIS ufactor 9000; beyond it balance means nothing
 SEED_LIMIT = 2**32
 MAX_TIME_WINDOWS = 64
+MAX_RECENCY = 1e6  # the heaviest event weighs at most this over the first: METIS's weight sums stay in int64
 MIN_WINDOW_EVENTS_PER_PART = 10
 TIME_WINDOWS = 4  # the default, where the events fill that many (`most_time_windows`)
 
@@ -323,7 +324,7 @@ def random_membership(num_nodes: int, num_parts: int, seed: int = 0) -> np.ndarr
 def event_owner_counts(graph: TemporalGraph, num_windows: int = 1) -> np.ndarray:
     """Events each node owns (as source) per time window: int [num_nodes, num_windows].
 
-    Windows split the time-ordered events into `num_windows` runs of equal length.
+    Windows split the time-ordered events into `num_windows` runs of equal event counts.
     """
     e = graph.num_events
     win = (np.arange(e, dtype=np.int64) * num_windows) // max(e, 1)
@@ -378,12 +379,12 @@ def temporal_membership(graph: TemporalGraph, num_parts: int, num_windows: int =
 
     Pair weight = sum over its events of `1 + recency * (t - t_first) / (t_last - t_first)`
     (so the latest events count `1 + recency` times the first), scaled to integers. Vertex
-    weights = events the node owns in each of `num_windows` equal-length time windows, so
-    every part gets its share of events in every window. Events touching a replicated hub
+    weights = events the node owns in each of `num_windows` time windows of equal event counts
+    (consecutive in time order), so every part gets its share of events in every window. Events touching a replicated hub
     (`hubs`) are left out of the pair weights: they are local reads in every part.
     """
     check_time_windows(graph.num_events, num_parts, num_windows)
-    check("recency", recency, Real())
+    check("recency", recency, Real(high=MAX_RECENCY))
     owners = np.unique(graph.src).size
     if num_parts > owners:
         raise GnndistError(f"--method temporal balances the events each part owns, so --parts must be at most the "

@@ -284,6 +284,8 @@ CASES = [
     Case("time-windows-on-static", partition(STATIC, "--time-windows", "2"),
          ["--time-windows applies to temporal graphs only"]),
     Case("recency-negative", partition(TEMPORAL, "--recency", "-1"), ["--recency must be a finite number >= 0"]),
+    Case("recency-huge", partition(TEMPORAL, "--recency", "1e18"),  # METIS's weight sums overflowed: a crash
+         ["--recency must be a finite number >= 0 and <= 1e+06, got 1e+18"]),
     Case("recency-with-random", partition(TEMPORAL, "--method", "random", "--recency", "2"),
          ["--recency applies to --method temporal only"]),
     Case("replicate-hubs-on-static", partition(STATIC, "--replicate-hubs", "2"),
