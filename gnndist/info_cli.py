@@ -65,11 +65,11 @@ def configure(p: argparse.ArgumentParser) -> None:
 def _store(args: argparse.Namespace) -> None:
     refuse_dataset_flags(args, ("--nproc", args.nproc), ("--memory-dim", args.memory_dim))
     meta = read_store_meta(args.data)
+    checked = verify_store(args.data) if args.verify else 0  # before the plot: a failed check writes nothing
     if args.plot:
         from gnndist.plots import partition_figure, save_png
 
         save_png(partition_figure(meta), args.plot, inputs=[args.data])
-    checked = verify_store(args.data) if args.verify else 0
     s = summary(meta)
     s["parts_here"] = [p for p in range(meta["num_parts"]) if not files_missing(args.data, meta, p)]
     print(json.dumps(s) if args.json else format_summary(s))

@@ -1,6 +1,7 @@
 """`gnndist partition` and `gnndist info`: end to end, JSON keys scripts rely on, one-line errors."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -127,6 +128,9 @@ def test_corrupted_store_is_reported_by_info_verify(tmp_path):
     p = run("info", str(out), "--verify")
     assert p.returncode == 2 and "Traceback" not in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1 and "sha256 mismatch" in p.stderr
+    if importlib.util.find_spec("matplotlib") is not None:  # a failed check draws no plot
+        assert run("info", str(out), "--verify", "--plot", str(tmp_path / "p.png")).returncode == 2
+        assert not (tmp_path / "p.png").exists()
 
 
 def write_events(path: Path, n: int = 40, e: int = 300, skew: float = 1.0) -> None:
