@@ -34,7 +34,7 @@ def add_data_args(p: argparse.ArgumentParser, stores: bool = True, checkpoints: 
     for opt, (kind, names) in _generator_flags().items():
         g.add_argument(f"--{opt.replace('_', '-')}", type=kind, default=None, dest=opt,
                        help=f"{opt.replace('_', ' ')} ({', '.join(names)})")
-    g.add_argument("--data-seed", type=int, default=0, help="generator seed")
+    g.add_argument("--data-seed", type=int, default=None, help="generator seed (default: 0)")
 
 
 def source_from_args(args: argparse.Namespace) -> DataSource:
@@ -42,7 +42,10 @@ def source_from_args(args: argparse.Namespace) -> DataSource:
     the generator's defaults; they are refused for files by `load`)."""
     opts = {opt: getattr(args, opt) for opt in _generator_flags() if getattr(args, opt, None) is not None}
     if args.format is None and args.data in GENERATORS:
-        opts["seed"] = args.data_seed
+        opts["seed"] = 0 if args.data_seed is None else args.data_seed
+    elif args.data_seed is not None:
+        raise GnndistError(f"--data-seed is the built-in generators' seed ({', '.join(GENERATORS)}); {args.data} is "
+                           f"not one of them: leave it out")
     return DataSource(args.data, args.format, opts)
 
 

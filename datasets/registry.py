@@ -19,9 +19,11 @@ from gnndist.outputs import gnndist_output
 FORMATS: dict[str, tuple[Callable[[str], Union[Graph, TemporalGraph]], str]] = {
     "snap": (load_snap, "temporal: SNAP edge list, lines `src dst time`, whitespace separated, '#' comments "
                         "(.txt, .tsv, .edges; .gz ok)"),
-    "csv": (load_csv, "temporal: CSV with a header, JODIE `user_id,item_id,timestamp,state_label,features...`, "
-                      "TGN `,u,i,ts,label,idx` or Bitcoin `from,to,weight,time` (.csv; .gz ok)"),
-    "npz": (load_npz, "static: gnn-benchmark .npz (adj_*, attr_* CSR parts, labels, optional train/val/test_mask), made undirected"),
+    "csv": (load_csv, "temporal: CSV with a header naming the columns, JODIE "
+                      "`user_id,item_id,timestamp,state_label,features...`, TGN `,u,i,ts,label,idx` or Bitcoin "
+                      "`from,to,weight,time`; without a header the columns are src, dst, time, features (.csv; .gz ok)"),
+    "npz": (load_npz, "static: gnn-benchmark .npz (adj_*, attr_* CSR parts, labels, optional train/val/test_mask), "
+                      "made undirected"),
     "planetoid": (load_planetoid, "static: Planetoid ind.NAME.{x,tx,allx,y,ty,ally,graph,test.index} "
                                   "(the folder or one file), with the public split"),
 }

@@ -29,6 +29,7 @@ from gnndist.datasets.cli import add_data_args, refuse_dataset_flags, source_fro
 from gnndist.datasets.describe import MEMORY_DIM, MEMORY_FORMULA, facts, format_facts, memory
 from gnndist.datasets.registry import FORMATS, GENERATORS, detect_format, refuse_gnndist_output
 from gnndist.errors import GnndistError
+from gnndist.graph import TemporalGraph
 from gnndist.io import show_progress
 from gnndist.outputs import is_checkpoint_folder
 from gnndist.partition.info import format_summary, summary
@@ -97,6 +98,9 @@ def _dataset_summary(args: argparse.Namespace) -> dict[str, Any]:
                 raise GnndistError(f"{args.data} is not a partition store (no meta.json), nor a dataset folder "
                                    f"gnndist can tell the format of (give --format: {', '.join(FORMATS)})") from None
         graph = source_from_args(args).load()
+        if args.memory_dim is not None and not isinstance(graph, TemporalGraph):
+            raise GnndistError(f"--memory-dim is the node memory of the link models; {args.data} is a static graph: "
+                               f"leave it out")
         bar.update()
         bar.set_postfix_str("figures")
         source = args.format or ("generator" if args.data in GENERATORS else detect_format(args.data))

@@ -21,7 +21,7 @@ from gnndist.errors import GnndistError
 from gnndist.graph import Graph
 from gnndist.io import show_progress
 from gnndist.partition.info import format_summary, summary
-from gnndist.partition.methods import METHODS
+from gnndist.partition.methods import IMBALANCE_TOL, METHODS
 from gnndist.partition.stats import available_memory_bytes, fmt_bytes, graph_bytes
 from gnndist.outputs import check_output
 from gnndist.partition.store import check_memory, is_store, partition_graph, read_store_meta
@@ -38,10 +38,12 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="default: metis for static graphs, temporal for temporal graphs")
     p.add_argument("--balance", default=None, help="metis only: comma-separated weights to balance: "
                    "nodes, edges, train (temporal graphs: nodes, edges = events) (default: nodes)")
-    p.add_argument("--imbalance-tol", type=float, default=1.03,
-                   help="the max/mean of each balanced weight METIS aims for, from 1.001 to 10 (default: 1.03); "
-                   "a note says where the partition is over it")
-    p.add_argument("--halo", type=int, choices=(0, 1), default=0, help="1: store each part's 1-hop halo")
+    p.add_argument("--imbalance-tol", type=float, default=None,
+                   help="metis and temporal methods: the max/mean of each balanced weight METIS aims for, from "
+                   f"1.001 to 10 (default: {IMBALANCE_TOL}); a note says where the partition is over it")
+    p.add_argument("--halo", type=int, choices=(0, 1), default=0,
+                   help="1: store each part's 1-hop halo ids and features (for tools that read the store; training "
+                   "fetches remote features through its cache and does not read them)")
     p.add_argument("--replicate-hubs", type=int, default=0, metavar="K",
                    help="temporal: copy the events of the K busiest nodes into every part")
     p.add_argument("--time-windows", type=int, default=None, metavar="W",
@@ -51,7 +53,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--recency", type=float, default=None, metavar="R",
                    help="temporal method only: the latest events weigh 1+R times the first; from 0 to 1e6 "
                    "(default: 1)")
-    p.add_argument("--seed", type=int, default=0, help="partitioner seed, from 0 to 2**32-1 (default: 0)")
+    p.add_argument("--seed", type=int, default=0, help="partitioner seed, from 0 to 2**32-1 (default: 0; METIS, "
+                   "which the metis and temporal methods run, draws alike for seeds 0 and 1)")
     p.add_argument("--force", action="store_true", help="partition even if the memory estimate exceeds "
                    "the available memory")
     p.add_argument("--json", action="store_true", help="print the figures as one JSON object")

@@ -29,6 +29,7 @@ METHODS = ("metis", "random", "temporal")
 BALANCE_KEYS = ("nodes", "edges", "train")
 MAX_IMBALANCE_TOL = 10.0  # METIS ufactor 9000; beyond it balance means nothing
 SEED_LIMIT = 2**32
+IMBALANCE_TOL = 1.03  # the default max/mean METIS aims for
 MAX_TIME_WINDOWS = 64
 MAX_RECENCY = 1e6  # the heaviest event weighs at most this over the first: METIS's weight sums stay in int64
 MIN_WINDOW_EVENTS_PER_PART = 10
@@ -353,7 +354,9 @@ def _vertex_weights(graph: Union[Graph, TemporalGraph], balance: Sequence[str]) 
 
 
 def check_balance(balance: Optional[Sequence[str]]) -> list[str]:
-    """Validated, de-duplicated balance keys (default: nodes)."""
+    """Validated, de-duplicated balance keys (default, None: nodes)."""
+    if balance is not None and not list(balance):
+        raise GnndistError(f"--balance needs one or more of {', '.join(BALANCE_KEYS)}")
     keys = list(dict.fromkeys(balance or ["nodes"]))
     bad = [k for k in keys if k not in BALANCE_KEYS]
     if bad:
@@ -362,7 +365,7 @@ def check_balance(balance: Optional[Sequence[str]]) -> list[str]:
 
 
 def metis_membership(graph: Union[Graph, TemporalGraph], num_parts: int, balance: Sequence[str] = ("nodes",),
-                     imbalance_tol: float = 1.03, seed: int = 0) -> np.ndarray:
+                     imbalance_tol: float = IMBALANCE_TOL, seed: int = 0) -> np.ndarray:
     """METIS k-way on the symmetrized graph (a temporal graph: its unweighted projection)."""
     vwgt = _vertex_weights(graph, check_balance(balance))
     if isinstance(graph, Graph):
@@ -373,7 +376,7 @@ def metis_membership(graph: Union[Graph, TemporalGraph], num_parts: int, balance
 
 
 def temporal_membership(graph: TemporalGraph, num_parts: int, num_windows: int = 4, recency: float = 1.0,
-                        imbalance_tol: float = 1.03, seed: int = 0, hubs: Optional[np.ndarray] = None
+                        imbalance_tol: float = IMBALANCE_TOL, seed: int = 0, hubs: Optional[np.ndarray] = None
                         ) -> np.ndarray:
     """The temporal partitioner: METIS on the recency-weighted event projection.
 

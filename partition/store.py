@@ -286,7 +286,7 @@ def hub_nodes(graph: TemporalGraph, k: int) -> np.ndarray:
 
 
 def partition_graph(graph: Union[Graph, TemporalGraph], num_parts: int, method: Optional[str] = None,
-                    balance: Optional[Sequence[str]] = None, imbalance_tol: float = 1.03, halo: int = 0,
+                    balance: Optional[Sequence[str]] = None, imbalance_tol: Optional[float] = None, halo: int = 0,
                     replicate_hubs: int = 0, time_windows: Optional[int] = None, recency: Optional[float] = None,
                     seed: int = 0, force: bool = False, out: Union[str, Path, None] = None, progress: bool = False
                     ) -> PartitionStore:
@@ -294,8 +294,8 @@ def partition_graph(graph: Union[Graph, TemporalGraph], num_parts: int, method: 
 
     `method`: metis | random | temporal (default: metis for a static graph, temporal for a
     temporal one). `balance` (metis only): vertex weights to balance, any of nodes, edges,
-    train (default: nodes). `imbalance_tol`: allowed max/mean of each balanced weight (METIS
-    ufactor). `halo`: 1 to store 1-hop halo ids (and features). Temporal graphs only:
+    train (default: nodes). `imbalance_tol` (metis and temporal): the max/mean of each balanced
+    weight METIS aims for (its ufactor; default 1.03). `halo`: 1 to store 1-hop halo ids (and features). Temporal graphs only:
     `replicate_hubs` top-degree nodes replicated into every part, `time_windows` (default 4, or
     as many as the events fill, `methods.most_time_windows`; the temporal method balances each,
     the figures of any method count events in each) and `recency` (temporal method only, default
@@ -318,6 +318,9 @@ def partition_graph(graph: Union[Graph, TemporalGraph], num_parts: int, method: 
         raise GnndistError(f"--balance applies to --method metis only; --method {method} "
                            + ("balances the events each part owns in every time window" if method == "temporal"
                               else "hashes node ids and balances nothing") + ": leave --balance out")
+    if imbalance_tol is not None and method == "random":
+        raise GnndistError("--imbalance-tol applies to --method metis and temporal; --method random hashes node ids "
+                           "and balances nothing: leave it out")
     if recency is not None and method != "temporal":
         raise GnndistError(f"--recency applies to --method temporal only, not {method}: leave it out")
     if time_windows is not None and not temporal:
@@ -336,7 +339,8 @@ def partition_graph(graph: Union[Graph, TemporalGraph], num_parts: int, method: 
     if not 0 <= replicate_hubs <= graph.num_nodes:
         raise GnndistError(f"--replicate-hubs must be between 0 and the node count, got {replicate_hubs}")
     balance = methods.check_balance(balance)
-    imbalance_tol, seed = methods.check_imbalance_tol(imbalance_tol), methods.check_seed(seed)
+    imbalance_tol = methods.check_imbalance_tol(methods.IMBALANCE_TOL if imbalance_tol is None else imbalance_tol)
+    seed = methods.check_seed(seed)
     if temporal:
         methods.check_time_windows(graph.num_events, num_parts, time_windows)
     if out is not None:

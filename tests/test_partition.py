@@ -306,7 +306,7 @@ def test_seed_and_tolerance_bounds(graph):
         random_membership(10, 2, -1)
     for bad in (float("inf"), float("nan"), 1e30, 10.5, 1.0):
         with pytest.raises(GnndistError, match=r"--imbalance-tol must be from 1.001 to 10"):
-            partition_graph(graph, 2, method="random", imbalance_tol=bad)
+            partition_graph(graph, 2, method="metis", imbalance_tol=bad)
     top = partition_graph(graph, 2, method="metis", imbalance_tol=10.0, seed=2**32 - 1)
     assert top.params["seed"] == 2**32 - 1 and sum(top.figures["nodes_per_part"]) == graph.num_nodes
     same = random_membership(graph.num_nodes, 3, 2**32 - 1)

@@ -246,7 +246,7 @@ def test_bad_flag_values_are_one_line_errors(tmp_path, capsys):
         (["--seed", str(2**32)], "--seed must be"),
         (["--imbalance-tol", "inf"], "--imbalance-tol must be from 1.001 to 10"),
         (["--imbalance-tol", "1e30"], "--imbalance-tol must be"),
-        (["--imbalance-tol", "nan", "--method", "random"], "--imbalance-tol must be"),
+        (["--imbalance-tol", "nan", "--method", "random"], "--imbalance-tol applies to --method metis and temporal"),
         (["--recency", "nan"], "--recency must be a finite number >= 0"),
         (["--recency", "inf"], "--recency must be"),
         (["--time-windows", "1000000000"], "--time-windows must be from 1 to 20 (at most 64, and each window needs "
