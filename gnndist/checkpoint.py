@@ -104,9 +104,10 @@ def _resumable(folder: Path) -> bool:
     """Whether the newest complete epoch in `folder` is a link run's, which --resume continues
     (a node run's is for gnndist predict)."""
     held = epochs(folder)
-    if not held:
+    try:
+        payload = torch.load(folder / checkpoint_name(held[-1]), map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # none, or not a torch file of ours: nothing --resume could continue
         return False
-    payload = torch.load(folder / checkpoint_name(held[-1]), map_location="cpu", weights_only=True, mmap=True)
     config = payload.get("config") if isinstance(payload, dict) else None
     return not (isinstance(config, dict) and config.get("task") == "node")
 
@@ -143,9 +144,14 @@ def _refuse_two_runs(folder: Path) -> None:
     mine = epochs(folder)
     if mine and _epoch_files(aside):
         keep = "--resume continues the stopped run; " if _resumable(folder) else ""
-        raise GnndistError(f"{folder} holds epoch{'s' * (len(mine) > 1)} {', '.join(map(str, mine))} of a run that "
-                           f"stopped while replacing an earlier run's (kept in {aside}): {keep}to start anew, delete "
-                           f"one of them, or choose another --checkpoint")
+        raise GnndistError(f"{folder} holds {_epochs_text(mine)} of a run that stopped while replacing an earlier "
+                           f"run's (kept in {aside}): {keep}to start anew, delete one of them, or choose another "
+                           f"--checkpoint")
+
+
+def _epochs_text(held: list[int]) -> str:
+    """'epoch 3' or 'epochs 2, 3'."""
+    return f"epoch{'s' * (len(held) > 1)} {', '.join(map(str, held))}"
 
 
 @contextmanager
@@ -172,8 +178,8 @@ def run(directory: Optional[str | os.PathLike], resume: bool, restore: bool = Tr
                 f.unlink()
         elif left:
             if dist.rank() == 0 and (earlier := epochs(directory)):
-                dist.say(f"replacing the checkpoint of an earlier run in {directory} (epoch{'s' * (len(earlier) > 1)} "
-                         f"{', '.join(map(str, earlier))}): kept in {aside} until this run ends well, then deleted"
+                dist.say(f"replacing the checkpoint of an earlier run in {directory} ({_epochs_text(earlier)}): kept "
+                         f"in {aside} until this run ends well, then deleted"
                          + ("; --resume continues it instead" if _resumable(directory) else ""))
             aside.mkdir(exist_ok=True)
             for f in left:
