@@ -208,10 +208,13 @@ def is_checkpoint_folder(path: PathLike) -> bool:
 
 def gnndist_output(path: PathLike) -> Optional[str]:
     """What gnndist output `path` is, as a phrase for messages (a checkpoint folder or file, a
-    metrics file, a plot), or None: for telling a user who gives one as data what it is."""
+    partition store, a metrics file, test figures, a plot), or None: for telling a user who
+    gives one where a dataset is read what it is."""
     p = Path(path)
     if is_checkpoint_folder(p):
         return "a gnndist checkpoint folder (gnndist predict CHECKPOINT DATA uses it; gnndist info describes it)"
+    if p.is_dir() and (p / "meta.json").is_file():
+        return "a gnndist partition store (gnndist train and predict take it as DATA; gnndist info describes it)"
     if not p.is_file():
         return None
     if CHECKPOINT_FILE.fullmatch(p.name):

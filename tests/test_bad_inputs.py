@@ -379,6 +379,9 @@ CASES = [
     Case("partition-a-metrics-file", lambda c: ["partition", c.file("m.json", json.dumps(
         {"gnndist": {"version": "0", "kind": "metrics"}, "epochs": []})), "--parts", "2", "--out", c.out],
          ["m.json is a gnndist metrics file (gnndist plot draws it), not a dataset"]),
+    Case("datasets-of-a-store", lambda c: ["datasets", str(c.store("static"))],
+         ["is a gnndist partition store (gnndist train and predict take it as DATA; gnndist info describes it), "
+          "not a dataset"]),
     Case("info-of-test-figures", lambda c: ["info", c.file("t.json", json.dumps(
         {"gnndist": {"version": "0", "kind": "metrics"}, "test": {"ap": 0.5}}))],
          ["t.json is the test figures of gnndist predict, not a dataset"]),
