@@ -158,7 +158,7 @@ def _epochs_text(held: list[int]) -> str:
 def run(directory: Optional[str | os.PathLike], resume: bool, restore: bool = True) -> Iterator[None]:
     """The block of a training run that writes its checkpoint to DIR (None: no checkpoint).
     Without `resume`, the epoch files an earlier run left in DIR move to DIR/.replaced first, and
-    rank 0 says which; a DIR that holds both a stopped run's epochs and the ones it was replacing
+    the first rank of each host says which; a DIR that holds both a stopped run's epochs and the ones it was replacing
     is refused (`check_folder`), and a stopped run's unfinished files beside .replaced are
     deleted. A run that ends well deletes DIR/.replaced. One that fails keeps it, and its error
     names it; with `restore`, a run that fails before its first save moves the files back (not
@@ -177,7 +177,7 @@ def run(directory: Optional[str | os.PathLike], resume: bool, restore: bool = Tr
             for f in left:
                 f.unlink()
         elif left:
-            if dist.rank() == 0 and (earlier := epochs(directory)):
+            if dist.first_on_host() and (earlier := epochs(directory)):  # once a host, for its folder
                 dist.say(f"replacing the checkpoint of an earlier run in {directory} ({_epochs_text(earlier)}): kept "
                          f"in {aside} until this run ends well, then deleted"
                          + ("; --resume continues it instead" if _resumable(directory) else ""))

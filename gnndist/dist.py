@@ -58,6 +58,16 @@ def in_torchrun() -> bool:
     return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
 
 
+def first_on_host() -> bool:
+    """Whether this process is its host's first rank (local rank 0; also outside any launch)."""
+    return int(os.environ.get("LOCAL_RANK", "0")) == 0
+
+
+def writes_outputs() -> bool:
+    """Whether this process writes a job's output files: outside a torchrun world, or its rank 0."""
+    return not in_torchrun() or int(os.environ["RANK"]) == 0
+
+
 # ----------------------------------------------------------------------------------------------
 # Which network interface reaches the master
 

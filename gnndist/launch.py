@@ -233,7 +233,7 @@ def rank_source(data: Data, world: int, split: Split, quiet: bool = False) -> Un
         return _load(data, split)
     if world == 1 or isinstance(data, Path) or not dist.in_torchrun():
         return make_store(data, world, split, quiet)
-    if int(os.environ.get("LOCAL_RANK", "0")) == 0:
+    if dist.first_on_host():
         with dist.busy(f"partitioning into {world} parts"):
             return make_store(data, world, split, quiet)
     return _wait_for_store(store_dir(data, world, split))
@@ -241,10 +241,15 @@ def rank_source(data: Data, world: int, split: Split, quiet: bool = False) -> Un
 
 def _fingerprint(store: str, args: tuple) -> dict:
     """What every rank of a job must share: the versions, the store's file checksums and the
-    training configuration (the dataclass arguments other than `Outputs`, less `quiet`)."""
+    job's settings (the dataclass arguments other than `Outputs`, less `quiet`; one with a
+    `fingerprint()`, e.g. a saved model, gives that), and whether it writes and resumes a
+    checkpoint (the paths may differ between hosts)."""
     files = read_store_meta(store)["files"]
     config = {k: v for a in args if dataclasses.is_dataclass(a) and not isinstance(a, Outputs)
-              for k, v in dataclasses.asdict(a).items() if k != "quiet"}
+              for k, v in (a.fingerprint() if hasattr(a, "fingerprint") else dataclasses.asdict(a)).items()
+              if k != "quiet"}
+    config.update({flag: bool(getattr(o, flag[2:])) for o in args if isinstance(o, Outputs)
+                   for flag in ("--checkpoint", "--resume")})
     return {"gnndist": __version__, "torch": torch.__version__,
             "store": hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest(),
             "config": json.loads(json.dumps(config, default=str))}

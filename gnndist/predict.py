@@ -8,6 +8,7 @@ command is `gnndist predict CHECKPOINT DATA` (`gnndist.predict_cli`).
 """
 from __future__ import annotations
 
+import hashlib
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
@@ -69,6 +70,17 @@ class SavedModel:
         params = best["model"] if best["model"] is not None else payload["model"]  # no validation figure
         return cls(str(directory), task, config, params, int(payload["epoch"]), int(best["epoch"]),
                    list(payload.get("history", [])))
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What every rank of a job using this model must share (`launch.check_same_job`): its
+        task, the run's config, the selected epoch and a digest of the parameters; not the
+        folder's path, nor the history, whose timings are each rank's own."""
+        digest = hashlib.sha256()
+        for name in sorted(self.params):
+            digest.update(name.encode())
+            digest.update(self.params[name].detach().cpu().contiguous().numpy().tobytes())
+        return {"task": self.task, "config": self.config, "selected_epoch": self.selected_epoch,
+                "parameters": digest.hexdigest()[:16]}
 
     def settings(self, cls: type, defaults: Optional[dict[str, Any]] = None, **overrides: Any) -> Any:
         """The saved run's config as a `cls` (`LinkConfig`, `NodeConfig`): its fields of `cls`

@@ -57,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the subcommand; the exit status."""
     check("nproc", args.nproc, Int())
     from gnndist.partition import is_store
+    from gnndist.dist import writes_outputs
     from gnndist.predict import SavedModel, check_predictions_out, read_candidates, read_ids, write_predictions
 
     saved = SavedModel.load(args.checkpoint)
@@ -76,8 +77,10 @@ def run(args: argparse.Namespace) -> int:
         ids = read_ids(args.ids) if args.ids else None
         probs = node_probabilities(saved, data, ids, **run_opts)
         nodes = np.arange(probs.shape[0]) if ids is None else ids
-        path = write_predictions(args.out, probs, [f"p{c}" for c in range(probs.shape[1])], {"node": nodes}, inputs)
-        print(f"wrote {path}: class probabilities of {probs.shape[0]:,} nodes")
+        if writes_outputs():
+            path = write_predictions(args.out, probs, [f"p{c}" for c in range(probs.shape[1])], {"node": nodes},
+                                     inputs)
+            print(f"wrote {path}: class probabilities of {probs.shape[0]:,} nodes")
         return 0
     if args.ids:
         raise GnndistError(f"--ids is for node models; {args.checkpoint} holds a link model")
@@ -92,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         if args.out:
             check_output(args.out, "test_figures", inputs, flag="-o")
         test = link.link_test(saved, data, **run_opts)
-        if args.out:
+        if args.out and writes_outputs():
             path = write_metrics(args.out, {"task": "link", "model": saved.config.get("model"),
                                             "checkpoint": args.checkpoint, "selected_epoch": saved.selected_epoch,
                                             "world_size": args.nproc, "test": test}, flag="-o", kind="test_figures")
@@ -107,11 +110,13 @@ def run(args: argparse.Namespace) -> int:
         prob = (1 / (1 + np.exp(-score.astype(np.float64)))).astype(np.float32)
         values, names = (score, ["score"]) if args.out.lower().endswith(".npy") else (np.stack([score, prob], 1),
                                                                                        ["score", "prob"])
-        path = write_predictions(args.out, values, names, {"src": src, "dst": dst, "t": t}, inputs)
-        print(f"wrote {path}: scores of {score.size:,} candidate links")
+        if writes_outputs():
+            path = write_predictions(args.out, values, names, {"src": src, "dst": dst, "t": t}, inputs)
+            print(f"wrote {path}: scores of {score.size:,} candidate links")
         return 0
     emb = link.link_embeddings(saved, data, args.embed_at, **run_opts)
-    keys = None if args.out.lower().endswith(".npy") else {"node": link.node_ids(data)}
-    path = write_predictions(args.out, emb, [f"e{j}" for j in range(emb.shape[1])], keys, inputs)
-    print(f"wrote {path}: embeddings of {emb.shape[0]:,} nodes at time {args.embed_at:g}")
+    if writes_outputs():
+        keys = None if args.out.lower().endswith(".npy") else {"node": link.node_ids(data)}
+        path = write_predictions(args.out, emb, [f"e{j}" for j in range(emb.shape[1])], keys, inputs)
+        print(f"wrote {path}: embeddings of {emb.shape[0]:,} nodes at time {args.embed_at:g}")
     return 0

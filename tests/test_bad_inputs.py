@@ -780,15 +780,16 @@ def test_a_checkpoint_folder_of_another_layout_is_refused(tmp_path, capsys):
 
 
 def test_replacing_a_checkpoint_says_so_once(tmp_path, capsys, monkeypatch):
-    """A run without --resume that sets an earlier run's epochs aside says so on rank 0 (what
-    it replaces, where it keeps it, and how to continue it instead); resuming says nothing."""
+    """A run without --resume that sets an earlier run's epochs aside says so on the first rank
+    of each host (what it replaces, where it keeps it, and how to continue it instead); the
+    host's other ranks and a resumed run say nothing."""
     d = tmp_path / "ck"
     for e in (2, 3):
         checkpoint.save(d, {"epoch": e, "w": torch.zeros(3)})
     with checkpoint.run(d, resume=True):
         pass
     assert capsys.readouterr().err == ""
-    monkeypatch.setattr(checkpoint.dist, "rank", lambda: 1)
+    monkeypatch.setenv("LOCAL_RANK", "1")
     with pytest.raises(GnndistError):
         with checkpoint.run(d, resume=False):
             raise GnndistError("stop")  # before its first save: the epochs go back

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 import torch
@@ -20,6 +20,7 @@ from gnndist import launch as glaunch
 from gnndist.cli import main
 from gnndist.datasets import load
 from gnndist.launch import check_own_part, check_same_job, launch
+from gnndist.predict import SavedModel
 from gnndist.partition import partition_graph
 
 
@@ -358,14 +359,21 @@ def same_job_worker(stores):
     """Rank 1 differs in one thing per case; every rank reports what the check said."""
     dist.setup("cpu")
     out, version = [], glaunch.__version__
-    for case in ("same", "quiet", "version", "store", "config"):
-        store, cfg = stores[0], Cfg()
+    for case in ("same", "quiet", "version", "store", "config", "paths", "resume", "history", "params"):
+        store, cfg, ckpt, resume = stores[0], Cfg(), "ck", False
+        saved = SavedModel("ck", "link", {"lr": 0.01}, {"w": torch.ones(2)}, 3, 2, [{"epoch": 1, "time_s": 1.0}])
         if dist.rank() == 1:
             store = stores[1] if case == "store" else store
             cfg = Cfg(lr=0.02) if case == "config" else Cfg(quiet=True) if case == "quiet" else cfg
             glaunch.__version__ = "9.9" if case == "version" else version
+            ckpt = "elsewhere/ck" if case == "paths" else ckpt
+            resume = case == "resume"
+            if case in ("history", "paths"):  # its own folder's path and timings: the same model
+                saved = replace(saved, path="elsewhere/ck", history=[{"epoch": 1, "time_s": 1.5}])
+            if case == "params":
+                saved = replace(saved, params={"w": torch.full((2,), 2.0)})
         try:
-            check_same_job(store, (cfg, glaunch.Outputs("m.json" if dist.rank() == 0 else None)))
+            check_same_job(store, (cfg, saved, glaunch.Outputs("m.json" if dist.rank() == 0 else None, ckpt, resume)))
             out.append(None)
         except GnndistError as e:
             out.append(str(e))
@@ -381,8 +389,10 @@ def test_every_rank_names_the_rank_whose_job_differs(tmp_path):
         stores.append(str(tmp_path / method))
     got = launch(2, same_job_worker, stores)
     assert got[0] == got[1]  # the same line on every rank
-    same, quiet, version, store, config = got[0]
-    assert same is None and quiet is None  # --quiet and the outputs may differ
+    same, quiet, version, store, config, paths, resume, history, params = got[0]
+    assert same is None and quiet is None and paths is None and history is None  # --quiet and the paths may differ
+    assert resume.startswith("rank 1 (host ") and resume.endswith(" with --resume=False: give every host the same flags")
+    assert " was started with parameters='" in params
     assert version.startswith("rank 1 (host ") and " runs gnndist 9.9 but rank 0 (host " in version
     assert version.endswith(f" runs {gnndist.__version__}: install the same version on every host")
     assert store.startswith("the partition store of rank 1 (host ") and "differs from that of rank 0" in store

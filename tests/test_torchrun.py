@@ -20,7 +20,8 @@ def test_torchrun_equals_nproc(tmp_path, monkeypatch):
            "OMP_NUM_THREADS": "1"}
     argv = [*LINK, "--epochs", "1", "--quiet"]
     p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                        "-m", "gnndist", "train", *argv, "--metrics-out", str(tmp_path / "torchrun.json")],
+                        "-m", "gnndist", "train", *argv, "--metrics-out", str(tmp_path / "torchrun.json"),
+                        "--checkpoint", str(tmp_path / "ck")],
                        env=env, capture_output=True, text=True, timeout=240)
     assert p.returncode == 0, p.stderr[-2000:]
     assert p.stderr.count("partitioning") == 1, p.stderr  # rank 0 alone, and said where
@@ -34,3 +35,13 @@ def test_torchrun_equals_nproc(tmp_path, monkeypatch):
     assert got["world_size"] == want["world_size"] == 2
     assert got["test"] == pytest.approx(want["test"], abs=1e-6)
     assert got["epochs"][0]["loss"] == pytest.approx(want["epochs"][0]["loss"], abs=1e-6)
+
+    # predict under torchrun from the per-rank checkpoint (each rank's history has its own
+    # timings: the same model): the test figures of training, written by rank 0 alone
+    store = str(stores[0])
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                        "-m", "gnndist", "predict", str(tmp_path / "ck"), store, "--split", "test", "-o",
+                        str(tmp_path / "t.json"), "--quiet"], env=env, capture_output=True, text=True, timeout=240)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.count("wrote ") == 1, p.stdout
+    assert json.loads((tmp_path / "t.json").read_text())["test"] == pytest.approx(got["test"], abs=1e-9)
