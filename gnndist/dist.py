@@ -323,8 +323,11 @@ def setup(device: str = "cpu") -> torch.device:
                                     **({"device_id": dev} if dev.type == "cuda" else {}))
         except (RuntimeError, dist.DistError) as e:
             raise PeerFailure(_join_failure(_watch, e)) from None
+        # the host groups are made here, where every rank is, not at a first use: a rank that
+        # stops before it would leave the others in torch's group creation, which no failure check watches
+        host_group("samplers")
         if dev.type == "cuda":
-            host_group("counts")  # made here, where every rank is, not at a first exchange
+            host_group("counts")
     return dev
 
 

@@ -289,3 +289,22 @@ def test_a_cut_link_ends_both_hosts_within_the_timeout_plus_30s(hosts, stores, t
     assert f"rank 0's host ({ADDRS[0]}" in hosts.err(1), hosts.err(1)[-3000:]
     for i in range(2):
         _clean_failure(hosts.err(i))
+
+
+def test_a_host_whose_part_is_damaged_is_named_by_the_other_within_30s(hosts, stores, tmp_path):
+    """Host 1's own part fails its checksum when its rank loads it, after the ranks joined: host
+    0 says which rank failed and why within seconds (it waited the whole GNNDIST_TIMEOUT in
+    torch's group creation, then printed a traceback)."""
+    local = [_own_part_store(stores["temporal"], tmp_path / f"host{i}" / "store", i) for i in range(2)]
+    t = local[1] / "part1" / "t.npy"
+    t.write_bytes(t.read_bytes()[: t.stat().st_size // 2])
+    t0 = time.monotonic()
+    procs = [hosts.start(i, [str(local[i]), *TGN, "--epochs", "1"], timeout="60") for i in range(2)]
+    rcs = [p.wait(timeout=120) for p in procs]
+    took = time.monotonic() - t0
+    err = hosts.err(0)
+    assert rcs[0] != 0 and rcs[1] != 0 and took < 30, (rcs, took, err[-3000:])
+    assert (f"rank 1 (host {os.uname().nodename}, {ADDRS[1]}) failed: partition store file {local[1]}/part1/t.npy "
+            f"is corrupted (sha256 mismatch)") in err, err[-3000:]
+    for i in range(2):
+        _clean_failure(hosts.err(i))
