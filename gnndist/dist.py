@@ -250,10 +250,14 @@ class Watch:
                 r = min(failed)
                 return f"rank {r} (host {self.host_of(r)}) failed: {failed[r]}"
             gone = [r for r in others if r not in alive]
-            if gone:
-                more = f" (and rank(s) {', '.join(map(str, gone[1:]))})" if len(gone) > 1 else ""
-                return (f"rank {gone[0]} (host {self.host_of(gone[0])}) is gone{more}: no heartbeat for "
+            if len(gone) == 1:
+                return (f"rank {gone[0]} (host {self.host_of(gone[0])}) is gone: no heartbeat for "
                         f"{GONE_S:.0f}s{self._doing(gone[0])} (rank {me} noticed in {op})")
+            if gone:  # which went first cannot be told (a host's launcher stops its other ranks at once)
+                hosts = {self.host_of(r) for r in gone}
+                who = (f"ranks {', '.join(map(str, gone))} (host {hosts.pop()})" if len(hosts) == 1 else
+                       "ranks " + ", ".join(f"{r} (host {self.host_of(r)})" for r in gone))
+                return f"{who} are gone: no heartbeat for {GONE_S:.0f}s (rank {me} noticed in {op})"
             entered = {**{r: int(b.split()[1]) for r, b in now.items()}, me: collectives_entered()}
             behind = [r for r in entered if entered[r] < max(entered.values())]
             if behind:

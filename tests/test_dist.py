@@ -2,6 +2,7 @@
 in one line naming the rank at fault (not the one that noticed) instead of a hang."""
 import contextlib
 import os
+import re
 import shutil
 import signal
 import socket
@@ -287,6 +288,24 @@ def test_a_lost_rank_is_named_and_launch_returns_soon_after(sig, cause, within, 
     took = time.time() - float(stamp.read_text())
     assert str(e.value).startswith("rank 1 (host ") and str(e.value).endswith(cause), str(e.value)
     assert took < within
+
+
+def two_stopped_worker():
+    """Ranks 1 and 2 stop themselves once all are in; rank 0 then waits in a collective."""
+    dist.setup("cpu")
+    dist.agree_max(0)
+    if dist.rank() > 0:
+        os.kill(os.getpid(), signal.SIGSTOP)
+    dist.agree_max(1)
+
+
+def test_ranks_lost_together_are_named_together():
+    """Which of two silent ranks went first cannot be told (a host's launcher stops its other
+    ranks at once): both are named, neither as the one at fault."""
+    with pytest.raises(GnndistError) as e:
+        launch(3, two_stopped_worker)
+    assert re.fullmatch(r"ranks 1, 2 \(host [^)]*\) are gone: no heartbeat for 5s \(rank 0 noticed in "
+                        r"all_reduce\(max\)\)", str(e.value)), str(e.value)
 
 
 def posting_worker():
