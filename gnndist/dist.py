@@ -660,7 +660,11 @@ def _exchange_carrying(send: Sequence[torch.Tensor], recv_sizes: list[int], s: G
     return parts if me == 0 else parts[::-1]
 
 
+def say_who() -> str:
+    """"rank R (host H): " for this rank of a torchrun world, else ""."""
+    return f"rank {_watch.rank} (host {_watch.host}): " if _watch is not None else ""
+
+
 def say(msg: str) -> None:
     """Print on this rank, after its rank and host when it is one of a torchrun world."""
-    prefix = f"rank {_watch.rank} (host {_watch.host}): " if _watch is not None else ""
-    print(prefix + msg, file=sys.stderr, flush=True)
+    print(say_who() + msg, file=sys.stderr, flush=True)

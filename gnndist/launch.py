@@ -376,7 +376,11 @@ def _torchrun_rank(data: Data, split: Split, rank_fn: Callable[..., dict], args:
         result = rank_fn(source, *args)
     except Exception as e:
         dist.post_failure(e)
+        who = dist.say_who()
         dist.teardown()  # its groups' threads end before the interpreter does (as on success)
+        own = isinstance(e, GnndistError) and not isinstance(e, dist.PeerFailure) and not str(e).startswith("rank ")
+        if own and who:
+            raise GnndistError(who + first_line(e)) from None  # its own error: which rank, on which host
         raise
     if world > 1 and int(os.environ["RANK"]) != 0:
         dist.say(f"done; rank 0 (host {rank0_host}) prints the results and writes the output files, if given there")

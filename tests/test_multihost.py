@@ -294,7 +294,7 @@ def test_a_cut_link_ends_both_hosts_within_the_timeout_plus_30s(hosts, stores, t
 def test_a_host_whose_part_is_damaged_is_named_by_the_other_within_30s(hosts, stores, tmp_path):
     """Host 1's own part fails its checksum when its rank loads it, after the ranks joined: host
     0 says which rank failed and why within seconds (it waited the whole GNNDIST_TIMEOUT in
-    torch's group creation, then printed a traceback)."""
+    torch's group creation, then printed a traceback), and host 1's line names its rank."""
     local = [_own_part_store(stores["temporal"], tmp_path / f"host{i}" / "store", i) for i in range(2)]
     t = local[1] / "part1" / "t.npy"
     t.write_bytes(t.read_bytes()[: t.stat().st_size // 2])
@@ -306,5 +306,7 @@ def test_a_host_whose_part_is_damaged_is_named_by_the_other_within_30s(hosts, st
     assert rcs[0] != 0 and rcs[1] != 0 and took < 30, (rcs, took, err[-3000:])
     assert (f"rank 1 (host {os.uname().nodename}, {ADDRS[1]}) failed: partition store file {local[1]}/part1/t.npy "
             f"is corrupted (sha256 mismatch)") in err, err[-3000:]
+    assert (f"gnndist train: error: rank 1 (host {os.uname().nodename}, {ADDRS[1]}): partition store file "
+            f"{local[1]}/part1/t.npy is corrupted") in hosts.err(1)  # its own line says which rank it is
     for i in range(2):
         _clean_failure(hosts.err(i))
