@@ -376,8 +376,9 @@ def _join_failure(w: Watch, e: BaseException) -> str:
     except Exception:
         missing = []
     if missing:
-        hint = ("is torchrun running on its host, with the same --nnodes, --master-addr and --master-port?"
-                if _several_nodes(w.world) else "it is stuck or was stopped")
+        hint = ("is torchrun running on its host, with the same --nnodes, --master-addr and --master-port, and "
+                "can it reach this host (its own output says if not)?" if _several_nodes(w.world)
+                else "it is stuck or was stopped")
         return f"rank {missing[0]} never joined the job within {timeout_s():.0f}s (GNNDIST_TIMEOUT): {hint}"
     return w.diagnose("joining the process group", e)
 
