@@ -661,11 +661,12 @@ def _exchange_carrying(send: Sequence[torch.Tensor], recv_sizes: list[int], s: G
     return parts if me == 0 else parts[::-1]
 
 
-def say_who() -> str:
-    """"rank R (host H): " for this rank of a torchrun world, else ""."""
+def line_prefix() -> str:
+    """What this rank's lines start with in a torchrun world: its rank and host, as in
+    `rank 1 (host node2, 10.0.0.2): `; nothing outside one."""
     return f"rank {_watch.rank} (host {_watch.host}): " if _watch is not None else ""
 
 
 def say(msg: str) -> None:
     """Print on this rank, after its rank and host when it is one of a torchrun world."""
-    print(say_who() + msg, file=sys.stderr, flush=True)
+    print(line_prefix() + msg, file=sys.stderr, flush=True)

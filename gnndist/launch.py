@@ -376,7 +376,7 @@ def _torchrun_rank(data: Data, split: Split, rank_fn: Callable[..., dict], args:
         result = rank_fn(source, *args)
     except Exception as e:
         dist.post_failure(e)
-        who = dist.say_who()
+        who = dist.line_prefix()
         dist.teardown()  # its groups' threads end before the interpreter does (as on success)
         own = isinstance(e, GnndistError) and not isinstance(e, dist.PeerFailure) and not str(e).startswith("rank ")
         if own and who:
