@@ -10,7 +10,7 @@ import shutil
 import zipfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 import torch
@@ -170,6 +170,10 @@ def run(directory: Optional[str | os.PathLike], resume: bool, restore: bool = Tr
     directory = Path(directory)
     aside = directory / REPLACED
     moved = False
+
+    def kept() -> Optional[Path]:  # where an earlier run's epochs stay if the run stops now
+        return None if (moved and restore and not _epoch_files(directory)) or not _epoch_files(aside) else aside
+
     if not resume:
         _refuse_two_runs(directory)
         left = list(_epoch_files(directory).values()) + list(directory.glob(".epoch-*.pt.tmp-*"))
@@ -185,6 +189,7 @@ def run(directory: Optional[str | os.PathLike], resume: bool, restore: bool = Tr
             for f in left:
                 os.replace(f, aside / f.name)
             moved = True
+    _kept_now.append(kept)
     try:
         yield
     except BaseException as e:
@@ -192,12 +197,26 @@ def run(directory: Optional[str | os.PathLike], resume: bool, restore: bool = Tr
             for f in aside.iterdir():
                 os.replace(f, directory / f.name)
             aside.rmdir()
-        elif _epoch_files(aside) and isinstance(e, (GnndistError, OSError)):
+        elif kept() and isinstance(e, (GnndistError, OSError)):
             raise GnndistError(f"{first_line(e)} (an earlier run's checkpoint is kept in {aside})") from None
-        elif _epoch_files(aside) and isinstance(e, KeyboardInterrupt):
-            raise KeyboardInterrupt(f"an earlier run's checkpoint is kept in {aside}") from None
+        elif kept() and isinstance(e, KeyboardInterrupt):
+            raise KeyboardInterrupt(interrupt_note()) from None
         raise
+    finally:
+        _kept_now.remove(kept)
     shutil.rmtree(aside, ignore_errors=True)
+
+
+_kept_now: list[Callable[[], Optional[Path]]] = []  # of the `run` blocks this process is in
+
+
+def interrupt_note() -> str:
+    """What an interrupt now says of the checkpoint a running `run` block replaces ("" when none
+    is kept): what the interrupt raised from that block says, and what a launched rank leaves
+    for its launcher the moment the interrupt arrives (the rank may be stopped before its
+    interrupt has unwound)."""
+    kept = [k() for k in _kept_now]
+    return next((f"an earlier run's checkpoint is kept in {k}" for k in kept if k is not None), "")
 
 
 def load(directory: str | os.PathLike, epoch: Optional[int] = None, needs: tuple[str, ...] = ()) -> dict[str, Any]:

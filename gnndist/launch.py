@@ -423,8 +423,13 @@ def _run_rank(cores: list[int], entrypoint: Callable[..., Any], *args: Any) -> A
 
 def _interrupt_once(signum: int, frame: Any) -> None:
     """Ctrl-C reaches a rank twice (from the terminal, then forwarded by torch's launcher): the
-    first interrupts it, the second would interrupt what it does about the first."""
+    first interrupts it, the second would interrupt what it does about the first. Where the
+    run's checkpoint replaced one, the note saying where it is kept is left for `launch` at
+    once (the launcher may stop the rank before its interrupt has unwound)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    note = checkpoint.interrupt_note()
+    if note:
+        Path(os.environ[ERRDIR], f"interrupted-{os.environ.get('RANK', '0')}.note").write_text(note)
     raise KeyboardInterrupt
 
 

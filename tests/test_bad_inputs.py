@@ -36,6 +36,7 @@ import torch
 
 from gnndist import checkpoint
 from gnndist import Graph
+from gnndist import launch as glaunch
 from gnndist.cli import main
 from gnndist.datasets import FORMATS, GENERATORS, load
 from gnndist.errors import GnndistError
@@ -904,6 +905,28 @@ def test_ctrl_c_on_two_ranks_is_one_line_naming_the_kept_checkpoint(tmp_path):
     assert err.strip().splitlines()[-1] == (f"gnndist: interrupted (an earlier run's checkpoint is kept in "
                                             f"{ck}/rank0/.replaced, and the other ranks' in theirs)"), err[-3000:]
     assert "Traceback" not in err and checkpoint.epochs(ck / "rank1" / ".replaced") == [1]
+
+
+def test_an_interrupted_rank_leaves_its_note_at_once(tmp_path, monkeypatch):
+    """A launched rank's SIGINT handler leaves the note on the replaced checkpoint for `launch`
+    before anything unwinds (torch's launcher may stop the rank meanwhile; CI once lost both
+    ranks' notes); the interrupt itself carries the same note."""
+    d, errdir = tmp_path / "ck", tmp_path / "err"
+    errdir.mkdir()
+    checkpoint.save(d, {"epoch": 1, "w": torch.zeros(3)})
+    monkeypatch.setenv(glaunch.ERRDIR, str(errdir))
+    monkeypatch.setenv("RANK", "1")
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        with pytest.raises(KeyboardInterrupt, match=f"^an earlier run's checkpoint is kept in {d}/.replaced$"):
+            with checkpoint.run(d, resume=False, restore=False):
+                checkpoint.save(d, {"epoch": 1, "w": torch.ones(3)})
+                glaunch._interrupt_once(signal.SIGINT, None)
+                raise AssertionError("not interrupted")
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert (errdir / "interrupted-1.note").read_text() == f"an earlier run's checkpoint is kept in {d}/.replaced"
+    assert checkpoint.interrupt_note() == ""  # out of the block: nothing to say
 
 
 def test_ranks_that_crashed_between_writes_share_an_older_epoch(tmp_path):
