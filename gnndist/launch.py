@@ -405,11 +405,7 @@ def _run_rank(cores: list[int], entrypoint: Callable[..., Any], *args: Any) -> A
     _thread_locks_only()
     signal.signal(signal.SIGINT, _interrupt_once)
     try:
-        return entrypoint(*args)
-    except KeyboardInterrupt as e:  # what it says (where a checkpoint went) reaches `launch`
-        if str(e):
-            Path(errdir, f"interrupted-{r}.note").write_text(str(e))
-        raise
+        return entrypoint(*args)  # an interrupt's note reaches `launch` from `_interrupt_once`
     except Exception as e:
         dist.post_failure(e)
         kind = "peer" if isinstance(e, dist.PeerFailure) else "own"
