@@ -95,6 +95,14 @@ def rank_folders_in(directory: Path) -> list[int]:
     return sorted(int(m[1]) for f in directory.iterdir() if (m := RANK_FOLDER.fullmatch(f.name)) and f.is_dir())
 
 
+def model_folder(directory: Path) -> Path:
+    """The folder of checkpoint folder `directory` whose epochs a trained model is read from:
+    its lowest rank folder here (every rank of a W-rank link run holds the same parameters),
+    else `directory` itself."""
+    ranks = rank_folders_in(directory)
+    return directory / f"rank{ranks[0]}" if ranks else directory
+
+
 def _holds(folder: Path) -> bool:
     """Whether `folder` holds epoch files of a run (in .replaced too)."""
     return bool(_epoch_files(folder) or _epoch_files(folder / REPLACED))

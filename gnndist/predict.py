@@ -56,8 +56,7 @@ class SavedModel:
         directory = Path(directory)
         if not directory.is_dir():
             raise GnndistError(f"{directory} is not a checkpoint folder (one written by gnndist train --checkpoint DIR)")
-        ranks = checkpoint.rank_folders_in(directory)
-        folder = directory / f"rank{ranks[0]}" if ranks else directory
+        folder = checkpoint.model_folder(directory)
         if not any(CHECKPOINT_FILE.fullmatch(f.name) for f in folder.iterdir()):
             aside = folder / REPLACED
             raise GnndistError(f"no checkpoint in {folder} (no epoch-NNNN.pt files from gnndist train --checkpoint DIR)"
@@ -112,11 +111,10 @@ def describe_checkpoint(directory: PathLike) -> dict[str, Any]:
     the run's settings (`config`)."""
     saved = SavedModel.load(directory)
     folder = Path(directory)
-    ranks = checkpoint.rank_folders_in(folder)
     selected = next((h for h in saved.history if h.get("epoch") == saved.selected_epoch), {})
     return {"checkpoint": str(directory), "task": saved.task, "model": saved.config.get("model"),
-            "world_size": saved.config.get("world_size", 1), "rank_folders": ranks, "epochs_run": len(saved.history),
-            "epochs_kept": checkpoint.epochs(folder / f"rank{ranks[0]}" if ranks else folder),
+            "world_size": saved.config.get("world_size", 1), "rank_folders": checkpoint.rank_folders_in(folder),
+            "epochs_run": len(saved.history), "epochs_kept": checkpoint.epochs(checkpoint.model_folder(folder)),
             "selected_epoch": saved.selected_epoch,
             "selected_val": {k[4:]: v for k, v in selected.items() if k.startswith("val_")}, "config": saved.config}
 
