@@ -44,12 +44,12 @@ every operation costs more than it brings. Local ranks (`--nproc W`) get OMP_NUM
 cores / W from the launcher (torchrun gives 1 where it starts several per host).
 
 The second core of a one-rank temporal job is used by splitting work, not operations: each
-batch runs as `step_shares()` shares of its events, each on a Python thread of its own with
-its own forward and backward pass (`gnndist.temporal.shares`). A share's operations run on its
-own thread, so none waits at a barrier for a thread that another job holds; the threads meet
-once per step. On the 2-core machine (2026-12-04, UCI TGN epochs after a first one) two shares
-ran 24,100-30,400 events/s where one ran 21,600-22,900; beside one CPU-bound process
-(`benchmarks/tgn_vs_pyg.py --busy 1`) they kept 0.80x and 0.67x of their events/s alone.
+batch runs as `step_shares()` shares of its events, the second in a process forked from the
+rank, each with its own forward and backward pass (`gnndist.temporal.shares`,
+`gnndist.temporal.share_process`). A share's operations run on one thread of their own, so none
+waits at a barrier for a thread that another job holds; the two meet a few times per step.
+(Shares on two threads of one process, as before, waited for each other's GIL at each of their
+small operations: 24,100-30,400 events/s on UCI where one share ran 21,600-22,900.)
 """
 from __future__ import annotations
 
@@ -125,16 +125,13 @@ def torch_threads_here() -> None:
     torch.set_num_threads(torch.get_num_threads())
 
 
-MAX_SHARES = 2  # the most shares a step runs as: more are untested (the test machines have 2 cores)
-
-
 def step_shares() -> int:
-    """How many threads a one-process temporal training step runs its batch on
-    (`gnndist.temporal.shares`): the cores this process may use per torch thread, at most
-    MAX_SHARES."""
+    """How many shares a one-process temporal training step runs its batch as
+    (`gnndist.temporal.shares`): 2 where torch runs on one thread and the process may use 2
+    cores or more (the second share's process runs torch on one thread too), else 1."""
     import torch
 
-    return max(1, min(MAX_SHARES, len(os.sched_getaffinity(0)) // torch.get_num_threads()))
+    return 2 if torch.get_num_threads() == 1 and len(os.sched_getaffinity(0)) >= 2 else 1
 
 
 def rank_cores(cores: Sequence[int], local_rank: int, local_world: int) -> Optional[list[int]]:

@@ -1,6 +1,8 @@
 """Memory-based temporal GNNs: no leakage, write-once state updates, monotone times, mailbox,
 dedup and attention helpers against brute force, and every model learning."""
 import json
+import os
+import signal
 import subprocess
 import sys
 
@@ -10,8 +12,10 @@ import torch
 
 from gnndist.datasets import load
 from gnndist.graph import TemporalGraph
+from gnndist.errors import GnndistError
 from gnndist.temporal.config import LinkConfig
 from gnndist.temporal.events import RankEvents
+from gnndist.temporal.share_process import Placement
 from gnndist.temporal.linkpred import EvalNegatives, train_negatives
 import gnndist.device
 from gnndist.temporal.models import MODELS
@@ -20,7 +24,6 @@ from gnndist.temporal.modules import CellUpdater, LinkPredictor, TemporalAttenti
 from gnndist.temporal.state import NodeState, merge_mailbox
 from gnndist.temporal.time_encoding import time_encoder
 from gnndist.temporal import neighbours
-from gnndist.temporal.shares import Shares
 from gnndist.temporal.trainer import LinkTrainer, TimedState, batch_loss
 
 MEMORY_MODELS = [m for m in MODELS if m != "tgat"]
@@ -82,14 +85,25 @@ def test_an_epoch_sampled_ahead_trains_as_one_sampled_step_by_step(name, cache, 
 
 
 @pytest.mark.parametrize("name", MODELS)
-def test_a_batch_run_as_shares_on_threads_trains_and_scores_as_the_whole_batch(name):
-    """Each batch run as two shares of its events on two threads (`gnndist.temporal.shares`)
-    against the whole batch on one: at every step the same loss, summed gradient, parameters
-    and node state, then the same validation scores, up to float summation order. Nodes recur
-    within batches (30 nodes, 40 events a batch), so both shares read and write the same rows."""
+def test_a_batch_run_as_shares_in_two_processes_trains_and_scores_as_the_whole_batch(name):
+    """Each batch run as two shares of its events, the second in the share process
+    (`gnndist.temporal.shares`, `gnndist.temporal.share_process`), against the whole batch in
+    one: at every step the same loss, summed gradient, parameters and node state, then the same
+    validation scores, up to float summation order. Nodes recur
+    within batches (30 nodes, 40 events a batch), so both shares read and write the same rows.
+    Torch on one thread, as where a step runs as two shares (`threads.step_shares`)."""
     tg = random_graph(e=600)
     whole, split = trainer(name, tg, lr=1e-3), trainer(name, tg, lr=1e-3)
-    whole.shares, split.shares = Shares(1), Shares(2)
+    whole.share_count, split.share_count = 1, 2
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        _steps_and_scores_agree(tg, whole, split)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _steps_and_scores_agree(tg, whole, split, exact=False):
     for index, s, e in whole.batches(0, whole.train_end):
         got = []
         for tr in (whole, split):
@@ -101,14 +115,97 @@ def test_a_batch_run_as_shares_on_threads_trains_and_scores_as_the_whole_batch(n
                         torch.cat([p.detach().reshape(-1) for p in tr.params]),
                         [] if tr.state is None else list(tr.state.state_dict().values())))
         (loss0, grad0, param0, state0), (loss1, grad1, param1, state1) = got
-        assert abs(loss0 - loss1) < 1e-6 and grad0.abs().max() > 0, index
+        assert grad0.abs().max() > 0, index
+        if exact:
+            assert loss0 == loss1 and torch.equal(grad0, grad1) and torch.equal(param0, param1), index
+            assert all(torch.equal(a, b) for a, b in zip(state0, state1)), index
+            continue
+        assert abs(loss0 - loss1) < 1e-6, index
         torch.testing.assert_close(grad1, grad0, rtol=1e-4, atol=1e-6)
         torch.testing.assert_close(param1, param0, rtol=1e-4, atol=1e-4)  # Adam amplifies float noise
         for a, b in zip(state1, state0):
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
     scores = [tr.evaluate(tr.train_end, tr.val_end, "val") for tr in (whole, split)]
     for a, b in zip(*scores):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+        if exact:
+            assert np.array_equal(a, b)
+        else:
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+class Always(Placement):
+    """A placement that runs every second share the one way."""
+
+    def __init__(self, remote: bool) -> None:
+        super().__init__()
+        self.way = remote
+
+    def remote(self) -> bool:
+        return self.way
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_a_second_share_gives_the_same_bits_in_the_share_process_and_here(name):
+    """Where a step's second share runs (`share_process.Placement`) changes no bit of the loss,
+    gradients, parameters, node state or scores: both ways run the same operations on one thread."""
+    tg = random_graph(e=600)
+    there, here = trainer(name, tg, lr=1e-3), trainer(name, tg, lr=1e-3)
+    there.share_count = here.share_count = 2
+    there.placements = {True: Always(True), False: Always(True)}
+    here.placements = {True: Always(False), False: Always(False)}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        _steps_and_scores_agree(tg, there, here, exact=True)
+    finally:
+        torch.set_num_threads(threads)
+    assert there.share_process is not None and here.share_process is None
+
+
+def test_a_step_whose_share_process_died_is_named_and_the_next_one_forks_another():
+    """The share process killed in the middle of training: that step raises naming it, changes
+    nothing, and the step run again (in a new share process) gives what it gives in a run where
+    nothing happened."""
+    tg = random_graph(e=600)
+    runs = [trainer("tgn", tg, lr=1e-3) for _ in range(2)]
+    for tr in runs:
+        tr.share_count = 2
+        tr.placements = {True: Always(True), False: Always(True)}
+    killed = None
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for index, s, e in runs[0].batches(0, 6 * 40):
+            for tr in runs:
+                tr.model.train()
+                batch = tr.batch(s, e, lambda rows, src, dst: train_negatives(0, 1, index, e - s, rows, dst, tg.num_nodes))
+                if tr is runs[1] and index == 3:
+                    killed = tr.share_process.pid
+                    os.kill(killed, signal.SIGKILL)
+                    with pytest.raises(GnndistError, match=rf"\(pid {killed}\) ended: killed by SIGKILL$"):
+                        tr.step(batch, e - s)
+                    assert tr.share_process is None
+                tr.step(batch, e - s)
+            assert all(torch.equal(a, b) for a, b in zip(runs[0].params, runs[1].params)), index
+            assert all(torch.equal(a, b) for a, b in zip(runs[0].state.state_dict().values(),
+                                                         runs[1].state.state_dict().values())), index
+    finally:
+        torch.set_num_threads(threads)
+    assert killed is not None and runs[1].share_process.pid != killed
+
+
+def test_placement_takes_the_faster_way_and_tries_the_other_every_probe():
+    place, ways = Placement(), []
+    for step in range(4 * Placement.PROBE):
+        way = place.remote()
+        ways.append(way)
+        process_faster = step < 2 * Placement.PROBE
+        place.took(way, 0.010 if way == process_faster else 0.016, 200)
+    assert ways[:2] == [True, False]  # each way once
+    probe = Placement.PROBE
+    assert [step for step, w in enumerate(ways[:2 * probe], 1) if not w] == [2, probe, 2 * probe]
+    # the process turned slower after step 2 * probe: its next probe here finds it out
+    assert not any(ways[3 * probe:4 * probe - 1]) and ways[4 * probe - 1]
 
 
 KERNELS = r"""

@@ -1,11 +1,10 @@
-"""A one-process batch run as contiguous shares of its events on threads of the process: how a
-rank uses a second core without an OpenMP team, whose every operation would wait for a thread
-that another job may hold (`gnndist.threads`).
+"""A one-process batch run as contiguous shares of its events, the second in a process of its
+own (`gnndist.temporal.share_process`): how a rank uses a second core without an OpenMP team,
+whose every operation would wait for a thread that another job may hold (`gnndist.threads`).
 
 Each share embeds and scores its events from the node state as the batch found it, with its
 loss the sum over its events divided by the whole batch's size, and runs its own backward
-pass, on its own thread (torch's operations and the attention's numba kernels release the
-GIL). The shares' gradients are summed in share order and their state writes follow in time
+pass. The shares' gradients are summed in share order and their state writes follow in time
 order, so the step is the one the whole batch takes, up to float rounding: a node in two
 shares gets the same updated memory from both, and its mail from its last event. The
 neighbours of the whole batch, planned ahead, are cut into the shares' rows.
@@ -13,17 +12,12 @@ neighbours of the whole batch, planned ahead, are cut into the shares' rows.
 from __future__ import annotations
 
 import math
-from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Optional, TypeVar
 
 import numpy as np
 import torch
 
 from gnndist.device import to_device
-from gnndist.threads import torch_threads_here
 from gnndist.temporal.models import Batch, Forward, Hop
-
-R = TypeVar("R")
 
 
 def bounds(events: int, shares: int) -> list[tuple[int, int]]:
@@ -64,26 +58,3 @@ def merged(fws: list[Forward], sizes: list[int]) -> Forward:
 
     embed = torch.cat([part(fw, b, w) for w in range(3) for fw, b in zip(fws, sizes)])
     return Forward(pos=torch.cat([fw.pos for fw in fws]), neg=torch.cat([fw.neg for fw in fws]), embed=embed)
-
-
-class Shares:
-    """Runs a function on each share, the first on the calling thread, the others on a pool
-    whose threads use torch's thread count; grad mode as the caller's."""
-
-    def __init__(self, count: int) -> None:
-        self.count = count
-        self.pool: Optional[ThreadPoolExecutor] = (ThreadPoolExecutor(count - 1, initializer=torch_threads_here)
-                                                   if count > 1 else None)
-
-    def map(self, fn: Callable[..., R], items: list) -> list[R]:
-        if len(items) == 1 or self.pool is None:
-            return [fn(x) for x in items]
-        grad = torch.is_grad_enabled()
-
-        def run(x):
-            with torch.set_grad_enabled(grad):
-                return fn(x)
-
-        futures = [self.pool.submit(run, x) for x in items[1:]]
-        first = fn(items[0])
-        return [first] + [f.result() for f in futures]

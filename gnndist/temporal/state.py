@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from gnndist.errors import GnndistError
+from gnndist.temporal.share_process import shared
 
 EMPTY = float("-inf")
 
@@ -33,6 +34,12 @@ class NodeState:
         self.mail_time = torch.zeros(num_nodes, mailbox_size, dtype=torch.float64, device=device)
         self._undo: Optional[list[tuple[Tensor, tuple[Tensor, ...]]]] = None  # (rows, their rows before) while provisional
         self.reset()
+
+    def move_to_shared_memory(self) -> None:
+        """Its tables moved to memory that processes forked afterwards share
+        (`gnndist.temporal.share_process`)."""
+        self.memory, self.last_update, self.mail, self.mail_time = (
+            shared(t) for t in (self.memory, self.last_update, self.mail, self.mail_time))
 
     def reset(self) -> None:
         """Zero memory, no mails; every node last updated at `start_time`."""
@@ -72,6 +79,11 @@ class NodeState:
                 for table, old in zip(tables, before):
                     table.index_copy_(0, rows, old)
             self._undo = None
+
+    @property
+    def provisional_open(self) -> bool:
+        """Whether a `provisional` block is open."""
+        return self._undo is not None
 
     def _overwriting(self, rows: Tensor) -> None:
         """`rows` are about to change: within `provisional`, keep what they hold."""

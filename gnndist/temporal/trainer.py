@@ -64,7 +64,8 @@ from gnndist.temporal.linkpred import EvalNegatives, link_metrics, train_negativ
 from gnndist.temporal.models import Batch, Forward, Hop, build_model, query_rows, state_rows
 from gnndist.temporal.neighbours import Neighbours
 from gnndist.temporal.served import route, served_rows
-from gnndist.temporal.shares import Shares, bounds, merged, query_positions, share_batch, share_hops
+from gnndist.temporal.share_process import Placement, ShareProcess, shared
+from gnndist.temporal.shares import bounds, merged, query_positions, share_batch, share_hops
 from gnndist.temporal.state import NodeState
 from gnndist.temporal.timers import PHASES, Timers
 
@@ -88,6 +89,17 @@ def batch_loss(fw: Forward, global_batch: int) -> Tensor:
     batch size, so that ranks holding parts of one batch add up to the whole batch's loss."""
     return (F.binary_cross_entropy_with_logits(fw.pos, torch.ones_like(fw.pos), reduction="sum")
             + F.binary_cross_entropy_with_logits(fw.neg, torch.zeros_like(fw.neg), reduction="sum")) / global_batch
+
+
+class ShareRun(NamedTuple):
+    """A share of a batch run (`LinkTrainer.run_batch`): its events, its `Forward` (of a share
+    run in its own process: the scores and query embeddings only) and, in training, its loss and
+    gradients (None where a parameter has none)."""
+
+    share: Batch
+    fw: Forward
+    loss: Optional[Tensor] = None
+    grads: Optional[tuple[Optional[Tensor], ...]] = None
 
 
 class TimedState:
@@ -165,7 +177,11 @@ class LinkTrainer:
         state = new_state(self.model, events, cfg.memory, start, device)
         self.state = None if state is None else TimedState(state, self.timers)
         self.partitioned = cfg.memory == "partitioned" and state is not None and events.num_parts > 1
-        self.shares = Shares(threads.step_shares() if device.type == "cpu" and events.num_parts == 1 else 1)
+        self.share_count = threads.step_shares() if device.type == "cpu" and events.num_parts == 1 else 1
+        self.share_process: Optional[ShareProcess] = None  # forked by the first step run as two shares
+        self._writing = False  # whether the share process is making state writes
+        self.placements = {True: Placement(), False: Placement()}  # where second shares run, training and not
+        self._kept: Optional[tuple[Batch, Forward]] = None  # in the share process: the share it ran last
         self._routes: deque[StepRequests] = deque()  # of the coming evaluation steps' served negatives
         self.cache_counters: dict[str, int] = {}
         self.on_loss: Optional[Callable[[float], None]] = None  # called with each training step's global loss
@@ -278,61 +294,145 @@ class LinkTrainer:
         fw.pos, fw.neg = self.model.score(fw.embed[:b], fw.embed[b:2 * b], z_neg, n)
         return fw
 
-    def run_batch(self, batch: Batch, then: Callable[[Forward], Any] = lambda fw: None
-                  ) -> list[tuple[Batch, Forward, Any]]:
-        """Forward of the batch, then `then(Forward)`, as the batch's shares
-        (`gnndist.temporal.shares`), each on its thread; one share: `forward` on the whole batch.
-        Returns each share's events, `Forward` and `then`'s result."""
+    def run_batch(self, batch: Batch, global_batch: Optional[int] = None) -> list[ShareRun]:
+        """Forward pass of the batch and, given the size of the global batch, the loss and its
+        gradients, as the batch's shares (`gnndist.temporal.shares`) in time order. Run as one
+        share, its state writes are left to `write`. Run as two, the second share runs in the
+        share process (`gnndist.temporal.share_process`) or after the first, as `placements` has
+        it, and both shares' state writes are made (in the share process's case, its own left
+        under way: `settle` waits for it). Within a `provisional` block of the node state, one
+        share: the block undoes the writes made here only."""
         b, n = batch.neg.shape
-        cuts = bounds(b, self.shares.count)
+        provisional = self.share_count > 1 and self.state is not None and self.state.provisional_open
+        cuts = bounds(b, 1 if provisional else self.share_count)
         if len(cuts) <= 1:  # also where negatives are served: those ranks run one share
             fw = self.forward(batch)
-            return [(batch, fw, then(fw))]
-        model, state = self.model, None if self.state is None else self.state.state  # reads untimed: threads overlap
+            return [ShareRun(batch, fw, *self._gradients(fw, global_batch))]
+        model = self.model
         sampled = model.neighbour_queries(*query_rows(*batch.on_host()), 2 * b)
         hops = self.neighbours(*sampled) if sampled[2] else []
-        parts = []
-        for lo, hi in cuts:
+
+        def part(lo: int, hi: int) -> tuple[Batch, list[Hop]]:
             mine = query_positions(b, n, lo, hi)
             rows = model.neighbour_queries(mine, mine, 2 * (hi - lo))[0]  # the share's rows that have neighbours
-            parts.append((share_batch(batch, lo, hi), share_hops(hops, rows, sampled[2])))
+            return share_batch(batch, lo, hi), share_hops(hops, rows, sampled[2])
 
-        def run(part: tuple[Batch, list[Hop]]) -> tuple[Batch, Forward, Any]:
-            fw = model(state, part[0], lambda *_: part[1])
-            return part[0], fw, then(fw)
+        start, place = time.perf_counter(), self.placements[global_batch is not None]
+        remote = place.remote()
+        forked = remote and self.share_process is None
+        work = [(part(*cut), global_batch, model.training) for cut in cuts[::-1]][::-1]  # the second cut first
+        try:
+            if remote:
+                self._share_process().start(work[1])  # sent before the first share runs: it starts sooner
+            runs = [ShareRun(work[0][0][0], *self._run_share(work[0]))]
+            if remote:
+                self.share_process.wait_ready()  # its state rows are read: the first share's may be written
+                self.model.write(self.state, runs[0].share, runs[0].fw)
+                self.share_process.start_write()
+                self._writing = True
+                runs.append(ShareRun(work[1][0][0], *self.share_process.result()))
+            else:
+                runs.append(ShareRun(work[1][0][0], *self._run_share(work[1])))
+                for r in runs:
+                    self.model.write(self.state, r.share, r.fw)
+        except BaseException:
+            self._drop_share_process()
+            raise
+        if not forked:
+            place.took(remote, time.perf_counter() - start, b)
+        return runs
 
-        return self.shares.map(run, parts)
+    def _gradients(self, fw: Forward, global_batch: Optional[int]) -> tuple[Optional[Tensor], Optional[tuple]]:
+        """(loss, gradients of the parameters) of a share's `Forward`, or (None, None) outside training."""
+        if global_batch is None:
+            return None, None
+        loss = batch_loss(fw, global_batch)
+        return loss.detach(), torch.autograd.grad(loss, self.params, allow_unused=True)
 
-    def write(self, runs: list[tuple[Batch, Forward, Any]]) -> None:
-        """The state writes of a batch's shares, in time order."""
-        for share, fw, _ in runs:
-            self.model.write(self.state, share, fw)
+    def _run_share(self, work: tuple, ready: Optional[Callable[[], None]] = None
+                   ) -> tuple[Forward, Optional[Tensor], Optional[tuple]]:
+        """A share's (Forward, loss, gradients); `work` = ((events, neighbours), global batch size or
+        None, training mode). In the share process (given `ready`, called once the share's state
+        rows are read), the scores and query embeddings only, and the share is kept for its
+        state writes (`_write_share`)."""
+        (share, hops), global_batch, training = work
+        self.model.train(training)
+        with torch.set_grad_enabled(global_batch is not None):
+            fw = self.model(None if self.state is None else self.state.state, share, lambda *_: hops)
+            if ready is not None:
+                ready()
+            loss, grads = self._gradients(fw, global_batch)
+        if ready is None:
+            return fw, loss, grads
+        self._kept = (share, fw)
+        return Forward(pos=fw.pos.detach(), neg=fw.neg.detach(), embed=fw.embed.detach()), loss, grads
+
+    def _write_share(self) -> None:
+        """In the share process: the state writes of the share it ran last."""
+        share, fw = self._kept
+        self._kept = None
+        self.model.write(None if self.state is None else self.state.state, share, fw)
+
+    def _share_process(self) -> ShareProcess:
+        """The share process, forked now if not yet, with the parameters and the node state moved
+        to shared memory first."""
+        if self.share_process is None:
+            for p in self.model.parameters():
+                p.data = shared(p.data)
+            if self.state is not None:
+                self.state.state.move_to_shared_memory()
+            self.share_process = ShareProcess(self._run_share, self._write_share)
+        return self.share_process
+
+    def _drop_share_process(self) -> None:
+        """End the share process (after an error, whatever it was doing: the next step that needs
+        one forks a new one)."""
+        if self.share_process is not None:
+            self.share_process.close()
+        self.share_process, self._writing = None, False
+
+    def write(self, runs: list[ShareRun]) -> None:
+        """The state writes of a batch run as one share (`run_batch` makes those of two)."""
+        if len(runs) == 1:
+            self.model.write(self.state, runs[0].share, runs[0].fw)
+
+    def cpu_seconds(self) -> float:
+        """CPU time of this rank's process and its share process."""
+        return time.process_time() + (0.0 if self.share_process is None else self.share_process.cpu_seconds)
+
+    def settle(self) -> None:
+        """Wait for the state writes under way in the share process (`run_batch`)."""
+        if self._writing:
+            self._writing = False
+            try:
+                self.share_process.wait_written()
+            except BaseException:
+                self._drop_share_process()
+                raise
 
     def step(self, batch: Batch, global_batch: int) -> tuple[float, Forward]:
         """Forward and backward of each share, state writes, summed gradients, optimizer step:
         the global loss, and this rank's `Forward`."""
-        def backward(fw: Forward) -> tuple[Tensor, tuple[Optional[Tensor], ...]]:
-            loss = batch_loss(fw, global_batch)
-            return loss.detach(), torch.autograd.grad(loss, self.params, allow_unused=True)
-
-        runs = self.run_batch(batch, backward)
+        runs = self.run_batch(batch, global_batch)
         for i, p in enumerate(self.params):  # summed in share order: the same sum every run
-            grads = [g[i] for _, _, (_, g) in runs if g[i] is not None]
+            grads = [r.grads[i] for r in runs if r.grads[i] is not None]
             p.grad = functools.reduce(torch.add, grads) if grads else None
-        loss = functools.reduce(torch.add, [loss for _, _, (loss, _) in runs])
+        loss = functools.reduce(torch.add, [r.loss for r in runs])
         summed = dist.GradientSum(self.params, loss.reshape(1))
         with dist.carrying(summed):  # the state writes need no parameters: they go first, with the sum
             self.write(runs)
         with self.timers.phase("sync"):
             total = float(summed.result()[0])
         if not math.isfinite(total):
+            self.settle()
             raise GnndistError(f"the training loss became {total}; try a smaller --lr, or scale the data "
                                f"(this rank's: {self.events.scale()})")
         if self.cfg.clip_grad is not None:  # the summed gradient: the same on every rank
             torch.nn.utils.clip_grad_norm_(self.params, self.cfg.clip_grad)
         self.optimizer.step()
-        return total, runs[0][1] if len(runs) == 1 else merged([fw for _, fw, _ in runs],
-                                                               [share.src.numel() for share, _, _ in runs])
+        self.settle()
+        return total, (runs[0].fw if len(runs) == 1
+                       else merged([r.fw for r in runs], [r.share.src.numel() for r in runs]))
 
     # ------------------------------------------------------------------------------ epochs
 
@@ -352,7 +452,7 @@ class LinkTrainer:
         lr = cfg.lr if cfg.lr_schedule == "constant" else cfg.lr * 0.5 * (1 + math.cos(math.pi * (epoch - 1) / cfg.epochs))
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        total, t0, c0, k0 = 0.0, time.perf_counter(), time.process_time(), dist.collectives_entered()
+        total, t0, c0, k0 = 0.0, time.perf_counter(), self.cpu_seconds(), dist.collectives_entered()
         n = self.events.num_nodes
         with self._bar(self.train_end, f"epoch {epoch}") as bar:
             for size, batch in self.steps(0, self.train_end, lambda index, size, rows, src, dst: train_negatives(
@@ -363,7 +463,7 @@ class LinkTrainer:
                     self.on_loss(loss)
                 bar.update(size)
         self.timers.wait()
-        seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+        seconds, cpu = time.perf_counter() - t0, self.cpu_seconds() - c0
         return {"epoch": epoch, "loss": total / self.train_end, "lr": lr, "time_s": seconds, "cpu_s": cpu,
                 "events_per_s": self.train_end / seconds,
                 "collectives_per_step": (dist.collectives_entered() - k0) / self.steps_per_epoch,
@@ -384,10 +484,11 @@ class LinkTrainer:
             for size, batch in self.steps(start, stop, negatives.batch if score else None):
                 runs = self.run_batch(batch)
                 self.write(runs)
-                for share, fw, _ in runs:
-                    pos.append(fw.pos.cpu().numpy())
-                    neg.append(fw.neg.cpu().numpy())
-                    eid.append(share.eid.cpu().numpy())
+                self.settle()
+                for r in runs:
+                    pos.append(r.fw.pos.cpu().numpy())
+                    neg.append(r.fw.neg.cpu().numpy())
+                    eid.append(r.share.eid.cpu().numpy())
                 bar.update(size)
         return np.concatenate(pos), np.concatenate(neg), np.concatenate(eid)
 

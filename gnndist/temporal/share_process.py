@@ -1,0 +1,292 @@
+"""A share of each step run in a process of its own, forked from the rank: how a one-process
+temporal job uses its second core (`gnndist.temporal.shares` cuts the batch).
+
+Why a process and not a thread: a share's forward pass makes about 140 small torch calls, each
+of which lets go of the GIL and takes it back. Two threads doing that wait for each other at
+every call: on the 2-core machine (UCI TGN, 2026-12-05) a share's forward pass ran 46% slower
+beside the other share's thread than alone, and the epoch's speed moved between 26,000 and
+30,000 events/s from minute to minute; two processes of one share each ran 18,400-18,800
+events/s together, as fast as one alone.
+
+The process is forked when the first step needs it, after the parameters and the node state
+have been moved to shared memory (`shared`): both processes then read and write the same
+tables, and the optimizer's in-place updates reach the share's process with no copy. Per step
+the rank sends the share's events and neighbours and receives its results (the loss, the
+gradients, the scores) through a buffer of shared memory each way (`Channel`); the share's
+state writes are made in its process, after the rank's own share's (time order). The process
+ignores Ctrl-C (the rank handles it) and ends when the rank closes the pipe or ends.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import signal
+import time
+import traceback
+import weakref
+from dataclasses import fields, is_dataclass, replace
+from multiprocessing import Pipe
+from multiprocessing.connection import Connection
+from multiprocessing.reduction import recv_handle, send_handle
+from typing import Any, Callable, Optional
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from gnndist.errors import GnndistError
+
+ALIGN = 64
+_RUNNING: "weakref.WeakSet[ShareProcess]" = weakref.WeakSet()  # of this process
+
+
+def shared(t: Tensor) -> Tensor:
+    """A copy of `t` in anonymous shared memory, which a process forked afterwards shares (not
+    in /dev/shm, whose size containers limit)."""
+    if t.numel() == 0:
+        return t.clone()
+    out = torch.frombuffer(mmap.mmap(-1, t.numel() * t.element_size()), dtype=t.dtype, count=t.numel())
+    return out.view(t.shape).copy_(t)
+
+
+class Placement:
+    """Where a step's second share runs: in the share process, or here after the first share. Both
+    run the same operations on one thread, so the results are the same either way (bit for bit);
+    only the time differs. A step takes the way of the lower time per event, and every `PROBE`
+    steps the other, so that a change in what else runs on the machine is noticed. The way in
+    use follows its times slowly (a moving average: one slow step does not move the job to the
+    slower way for `PROBE` steps); a probe's time replaces the other way's. Why: beside another
+    job that takes one of two cores, the two processes share the other core and wait for each
+    other at every meeting (UCI TGN beside one CPU-bound process, 2026-12-05: 0.49x the
+    events/s alone with the second share always in the process, 0.62x with this placement)."""
+
+    PROBE = 50
+    FOLLOW = 0.2  # weight of a step's time in the way in use's average
+
+    def __init__(self) -> None:
+        self.cost: dict[bool, Optional[float]] = {True: None, False: None}  # seconds per event, by `remote`
+        self.steps = 0
+        self.probing = False
+
+    def remote(self) -> bool:
+        """Whether the next step runs its second share in the share process."""
+        self.steps += 1
+        for way in (True, False):
+            if self.cost[way] is None:
+                return way
+        faster = self.cost[True] <= self.cost[False]
+        self.probing = self.steps % self.PROBE == 0
+        return faster != self.probing
+
+    def took(self, remote: bool, seconds: float, events: int) -> None:
+        """A step run the way `remote` took `seconds` for `events` events."""
+        now, before = seconds / max(events, 1), self.cost[remote]
+        self.cost[remote] = now if before is None or self.probing else (1 - self.FOLLOW) * before + self.FOLLOW * now
+
+
+class _Slot:
+    """Where a tensor or array of a message lies in the channel's buffer."""
+
+    __slots__ = ("offset", "dtype", "shape", "numpy")
+
+    def __init__(self, offset: int, dtype: torch.dtype, shape: tuple, numpy: bool) -> None:
+        self.offset, self.dtype, self.shape, self.numpy = offset, dtype, shape, numpy
+
+
+class Channel:
+    """One direction of a pipe for objects holding tensors and arrays (also within dataclasses,
+    lists and tuples): their data goes through a buffer of shared memory, the rest is pickled.
+    The buffer grows as needed (a new memfd, whose descriptor is passed on). `receive` gives
+    views of the buffer, valid until the next message, or copies."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.buffer: Optional[mmap.mmap] = None
+        self.size = 0
+
+    def send(self, obj: Any) -> None:
+        data: list[Tensor] = []
+        meta = self._place(obj, data, [0])
+        end = (data[-1][0] + data[-1][1].numel()) if data else 0
+        if end > self.size:
+            self.size = max(end, 2 * self.size, 1 << 20)
+            fd = os.memfd_create("gnndist-share")
+            try:
+                os.ftruncate(fd, self.size)
+                self.buffer = mmap.mmap(fd, self.size)
+                self.conn.send(("buffer", self.size))
+                send_handle(self.conn, fd, None)
+            finally:
+                os.close(fd)
+        if data:
+            view = torch.frombuffer(self.buffer, dtype=torch.uint8)
+            for offset, raw in data:
+                view[offset:offset + raw.numel()].copy_(raw)
+        self.conn.send(("data", meta))
+
+    def receive(self, copy: bool) -> Any:
+        while True:
+            kind, value = self.conn.recv()
+            if kind == "data":
+                return self._take(value, copy)
+            fd = recv_handle(self.conn)
+            try:
+                self.buffer, self.size = mmap.mmap(fd, value), value
+            finally:
+                os.close(fd)
+
+    def _place(self, obj: Any, data: list, pos: list[int]) -> Any:
+        if isinstance(obj, (Tensor, np.ndarray)):
+            numpy = isinstance(obj, np.ndarray)
+            t = torch.from_numpy(np.ascontiguousarray(obj)) if numpy else obj.detach().contiguous()
+            raw = t.reshape(-1).view(torch.uint8)
+            data.append((pos[0], raw))
+            slot = _Slot(pos[0], t.dtype, tuple(t.shape), numpy)
+            pos[0] += -(-raw.numel() // ALIGN) * ALIGN
+            return slot
+        if is_dataclass(obj):
+            return replace(obj, **{f.name: self._place(getattr(obj, f.name), data, pos) for f in fields(obj)})
+        if isinstance(obj, (list, tuple)):
+            return type(obj)(self._place(x, data, pos) for x in obj)
+        return obj
+
+    def _take(self, obj: Any, copy: bool) -> Any:
+        if isinstance(obj, _Slot):
+            count = int(np.prod(obj.shape))
+            if count == 0:
+                t = torch.empty(obj.shape, dtype=obj.dtype)
+            else:
+                t = torch.frombuffer(self.buffer, dtype=obj.dtype, count=count, offset=obj.offset).view(obj.shape)
+                t = t.clone() if copy else t
+            return t.numpy() if obj.numpy else t
+        if is_dataclass(obj):
+            return replace(obj, **{f.name: self._take(getattr(obj, f.name), copy) for f in fields(obj)})
+        if isinstance(obj, (list, tuple)):
+            return type(obj)(self._take(x, copy) for x in obj)
+        return obj
+
+
+class ShareProcess:
+    """A forked process that runs `run(work, ready)` on what `start(work)` sends (`run` calls
+    `ready()` once it has read what the rank may then overwrite: `wait_ready`) and returns its
+    result through `result()`, then `write()` when told (`start_write`, `wait_written`). Tensors
+    that both processes must see are to be in `shared` memory before it is created."""
+
+    def __init__(self, run: Callable[[Any, Callable[[], None]], Any], write: Callable[[], None]) -> None:
+        ours, theirs = Pipe()
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # a Ctrl-C now waits for the rank
+        pid = os.fork()
+        if pid == 0:  # the share's process: serves until the rank closes the pipe, never returns
+            code = 1
+            try:
+                signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the rank's to handle
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+                for conn in [ours] + [p.conn for p in _RUNNING]:  # the rank's ends: closing them ends those processes
+                    conn.close()
+                code = _serve(theirs, run, write)
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                os._exit(code)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        theirs.close()
+        self.pid, self.conn = pid, ours
+        self.cpu_seconds = 0.0  # the process's CPU time, as of its last message
+        self.inbox, self.outbox = Channel(ours), Channel(ours)
+        self._close = weakref.finalize(self, _stop, ours, pid)
+        _RUNNING.add(self)
+
+    def start(self, work: Any) -> None:
+        self._send("run", work)
+
+    def wait_ready(self) -> None:
+        self._expect("ready")
+
+    def result(self) -> Any:
+        """What `run` returned for the work last started (copies)."""
+        value, self.cpu_seconds = self._expect("done")
+        return value
+
+    def start_write(self) -> None:
+        self._send("write", None)
+
+    def wait_written(self) -> None:
+        self.cpu_seconds = self._expect("written")
+
+    def close(self) -> None:
+        self._close()
+
+    def _send(self, kind: str, value: Any) -> None:
+        try:
+            self.outbox.send((kind, value))
+        except OSError:
+            raise self._ended() from None
+
+    def _ended(self) -> GnndistError:
+        return GnndistError(f"the process running the second share of each step (pid {self.pid}) ended: "
+                            f"{_how_it_ended(self.pid)}")
+
+    def _expect(self, what: str) -> Any:
+        try:
+            kind, value = self.inbox.receive(copy=True)
+        except (EOFError, OSError):
+            raise self._ended() from None
+        if kind == "error":
+            gnndist, text = value
+            if gnndist:
+                raise GnndistError(text)
+            raise RuntimeError(f"in the process running the second share of each step:\n{text}")
+        if kind != what:
+            raise RuntimeError(f"the share's process sent {kind!r} where {what!r} was due")
+        return value
+
+
+def _serve(conn: Connection, run: Callable[[Any, Callable[[], None]], Any], write: Callable[[], None]) -> int:
+    """The share process's loop; its exit status."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    torch.set_num_threads(1)  # never an OpenMP team: the rank's, if it had one, did not survive the fork
+    inbox, outbox = Channel(conn), Channel(conn)
+    while True:
+        try:
+            message = inbox.receive(copy=False)  # views: used before the rank sends the next
+        except (EOFError, OSError):
+            return 0
+        try:
+            if message[0] == "run":
+                value = run(message[1], lambda: outbox.send(("ready", None)))
+                outbox.send(("done", (value, time.process_time())))
+            else:
+                write()
+                outbox.send(("written", time.process_time()))
+        except Exception as e:  # reported to the rank, which raises it
+            outbox.send(("error", (isinstance(e, GnndistError), str(e) if isinstance(e, GnndistError)
+                                   else traceback.format_exc())))
+
+
+def _stop(conn: Connection, pid: int) -> None:
+    """Close the pipe, which ends the process; kill it if it has not ended within 10 s."""
+    conn.close()
+    try:
+        for _ in range(1000):
+            if os.waitpid(pid, os.WNOHANG)[0]:
+                return
+            time.sleep(0.01)
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except (ChildProcessError, ProcessLookupError):
+        pass
+
+
+def _how_it_ended(pid: int) -> str:
+    """How the process `pid`, whose pipe closed, ended (waiting up to a second for it to go)."""
+    for _ in range(100):
+        try:
+            done, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return "reaped elsewhere"
+        if done:
+            if os.WIFSIGNALED(status):
+                return f"killed by {signal.Signals(os.WTERMSIG(status)).name}"
+            return f"exit status {os.WEXITSTATUS(status)}"
+        time.sleep(0.01)
+    return "it closed its pipe"

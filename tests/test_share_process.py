@@ -1,0 +1,172 @@
+"""The share process (`gnndist.temporal.share_process`): what it is sent and returns, against
+the objects themselves; memory both processes see; its errors, its death and its end as the
+rank sees them."""
+import ctypes
+import os
+import signal
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+import pytest
+import torch
+
+from gnndist.errors import GnndistError
+from gnndist.temporal.share_process import ShareProcess, shared
+
+
+@dataclass
+class Parcel:
+    rows: torch.Tensor
+    host: np.ndarray
+    empty: torch.Tensor
+    none: Optional[torch.Tensor]
+    label: str
+
+
+def parcel(big: int = 1000) -> Parcel:
+    g = torch.Generator().manual_seed(big)
+    return Parcel(torch.randn(big, 7, generator=g), np.arange(big, dtype=np.int32) * 3, torch.zeros(0, 5, dtype=torch.long),
+                  None, f"parcel {big}")
+
+
+def same(a: Parcel, b: Parcel) -> None:
+    assert torch.equal(a.rows, b.rows) and a.rows.dtype == b.rows.dtype
+    assert isinstance(b.host, np.ndarray) and np.array_equal(a.host, b.host) and a.host.dtype == b.host.dtype
+    assert b.empty.shape == a.empty.shape and b.empty.dtype == a.empty.dtype
+    assert b.none is None and b.label == a.label
+
+
+def echo(work, ready):
+    ready()
+    return work
+
+
+@pytest.fixture
+def process():
+    made = []
+
+    def make(run=echo, write=lambda: None):
+        made.append(ShareProcess(run, write))
+        return made[-1]
+
+    yield make
+    for p in made:
+        p.close()
+
+
+def round_trip(p: ShareProcess, work):
+    p.start(work)
+    p.wait_ready()
+    return p.result()
+
+
+def test_what_goes_there_comes_back_the_same_and_the_buffer_grows(process):
+    p = process()
+    for big in (10, 300_000, 10, 2_000_000):  # 8 and 56 MB of rows: the 1 MB buffers grow twice
+        back = round_trip(p, [parcel(big), (parcel(big + 1), 5)])
+        same(parcel(big), back[0])
+        same(parcel(big + 1), back[1][0])
+        assert back[1][1] == 5
+    first = round_trip(p, parcel(10))
+    round_trip(p, parcel(20))
+    same(parcel(10), first)  # what `result` gave is a copy: the next message leaves it alone
+
+
+def test_both_processes_see_shared_tensors():
+    table = shared(torch.arange(6.0))
+    seen = []
+
+    def run(work, ready):
+        ready()
+        return table.clone()
+
+    def write():
+        table.mul_(10)
+
+    p = ShareProcess(run, write)
+    try:
+        table.add_(1)  # after the fork: the process sees it
+        assert torch.equal(round_trip(p, None), torch.arange(6.0) + 1)
+        p.start_write()
+        p.wait_written()
+        seen.append(table.clone())
+    finally:
+        p.close()
+    assert torch.equal(seen[0], (torch.arange(6.0) + 1) * 10)
+
+
+def test_an_error_there_is_raised_here_and_the_process_serves_on(process):
+    def run(work, ready):
+        if work == "user":
+            raise GnndistError("--lr 5: too large")
+        if work == "bug":
+            return {}["missing"]
+        ready()
+        return work
+
+    p = process(run)
+    p.start("user")
+    with pytest.raises(GnndistError, match=r"^--lr 5: too large$"):
+        p.wait_ready()
+    p.start("bug")
+    with pytest.raises(RuntimeError, match=r"(?s)second share.*KeyError: 'missing'"):
+        p.wait_ready()
+    assert round_trip(p, "fine") == "fine"
+
+
+def test_a_killed_process_is_named_not_waited_for(process):
+    p, q = process(lambda work, ready: time.sleep(60)), process()
+    named = rf"^the process running the second share of each step \(pid {{}}\) ended: killed by SIGKILL$"
+    p.start("anything")
+    os.kill(p.pid, signal.SIGKILL)
+    with pytest.raises(GnndistError, match=named.format(p.pid)):
+        p.result()
+    os.kill(q.pid, signal.SIGKILL)
+    time.sleep(0.2)
+    with pytest.raises(GnndistError, match=named.format(q.pid)):  # found dead when sent to
+        q.start("anything")
+
+
+def test_ctrl_c_is_the_ranks_and_close_ends_the_process(process):
+    p = process()
+    assert round_trip(p, 6) == 6
+    status = open(f"/proc/{p.pid}/status").read()
+    assert int(status.split("SigIgn:")[1].split()[0], 16) >> (signal.SIGINT - 1) & 1  # it ignores SIGINT
+    os.kill(p.pid, signal.SIGINT)  # a terminal's Ctrl-C reaches the whole process group
+    time.sleep(0.2)
+    assert round_trip(p, 7) == 7
+    p.close()
+    with pytest.raises(ChildProcessError):
+        os.waitpid(p.pid, os.WNOHANG)  # reaped
+
+
+def test_the_process_runs_torch_on_one_thread_whatever_the_rank_runs(process):
+    """OpenMP's teams do not survive a fork: the process never starts one, even where the rank
+    ran its products on two threads before it was forked."""
+    gomp = next(line.split()[-1] for line in open("/proc/self/maps") if "torch/lib/libgomp" in line)  # torch's runtime
+    max_threads = ctypes.CDLL(gomp).omp_get_max_threads
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        torch.randn(500, 500) @ torch.randn(500, 500)  # a team of two, here
+        p = process(lambda work, ready: (ready(), torch.get_num_threads(), max_threads(),
+                                         float((torch.ones(300, 300) @ torch.ones(300, 300))[0, 0]))[1:])
+        assert round_trip(p, None) == (1, 1, 300.0)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_a_later_process_holds_no_end_of_an_earlier_ones_pipe(process):
+    """Else closing the rank's end would not end the earlier process (it waits for its pipe to
+    close): a trainer's share process outlived it while a second trainer's ran."""
+    p, q = process(), process()
+    mine = f"socket:[{os.fstat(p.conn.fileno()).st_ino}]"
+    assert round_trip(q, 1) == 1  # q is past its start
+    held = [os.readlink(f"/proc/{q.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{q.pid}/fd")]
+    assert mine not in held
+    p.close()
+    with pytest.raises(ChildProcessError):
+        os.waitpid(p.pid, os.WNOHANG)
+    assert round_trip(q, 2) == 2
