@@ -19,7 +19,8 @@ gradient all-reduce payload, the collectives each rank enters per training step,
 (mean over ranks) and test AP; then, per rank count, partitioned bytes with the temporal
 partitioner over those with random partitioning, and every setting's events/s over one
 process's. One process runs first as `gnndist train` runs it (torch on one thread, each batch
-run as 2 shares of its events on 2 threads where it has 2 cores: `gnndist/temporal/shares.py`)
+run as 2 shares of its events where it has 2 cores, the second in a process of its own:
+`gnndist/temporal/shares.py`)
 and with torch on every core (`OMP_NUM_THREADS` = the core count, one share; run only on a
 machine of more than one core with the variable unset); the faster
 of the two is the reference, run again after every setting, and each setting's ratio is over
