@@ -3,10 +3,10 @@ temporal job uses its second core (`gnndist.temporal.shares` cuts the batch).
 
 Why a process and not a thread: a share's forward pass makes about 140 small torch calls, each
 of which lets go of the GIL and takes it back. Two threads doing that wait for each other at
-every call: on the 2-core machine (UCI TGN, 2026-12-05) a share's forward pass ran 46% slower
-beside the other share's thread than alone, and the epoch's speed moved between 26,000 and
-30,000 events/s from minute to minute; two processes of one share each ran 18,400-18,800
-events/s together, as fast as one alone.
+every call: on the 2-core machine (UCI TGN) a share's forward pass ran 46% slower beside the
+other share's thread than alone (2026-12-04), and the epoch's speed moved between 26,000 and
+30,000 events/s from minute to minute; two processes of one share each ran 17,800-18,800
+events/s side by side, as fast as one alone (2026-12-05).
 
 The process is forked when the first step needs it, after the parameters and the node state
 have been moved to shared memory (`shared`): both processes then read and write the same
