@@ -163,9 +163,9 @@ def test_a_second_share_gives_the_same_bits_in_the_share_process_and_here(name):
 
 
 def test_a_step_whose_share_process_died_is_named_and_the_next_one_forks_another():
-    """The share process killed in the middle of training: that step raises naming it, changes
-    nothing, and the step run again (in a new share process) gives what it gives in a run where
-    nothing happened."""
+    """The share process killed between two steps: the next step raises naming it, having changed
+    nothing, and run again (in a new share process) gives what it gives in a run where nothing
+    happened."""
     tg = random_graph(e=600)
     runs = [trainer("tgn", tg, lr=1e-3) for _ in range(2)]
     for tr in runs:
@@ -192,6 +192,61 @@ def test_a_step_whose_share_process_died_is_named_and_the_next_one_forks_another
     finally:
         torch.set_num_threads(threads)
     assert killed is not None and runs[1].share_process.pid != killed
+
+
+def _two_share_steps(tr, tg, batches, before_step=lambda index: None):
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for index, s, e in list(tr.batches(0, tr.train_end))[:batches]:
+            tr.model.train()
+            batch = tr.batch(s, e, lambda rows, src, dst: train_negatives(0, 1, index, e - s, rows, dst, tg.num_nodes))
+            before_step(index)
+            tr.step(batch, e - s)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_a_step_interrupted_after_its_shares_ran_leaves_the_next_ones_in_step():
+    """Ctrl-C in the optimizer step, after the share process was told to write: the next steps
+    run on with the same process (it was not left with an unread reply)."""
+    tg = random_graph(e=600)
+    tr = trainer("tgn", tg, lr=1e-3)
+    tr.share_count = 2
+    tr.placements = {True: Always(True), False: Always(True)}
+    adam = tr.optimizer.step
+
+    def interrupted(*args, **kwargs):
+        tr.optimizer.step = adam
+        raise KeyboardInterrupt
+
+    def before(index):
+        if index == 2:
+            tr.optimizer.step = interrupted
+
+    with pytest.raises(KeyboardInterrupt):
+        _two_share_steps(tr, tg, 4, before)
+    pid = tr.share_process.pid
+    _two_share_steps(tr, tg, 4)
+    assert tr.share_process.pid == pid
+
+
+def test_where_no_process_can_be_forked_the_rank_runs_both_shares(monkeypatch, capfd):
+    tg = random_graph(e=600)
+    tr, ref = trainer("tgn", tg, lr=1e-3), trainer("tgn", tg, lr=1e-3)
+    for t in (tr, ref):
+        t.share_count = 2
+    ref.placements = {True: Always(False), False: Always(False)}
+
+    def no_fork():
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(os, "fork", no_fork)
+    _two_share_steps(tr, tg, 4)
+    _two_share_steps(ref, tg, 4)
+    assert tr.share_process is None and signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    assert all(torch.equal(a, b) for a, b in zip(tr.params, ref.params))
+    assert capfd.readouterr().err.count("this rank runs both shares") == 1
 
 
 def test_placement_takes_the_faster_way_and_tries_the_other_every_probe():

@@ -175,7 +175,13 @@ class ShareProcess:
     def __init__(self, run: Callable[[Any, Callable[[], None]], Any], write: Callable[[], None]) -> None:
         ours, theirs = Pipe()
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # a Ctrl-C now waits for the rank
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except BaseException:
+            ours.close()
+            theirs.close()
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+            raise
         if pid == 0:  # the share's process: serves until the rank closes the pipe, never returns
             code = 1
             try:
@@ -188,13 +194,13 @@ class ShareProcess:
                 traceback.print_exc()
             finally:
                 os._exit(code)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         theirs.close()
         self.pid, self.conn = pid, ours
         self.cpu_seconds = 0.0  # the process's CPU time, as of its last message
         self.inbox, self.outbox = Channel(ours), Channel(ours)
         self._close = weakref.finalize(self, _stop, ours, pid)
         _RUNNING.add(self)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # once it is sure to be reaped
 
     def start(self, work: Any) -> None:
         self._send("run", work)
@@ -246,21 +252,24 @@ def _serve(conn: Connection, run: Callable[[Any, Callable[[], None]], Any], writ
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     torch.set_num_threads(1)  # never an OpenMP team: the rank's, if it had one, did not survive the fork
     inbox, outbox = Channel(conn), Channel(conn)
+    gone = (EOFError, BrokenPipeError, ConnectionResetError)  # the rank closed the pipe, or ended
     while True:
         try:
             message = inbox.receive(copy=False)  # views: used before the rank sends the next
-        except (EOFError, OSError):
+            try:
+                if message[0] == "run":
+                    reply = ("done", (run(message[1], lambda: outbox.send(("ready", None))), time.process_time()))
+                else:
+                    write()
+                    reply = ("written", time.process_time())
+            except gone:
+                raise
+            except Exception as e:  # reported to the rank, which raises it
+                reply = ("error", (isinstance(e, GnndistError), str(e) if isinstance(e, GnndistError)
+                                   else traceback.format_exc()))
+            outbox.send(reply)
+        except gone:
             return 0
-        try:
-            if message[0] == "run":
-                value = run(message[1], lambda: outbox.send(("ready", None)))
-                outbox.send(("done", (value, time.process_time())))
-            else:
-                write()
-                outbox.send(("written", time.process_time()))
-        except Exception as e:  # reported to the rank, which raises it
-            outbox.send(("error", (isinstance(e, GnndistError), str(e) if isinstance(e, GnndistError)
-                                   else traceback.format_exc())))
 
 
 def _stop(conn: Connection, pid: int) -> None:

@@ -180,6 +180,8 @@ class LinkTrainer:
         self.share_count = threads.step_shares() if device.type == "cpu" and events.num_parts == 1 else 1
         self.share_process: Optional[ShareProcess] = None  # forked by the first step run as two shares
         self._writing = False  # whether the share process is making state writes
+        self._fork_failed = False  # then this rank runs both shares of each step
+        self._dropped_cpu = 0.0  # CPU time of share processes dropped after an error
         self.placements = {True: Placement(), False: Placement()}  # where second shares run, training and not
         self._kept: Optional[tuple[Batch, Forward]] = None  # in the share process: the share it ran last
         self._routes: deque[StepRequests] = deque()  # of the coming evaluation steps' served negatives
@@ -302,6 +304,7 @@ class LinkTrainer:
         it, and both shares' state writes are made (in the share process's case, its own left
         under way: `settle` waits for it). Within a `provisional` block of the node state, one
         share: the block undoes the writes made here only."""
+        self.settle()  # a step that raised after its run may have left the share process writing
         b, n = batch.neg.shape
         provisional = self.share_count > 1 and self.state is not None and self.state.provisional_open
         cuts = bounds(b, 1 if provisional else self.share_count)
@@ -318,12 +321,13 @@ class LinkTrainer:
             return share_batch(batch, lo, hi), share_hops(hops, rows, sampled[2])
 
         start, place = time.perf_counter(), self.placements[global_batch is not None]
-        remote = place.remote()
+        remote = place.remote() and not self._fork_failed
         forked = remote and self.share_process is None
         work = [(part(*cut), global_batch, model.training) for cut in cuts[::-1]][::-1]  # the second cut first
         try:
+            remote = remote and self._share_process() is not None
             if remote:
-                self._share_process().start(work[1])  # sent before the first share runs: it starts sooner
+                self.share_process.start(work[1])  # sent before the first share runs: it starts sooner
             runs = [ShareRun(work[0][0][0], *self._run_share(work[0]))]
             if remote:
                 self.share_process.wait_ready()  # its state rows are read: the first share's may be written
@@ -373,21 +377,27 @@ class LinkTrainer:
         self._kept = None
         self.model.write(None if self.state is None else self.state.state, share, fw)
 
-    def _share_process(self) -> ShareProcess:
+    def _share_process(self) -> Optional[ShareProcess]:
         """The share process, forked now if not yet, with the parameters and the node state moved
-        to shared memory first."""
-        if self.share_process is None:
+        to shared memory first; None where it cannot be forked (the rank then runs both shares)."""
+        if self.share_process is None and not self._fork_failed:
             for p in self.model.parameters():
                 p.data = shared(p.data)
             if self.state is not None:
                 self.state.state.move_to_shared_memory()
-            self.share_process = ShareProcess(self._run_share, self._write_share)
+            try:
+                self.share_process = ShareProcess(self._run_share, self._write_share)
+            except OSError as e:  # e.g. a container's limit on processes
+                self._fork_failed = True
+                print(f"gnndist: no process for a step's second share ({e}): this rank runs both shares",
+                      file=sys.stderr)
         return self.share_process
 
     def _drop_share_process(self) -> None:
         """End the share process (after an error, whatever it was doing: the next step that needs
         one forks a new one)."""
         if self.share_process is not None:
+            self._dropped_cpu += self.share_process.cpu_seconds
             self.share_process.close()
         self.share_process, self._writing = None, False
 
@@ -397,8 +407,9 @@ class LinkTrainer:
             self.model.write(self.state, runs[0].share, runs[0].fw)
 
     def cpu_seconds(self) -> float:
-        """CPU time of this rank's process and its share process."""
-        return time.process_time() + (0.0 if self.share_process is None else self.share_process.cpu_seconds)
+        """CPU time of this rank's process and its share processes."""
+        return (time.process_time() + self._dropped_cpu
+                + (0.0 if self.share_process is None else self.share_process.cpu_seconds))
 
     def settle(self) -> None:
         """Wait for the state writes under way in the share process (`run_batch`)."""
