@@ -382,7 +382,7 @@ def _torchrun_rank(data: Data, split: Split, rank_fn: Callable[..., dict], args:
         if own and who:
             raise GnndistError(who + first_line(e)) from None  # its own error: which rank, on which host
         raise
-    if world > 1 and int(os.environ["RANK"]) != 0:
+    if world > 1 and not dist.writes_outputs():
         dist.say(f"done; rank 0 (host {rank0_host}) prints the results and writes the output files, if given there")
     return result
 

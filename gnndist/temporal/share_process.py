@@ -105,7 +105,7 @@ class Channel:
         self.size = 0
 
     def send(self, obj: Any) -> None:
-        data: list[Tensor] = []
+        data: list[tuple[int, Tensor]] = []
         meta = self._place(obj, data, [0])
         end = (data[-1][0] + data[-1][1].numel()) if data else 0
         if end > self.size:
@@ -135,35 +135,42 @@ class Channel:
             finally:
                 os.close(fd)
 
-    def _place(self, obj: Any, data: list, pos: list[int]) -> Any:
-        if isinstance(obj, (Tensor, np.ndarray)):
-            numpy = isinstance(obj, np.ndarray)
-            t = torch.from_numpy(np.ascontiguousarray(obj)) if numpy else obj.detach().contiguous()
+    def _place(self, obj: Any, data: list[tuple[int, Tensor]], pos: list[int]) -> Any:
+        """`obj` with each tensor or array replaced by its `_Slot`; (offset, bytes) of each in `data`."""
+        def slot(x: Any) -> _Slot:
+            numpy = isinstance(x, np.ndarray)
+            t = torch.from_numpy(np.ascontiguousarray(x)) if numpy else x.detach().contiguous()
             raw = t.reshape(-1).view(torch.uint8)
             data.append((pos[0], raw))
-            slot = _Slot(pos[0], t.dtype, tuple(t.shape), numpy)
+            placed = _Slot(pos[0], t.dtype, tuple(t.shape), numpy)
             pos[0] += -(-raw.numel() // ALIGN) * ALIGN
-            return slot
-        if is_dataclass(obj):
-            return replace(obj, **{f.name: self._place(getattr(obj, f.name), data, pos) for f in fields(obj)})
-        if isinstance(obj, (list, tuple)):
-            return type(obj)(self._place(x, data, pos) for x in obj)
-        return obj
+            return placed
+
+        return _mapped(obj, lambda x: isinstance(x, (Tensor, np.ndarray)), slot)
 
     def _take(self, obj: Any, copy: bool) -> Any:
-        if isinstance(obj, _Slot):
-            count = int(np.prod(obj.shape))
+        """`obj` with each `_Slot` replaced by its tensor or array: a view of the buffer, or a copy."""
+        def take(placed: _Slot) -> Any:
+            count = int(np.prod(placed.shape))
             if count == 0:
-                t = torch.empty(obj.shape, dtype=obj.dtype)
+                t = torch.empty(placed.shape, dtype=placed.dtype)
             else:
-                t = torch.frombuffer(self.buffer, dtype=obj.dtype, count=count, offset=obj.offset).view(obj.shape)
-                t = t.clone() if copy else t
-            return t.numpy() if obj.numpy else t
-        if is_dataclass(obj):
-            return replace(obj, **{f.name: self._take(getattr(obj, f.name), copy) for f in fields(obj)})
-        if isinstance(obj, (list, tuple)):
-            return type(obj)(self._take(x, copy) for x in obj)
-        return obj
+                t = torch.frombuffer(self.buffer, dtype=placed.dtype, count=count, offset=placed.offset)
+                t = t.view(placed.shape).clone() if copy else t.view(placed.shape)
+            return t.numpy() if placed.numpy else t
+
+        return _mapped(obj, lambda x: isinstance(x, _Slot), take)
+
+
+def _mapped(obj: Any, is_leaf: Callable[[Any], bool], fn: Callable[[Any], Any]) -> Any:
+    """`obj` with each leaf (`is_leaf`) replaced by `fn(leaf)`, within dataclasses, lists and tuples."""
+    if is_leaf(obj):
+        return fn(obj)
+    if is_dataclass(obj):
+        return replace(obj, **{f.name: _mapped(getattr(obj, f.name), is_leaf, fn) for f in fields(obj)})
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_mapped(x, is_leaf, fn) for x in obj)
+    return obj
 
 
 class ShareProcess:

@@ -323,20 +323,21 @@ class LinkTrainer:
         start, place = time.perf_counter(), self.placements[global_batch is not None]
         remote = place.remote() and not self._fork_failed
         forked = remote and self.share_process is None
-        work = [(part(*cut), global_batch, model.training) for cut in cuts[::-1]][::-1]  # the second cut first
+        second = (part(*cuts[1]), global_batch, model.training)
         try:
             remote = remote and self._share_process() is not None
             if remote:
-                self.share_process.start(work[1])  # sent before the first share runs: it starts sooner
-            runs = [ShareRun(work[0][0][0], *self._run_share(work[0]))]
+                self.share_process.start(second)  # sent before the first share is cut: it starts sooner
+            first = (part(*cuts[0]), global_batch, model.training)
+            runs = [ShareRun(first[0][0], *self._run_share(first))]
             if remote:
                 self.share_process.wait_ready()  # its state rows are read: the first share's may be written
                 self.model.write(self.state, runs[0].share, runs[0].fw)
                 self.share_process.start_write()
                 self._writing = True
-                runs.append(ShareRun(work[1][0][0], *self.share_process.result()))
+                runs.append(ShareRun(second[0][0], *self.share_process.result()))
             else:
-                runs.append(ShareRun(work[1][0][0], *self._run_share(work[1])))
+                runs.append(ShareRun(second[0][0], *self._run_share(second)))
                 for r in runs:
                     self.model.write(self.state, r.share, r.fw)
         except BaseException:
