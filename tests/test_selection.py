@@ -68,8 +68,8 @@ def test_cosine_schedule_and_clipping():
     norms = []
     step = tr.step
 
-    def clipped_step(batch, b):
-        out = step(batch, b)
+    def clipped_step(batch, b, ahead=None):
+        out = step(batch, b, ahead)
         norms.append(torch.norm(torch.stack([p.grad.norm() for p in tr.params if p.grad is not None])).item())
         return out
     tr.step = clipped_step

@@ -56,8 +56,11 @@ def process():
         p.close()
 
 
+STAGED = object()
+
+
 def round_trip(p: ShareProcess, work):
-    p.start(work)
+    p.start_staged() if work is STAGED else p.start(work)
     p.wait_ready()
     return p.result()
 
@@ -72,6 +75,43 @@ def test_what_goes_there_comes_back_the_same_and_the_buffer_grows(process):
     first = round_trip(p, parcel(10))
     round_trip(p, parcel(20))
     same(parcel(10), first)  # what `result` gave is a copy: the next message leaves it alone
+
+
+def test_staged_work_runs_at_the_next_start(process):
+    """Work staged ahead runs at `start_staged()` (also where staging it grew the buffer); a later
+    `stage` replaces it; `start(work)` runs `work` and drops what was staged, after which
+    `start_staged()` has nothing to run."""
+    p = process()
+    p.stage(parcel(10))
+    same(parcel(10), round_trip(p, STAGED))
+    p.stage(parcel(300_000))  # the 1 MB buffer grows
+    same(parcel(300_000), round_trip(p, STAGED))
+    p.stage(parcel(30))
+    p.stage(parcel(40))
+    same(parcel(40), round_trip(p, STAGED))
+    p.stage(parcel(50))
+    same(parcel(20), round_trip(p, parcel(20)))
+    with pytest.raises(RuntimeError, match="no work is staged"):
+        p.start_staged()
+
+
+def slow_echo(work, ready):
+    ready()
+    time.sleep(0.2)
+    return work
+
+
+def test_what_a_run_was_given_stays_while_the_next_work_is_staged(process):
+    """The next work staged (written to the buffer) while the process still runs the last: the
+    run's work is untouched (the process copied it), and the staged work runs next."""
+    p = process(slow_echo)
+    p.start(parcel(10))
+    p.wait_ready()
+    p.stage(parcel(11))
+    same(parcel(10), p.result())
+    p.start_staged()
+    p.wait_ready()
+    same(parcel(11), p.result())
 
 
 def test_both_processes_see_shared_tensors():

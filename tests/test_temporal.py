@@ -162,6 +162,52 @@ def test_a_second_share_gives_the_same_bits_in_the_share_process_and_here(name):
     assert there.share_process is not None and here.share_process is None
 
 
+class TwoInThree(Placement):
+    """A placement that runs two second shares of three in the share process."""
+
+    def remote(self) -> bool:
+        self.steps += 1
+        return self.steps % 3 != 0
+
+
+@pytest.mark.parametrize("name", ["tgn", "tgat", "apan"])
+def test_an_epoch_with_the_next_batch_staged_gives_the_same_bits_as_one_without(name, monkeypatch):
+    """`train_epoch` and `evaluate` make each next batch, sampled ahead in windows of 3 steps,
+    while the share process runs, and send its second share ahead where it runs there too
+    (`run_batch`'s `ahead`): the same bits of parameters, node state and scores as steps that
+    stage nothing, with second shares in the process and here in turn."""
+    monkeypatch.setattr(neighbours, "PLAN_STEPS", 3)
+    tg = random_graph(e=600)
+    staged, ref = trainer(name, tg, lr=1e-3), trainer(name, tg, lr=1e-3)
+    staged.share_count = ref.share_count = 2
+    staged.placements = {True: TwoInThree(), False: TwoInThree()}
+    ref.placements = {True: Always(False), False: Always(False)}
+    ref._stage = lambda item, training: None
+    sent, stage = [], staged._stage
+
+    def counted(item, training):
+        stage(item, training)
+        sent.append(staged._staged is not None and staged._staged.second is not None)
+
+    staged._stage = counted
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        scores = []
+        for tr in (staged, ref):
+            tr.train_epoch(1)
+            scores.append(tr.evaluate(tr.train_end, tr.val_end, "val"))
+    finally:
+        torch.set_num_threads(threads)
+    assert sum(sent) >= 4 and not all(sent)  # staged ahead to the process, and not
+    assert all(torch.equal(a, b) for a, b in zip(staged.params, ref.params))
+    if staged.state is not None:
+        for what, a in staged.state.state_dict().items():
+            assert torch.equal(a, ref.state.state_dict()[what]), what
+    for a, b in zip(*scores):
+        assert np.array_equal(a, b)
+
+
 def test_a_step_whose_share_process_died_is_named_and_the_next_one_forks_another():
     """The share process killed between two steps: the next step raises naming it, having changed
     nothing, and run again (in a new share process) gives what it gives in a run where nothing

@@ -78,8 +78,8 @@ class RecTrainer(LinkTrainer):
         super().__init__(*a, **kw)
         self.trace, self.epochs_run, self.rng, self.scores = [], [], [], {}
 
-    def step(self, batch, global_batch):
-        loss, fw = super().step(batch, global_batch)
+    def step(self, batch, global_batch, ahead=None):
+        loss, fw = super().step(batch, global_batch, ahead)
         grad = torch.cat([torch.zeros(p.numel()) if p.grad is None else p.grad.reshape(-1) for p in self.params])
         params = torch.cat([p.detach().reshape(-1) for p in self.params])
         self.trace.append((loss, grad.numpy().copy(), params.numpy().copy(), full_state(self)))

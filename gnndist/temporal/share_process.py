@@ -12,9 +12,13 @@ The process is forked when the first step needs it, after the parameters and the
 have been moved to shared memory (`shared`): both processes then read and write the same
 tables, and the optimizer's in-place updates reach the share's process with no copy. Per step
 the rank sends the share's events and neighbours and receives its results (the loss, the
-gradients, the scores) through a buffer of shared memory each way (`Channel`); the share's
-state writes are made in its process, after the rank's own share's (time order). The process
-ignores Ctrl-C (the rank handles it) and ends when the rank closes the pipe or ends.
+scores) through a buffer of shared memory each way (`Channel`); the trainer has the share's
+gradients written to shared tensors of their own, which the rank sums from; the share's
+state writes are made in its process, after the rank's own share's (time order). The next
+step's share can be sent while this one runs (`stage`; the process copies what it receives, so
+the rank may overwrite the buffer): the process then starts it as soon as the rank says
+(`start_staged`), with the parameters updated. The process ignores Ctrl-C (the rank handles
+it) and ends when the rank closes the pipe or ends.
 """
 from __future__ import annotations
 
@@ -174,10 +178,11 @@ def _mapped(obj: Any, is_leaf: Callable[[Any], bool], fn: Callable[[Any], Any]) 
 
 
 class ShareProcess:
-    """A forked process that runs `run(work, ready)` on what `start(work)` sends (`run` calls
-    `ready()` once it has read what the rank may then overwrite: `wait_ready`) and returns its
-    result through `result()`, then `write()` when told (`start_write`, `wait_written`). Tensors
-    that both processes must see are to be in `shared` memory before it is created."""
+    """A forked process that runs `run(work, ready)` on what `start(work)` sends, or on what
+    `stage(work)` sent before when `start_staged()` says (`run` calls `ready()` once it has read what
+    the rank may then overwrite: `wait_ready`), and returns its result through `result()`, then
+    `write()` when told (`start_write`, `wait_written`). Tensors that both processes must see
+    are to be in `shared` memory before it is created."""
 
     def __init__(self, run: Callable[[Any, Callable[[], None]], Any], write: Callable[[], None]) -> None:
         ours, theirs = Pipe()
@@ -204,13 +209,29 @@ class ShareProcess:
         theirs.close()
         self.pid, self.conn = pid, ours
         self.cpu_seconds = 0.0  # the process's CPU time, as of its last message
+        self._staged = False  # whether work is staged for the next `start()`
         self.inbox, self.outbox = Channel(ours), Channel(ours)
         self._close = weakref.finalize(self, _stop, ours, pid)
         _RUNNING.add(self)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # once it is sure to be reaped
 
+    def stage(self, work: Any) -> None:
+        """Send `work` now, to be run at `start_staged()` (no other work may be sent until then:
+        the process copies it out of the buffer when it gets to it, after the work it runs)."""
+        self._send("stage", work)
+        self._staged = True
+
     def start(self, work: Any) -> None:
-        self._send("run", work)
+        """Run `work` (dropping what is staged)."""
+        self._staged = False
+        self._send("run", (False, work))
+
+    def start_staged(self) -> None:
+        """Run the work staged last."""
+        if not self._staged:
+            raise RuntimeError("no work is staged for the share process")
+        self._staged = False
+        self._send("run", (True, None))
 
     def wait_ready(self) -> None:
         self._expect("ready")
@@ -260,12 +281,17 @@ def _serve(conn: Connection, run: Callable[[Any, Callable[[], None]], Any], writ
     torch.set_num_threads(1)  # never an OpenMP team: the rank's, if it had one, did not survive the fork
     inbox, outbox = Channel(conn), Channel(conn)
     gone = (EOFError, BrokenPipeError, ConnectionResetError)  # the rank closed the pipe, or ended
+    staged = None
     while True:
         try:
-            message = inbox.receive(copy=False)  # views: used before the rank sends the next
+            kind, work = inbox.receive(copy=True)  # copies: the rank may stage the next step's share meanwhile
+            if kind == "stage":
+                staged = work
+                continue
             try:
-                if message[0] == "run":
-                    reply = ("done", (run(message[1], lambda: outbox.send(("ready", None))), time.process_time()))
+                if kind == "run":
+                    work, staged = staged if work[0] else work[1], None
+                    reply = ("done", (run(work, lambda: outbox.send(("ready", None))), time.process_time()))
                 else:
                     write()
                     reply = ("written", time.process_time())

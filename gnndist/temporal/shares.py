@@ -20,10 +20,21 @@ from gnndist.device import to_device
 from gnndist.temporal.models import Batch, Forward, Hop
 
 
+FIRST_SHARE = 0.44  # of a batch's events, the first share's (see `bounds`)
+
+
 def bounds(events: int, shares: int) -> list[tuple[int, int]]:
-    """[lo, hi) of each non-empty share of `events` events, as even as can be."""
-    count = min(shares, events)
-    return [(events * i // count, events * (i + 1) // count) for i in range(count)]
+    """[lo, hi) of each non-empty share of `events` events: one share (`shares` 1), or two
+    whose first has FIRST_SHARE of them. The first is the rank's, which while the share
+    process runs the second also makes the first's state writes and the next batch: on UCI
+    TGN, 30,744 events/s against 29,980 with even shares (median of 5 alternated runs each;
+    0.40 was slower than 0.44), 2026-12-05."""
+    if shares < 1 or shares > 2:
+        raise ValueError(f"a batch runs as 1 or 2 shares, not {shares}")
+    if shares == 1 or events < 2:
+        return [(0, events)] if events else []
+    cut = min(max(round(events * FIRST_SHARE), 1), events - 1)
+    return [(0, cut), (cut, events)]
 
 
 def share_batch(batch: Batch, lo: int, hi: int) -> Batch:

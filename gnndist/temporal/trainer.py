@@ -102,6 +102,40 @@ class ShareRun(NamedTuple):
     grads: Optional[tuple[Optional[Tensor], ...]] = None
 
 
+class Lookahead:
+    """An iterator whose next item can be made early, while waiting for something else (`peek`)."""
+
+    _NOT_YET = object()
+
+    def __init__(self, items: Iterator) -> None:
+        self._items, self._next = items, self._NOT_YET
+
+    def peek(self) -> Any:
+        """The next item (None at the end), made now if not yet, without moving past it."""
+        if self._next is self._NOT_YET:
+            self._next = next(self._items, None)
+        return self._next
+
+    def __iter__(self) -> "Lookahead":
+        return self
+
+    def __next__(self) -> Any:
+        item, self._next = self.peek(), self._NOT_YET
+        if item is None:
+            raise StopIteration
+        return item
+
+
+class Staged(NamedTuple):
+    """The next batch and its neighbours, made during a step (`LinkTrainer.run_batch`); where its
+    second share is to run in the share process, that share's work (else None), and the process
+    that was running."""
+    batch: Batch
+    hops: list[Hop]
+    second: Optional[tuple]
+    process: ShareProcess
+
+
 class TimedState:
     """A node state whose reads count as fetch time and writes as sync time."""
 
@@ -184,6 +218,8 @@ class LinkTrainer:
         self._dropped_cpu = 0.0  # CPU time of share processes dropped after an error
         self.placements = {True: Placement(), False: Placement()}  # where second shares run, training and not
         self._kept: Optional[tuple[Batch, Forward]] = None  # in the share process: the share it ran last
+        self._staged: Optional[Staged] = None  # of the next batch
+        self._second_grads: list[Tensor] = []  # the share process's gradients, in shared memory
         self._routes: deque[StepRequests] = deque()  # of the coming evaluation steps' served negatives
         self.cache_counters: dict[str, int] = {}
         self.on_loss: Optional[Callable[[float], None]] = None  # called with each training step's global loss
@@ -296,46 +332,52 @@ class LinkTrainer:
         fw.pos, fw.neg = self.model.score(fw.embed[:b], fw.embed[b:2 * b], z_neg, n)
         return fw
 
-    def run_batch(self, batch: Batch, global_batch: Optional[int] = None) -> list[ShareRun]:
+    def run_batch(self, batch: Batch, global_batch: Optional[int] = None, ahead: Optional[Lookahead] = None
+                  ) -> list[ShareRun]:
         """Forward pass of the batch and, given the size of the global batch, the loss and its
         gradients, as the batch's shares (`gnndist.temporal.shares`) in time order. Run as one
         share, its state writes are left to `write`. Run as two, the second share runs in the
         share process (`gnndist.temporal.share_process`) or after the first, as `placements` has
         it, and both shares' state writes are made (in the share process's case, its own left
         under way: `settle` waits for it). Within a `provisional` block of the node state, one
-        share: the block undoes the writes made here only."""
+        share: the block undoes the writes made here only. Given `ahead` (the coming (size,
+        batch) items, run the same way), the next batch is made while the share process runs,
+        with its neighbours, and its second share is sent (`stage`) if it runs there too."""
         self.settle()  # a step that raised after its run may have left the share process writing
+        staged, self._staged = self._staged, None
+        staged = staged if staged is not None and staged.batch is batch else None
         b, n = batch.neg.shape
         provisional = self.share_count > 1 and self.state is not None and self.state.provisional_open
         cuts = bounds(b, 1 if provisional else self.share_count)
         if len(cuts) <= 1:  # also where negatives are served: those ranks run one share
             fw = self.forward(batch)
             return [ShareRun(batch, fw, *self._gradients(fw, global_batch))]
-        model = self.model
-        sampled = model.neighbour_queries(*query_rows(*batch.on_host()), 2 * b)
-        hops = self.neighbours(*sampled) if sampled[2] else []
-
-        def part(lo: int, hi: int) -> tuple[Batch, list[Hop]]:
-            mine = query_positions(b, n, lo, hi)
-            rows = model.neighbour_queries(mine, mine, 2 * (hi - lo))[0]  # the share's rows that have neighbours
-            return share_batch(batch, lo, hi), share_hops(hops, rows, sampled[2])
-
+        hops = self._hops(batch) if staged is None else staged.hops
         start, place = time.perf_counter(), self.placements[global_batch is not None]
-        remote = place.remote() and not self._fork_failed
+        if staged is not None and staged.second is not None:
+            remote, second = True, staged.second
+        else:  # where staged, the placement had it run here
+            remote = staged is None and place.remote() and not self._fork_failed
+            second = (self._part(batch, hops, *cuts[1]), global_batch, self.model.training)
         forked = remote and self.share_process is None
-        second = (part(*cuts[1]), global_batch, model.training)
         try:
             remote = remote and self._share_process() is not None
-            if remote:
-                self.share_process.start(second)  # sent before the first share is cut: it starts sooner
-            first = (part(*cuts[0]), global_batch, model.training)
+            if remote and staged is not None and staged.process is self.share_process:
+                self.share_process.start_staged()
+            elif remote:  # sent before the first share is cut: it starts sooner
+                self.share_process.start(second)
+            first = (self._part(batch, hops, *cuts[0]), global_batch, self.model.training)
             runs = [ShareRun(first[0][0], *self._run_share(first))]
             if remote:
                 self.share_process.wait_ready()  # its state rows are read: the first share's may be written
                 self.model.write(self.state, runs[0].share, runs[0].fw)
                 self.share_process.start_write()
                 self._writing = True
-                runs.append(ShareRun(second[0][0], *self.share_process.result()))
+                if ahead is not None:
+                    self._stage(ahead.peek(), global_batch is not None)
+                fw, loss, present = self.share_process.result()
+                grads = None if present is None else tuple(g if has else None for g, has in zip(self._second_grads, present))
+                runs.append(ShareRun(second[0][0], fw, loss, grads))
             else:
                 runs.append(ShareRun(second[0][0], *self._run_share(second)))
                 for r in runs:
@@ -346,6 +388,30 @@ class LinkTrainer:
         if not forked:
             place.took(remote, time.perf_counter() - start, b)
         return runs
+
+    def _hops(self, batch: Batch) -> list[Hop]:
+        """The sampled neighbours of the batch's query rows (planned ahead by `steps`)."""
+        nodes, times, ks = self.model.neighbour_queries(*query_rows(*batch.on_host()), 2 * batch.src.numel())
+        return self.neighbours(nodes, times, ks) if ks else []
+
+    def _part(self, batch: Batch, hops: list[Hop], lo: int, hi: int) -> tuple[Batch, list[Hop]]:
+        """The events lo .. hi-1 of the batch and their neighbours."""
+        b, n = batch.neg.shape
+        mine = query_positions(b, n, lo, hi)
+        rows, _, ks = self.model.neighbour_queries(mine, mine, 2 * (hi - lo))  # the share's rows that have neighbours
+        return share_batch(batch, lo, hi), share_hops(hops, rows, ks)
+
+    def _stage(self, item: Optional[tuple[int, Batch]], training: bool) -> None:
+        """While the share process runs: the next batch's neighbours, if it runs as two shares,
+        and, where its second share is to run there too, that share sent ahead."""
+        if item is None or len(cuts := bounds(item[1].src.numel(), self.share_count)) <= 1:
+            return
+        size, batch = item
+        hops, second = self._hops(batch), None
+        if self.placements[training].remote():
+            second = (self._part(batch, hops, *cuts[1]), size if training else None, self.model.training)
+            self.share_process.stage(second)
+        self._staged = Staged(batch, hops, second, self.share_process)
 
     def _gradients(self, fw: Forward, global_batch: Optional[int]) -> tuple[Optional[Tensor], Optional[tuple]]:
         """(loss, gradients of the parameters) of a share's `Forward`, or (None, None) outside training."""
@@ -358,8 +424,9 @@ class LinkTrainer:
                    ) -> tuple[Forward, Optional[Tensor], Optional[tuple]]:
         """A share's (Forward, loss, gradients); `work` = ((events, neighbours), global batch size or
         None, training mode). In the share process (given `ready`, called once the share's state
-        rows are read), the scores and query embeddings only, and the share is kept for its
-        state writes (`_write_share`)."""
+        rows are read), the scores and query embeddings only, the gradients are written to
+        `_second_grads` (the result says which parameters have one), and the share is kept for
+        its state writes (`_write_share`)."""
         (share, hops), global_batch, training = work
         self.model.train(training)
         with torch.set_grad_enabled(global_batch is not None):
@@ -370,7 +437,13 @@ class LinkTrainer:
         if ready is None:
             return fw, loss, grads
         self._kept = (share, fw)
-        return Forward(pos=fw.pos.detach(), neg=fw.neg.detach(), embed=fw.embed.detach()), loss, grads
+        present = None
+        if grads is not None:
+            present = tuple(g is not None for g in grads)
+            for to, g in zip(self._second_grads, grads):
+                if g is not None:
+                    to.copy_(g)
+        return Forward(pos=fw.pos.detach(), neg=fw.neg.detach(), embed=fw.embed.detach()), loss, present
 
     def _write_share(self) -> None:
         """In the share process: the state writes of the share it ran last."""
@@ -384,6 +457,7 @@ class LinkTrainer:
         if self.share_process is None and not self._fork_failed:
             for p in self.model.parameters():
                 p.data = shared(p.data)
+            self._second_grads = [shared(torch.zeros_like(p)) for p in self.params]
             if self.state is not None:
                 self.state.state.move_to_shared_memory()
             try:
@@ -422,10 +496,10 @@ class LinkTrainer:
                 self._drop_share_process()
                 raise
 
-    def step(self, batch: Batch, global_batch: int) -> tuple[float, Forward]:
+    def step(self, batch: Batch, global_batch: int, ahead: Optional[Lookahead] = None) -> tuple[float, Forward]:
         """Forward and backward of each share, state writes, summed gradients, optimizer step:
-        the global loss, and this rank's `Forward`."""
-        runs = self.run_batch(batch, global_batch)
+        the global loss, and this rank's `Forward` (`ahead`: as `run_batch`'s)."""
+        runs = self.run_batch(batch, global_batch, ahead)
         for i, p in enumerate(self.params):  # summed in share order: the same sum every run
             grads = [r.grads[i] for r in runs if r.grads[i] is not None]
             p.grad = functools.reduce(torch.add, grads) if grads else None
@@ -467,9 +541,10 @@ class LinkTrainer:
         total, t0, c0, k0 = 0.0, time.perf_counter(), self.cpu_seconds(), dist.collectives_entered()
         n = self.events.num_nodes
         with self._bar(self.train_end, f"epoch {epoch}") as bar:
-            for size, batch in self.steps(0, self.train_end, lambda index, size, rows, src, dst: train_negatives(
-                    cfg.seed, epoch, index, size, rows, dst, n)):
-                loss = self.step(batch, size)[0]
+            ahead = Lookahead(self.steps(0, self.train_end, lambda index, size, rows, src, dst: train_negatives(
+                cfg.seed, epoch, index, size, rows, dst, n)))
+            for size, batch in ahead:
+                loss = self.step(batch, size, ahead)[0]
                 total += loss * size
                 if self.on_loss is not None:
                     self.on_loss(loss)
@@ -493,8 +568,9 @@ class LinkTrainer:
                                   cfg.seed) if score else None
         pos, neg, eid = [], [], []
         with self._bar(stop - start, desc) as bar:
-            for size, batch in self.steps(start, stop, negatives.batch if score else None):
-                runs = self.run_batch(batch)
+            ahead = Lookahead(self.steps(start, stop, negatives.batch if score else None))
+            for size, batch in ahead:
+                runs = self.run_batch(batch, ahead=ahead)
                 self.write(runs)
                 self.settle()
                 for r in runs:
