@@ -353,7 +353,7 @@ class LinkTrainer:
             fw = self.forward(batch)
             return [ShareRun(batch, fw, *self._gradients(fw, global_batch))]
         hops = self._hops(batch) if staged is None else staged.hops
-        start, place = time.perf_counter(), self.placements[global_batch is not None]
+        start, ahead_s, place = time.perf_counter(), 0.0, self.placements[global_batch is not None]
         if staged is not None and staged.second is not None:
             remote, second = True, staged.second
         else:  # where staged, the placement had it run here
@@ -373,8 +373,10 @@ class LinkTrainer:
                 self.model.write(self.state, runs[0].share, runs[0].fw)
                 self.share_process.start_write()
                 self._writing = True
-                if ahead is not None:
+                if ahead is not None:  # not this step's time: the step run here makes the next batch after it
+                    ahead_s = time.perf_counter()
                     self._stage(ahead.peek(), global_batch is not None)
+                    ahead_s = time.perf_counter() - ahead_s
                 fw, loss, present = self.share_process.result()
                 grads = None if present is None else tuple(g if has else None for g, has in zip(self._second_grads, present))
                 runs.append(ShareRun(second[0][0], fw, loss, grads))
@@ -386,7 +388,7 @@ class LinkTrainer:
             self._drop_share_process()
             raise
         if not forked:
-            place.took(remote, time.perf_counter() - start, b)
+            place.took(remote, time.perf_counter() - start - ahead_s, b)
         return runs
 
     def _hops(self, batch: Batch) -> list[Hop]:
