@@ -70,7 +70,6 @@ class Placement:
     def __init__(self) -> None:
         self.cost: dict[bool, Optional[float]] = {True: None, False: None}  # seconds per event, by `remote`
         self.steps = 0
-        self.probing = False
 
     def remote(self) -> bool:
         """Whether the next step runs its second share in the share process."""
@@ -78,14 +77,18 @@ class Placement:
         for way in (True, False):
             if self.cost[way] is None:
                 return way
-        faster = self.cost[True] <= self.cost[False]
-        self.probing = self.steps % self.PROBE == 0
-        return faster != self.probing
+        return self._in_use() != (self.steps % self.PROBE == 0)
 
     def took(self, remote: bool, seconds: float, events: int) -> None:
-        """A step run the way `remote` took `seconds` for `events` events."""
+        """A step run the way `remote` took `seconds` for `events` events (the next step's way may
+        have been chosen meanwhile: a step of the way not in use was a probe)."""
         now, before = seconds / max(events, 1), self.cost[remote]
-        self.cost[remote] = now if before is None or self.probing else (1 - self.FOLLOW) * before + self.FOLLOW * now
+        probe = before is None or self.cost[not remote] is None or remote != self._in_use()
+        self.cost[remote] = now if probe else (1 - self.FOLLOW) * before + self.FOLLOW * now
+
+    def _in_use(self) -> bool:
+        """The way of the lower time per event (both known)."""
+        return self.cost[True] <= self.cost[False]
 
 
 class _Slot:
@@ -209,15 +212,16 @@ class ShareProcess:
         theirs.close()
         self.pid, self.conn = pid, ours
         self.cpu_seconds = 0.0  # the process's CPU time, as of its last message
-        self._staged = False  # whether work is staged for the next `start()`
+        self._staged = False  # whether work is staged for `start_staged()`
         self.inbox, self.outbox = Channel(ours), Channel(ours)
         self._close = weakref.finalize(self, _stop, ours, pid)
         _RUNNING.add(self)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # once it is sure to be reaped
 
     def stage(self, work: Any) -> None:
-        """Send `work` now, to be run at `start_staged()` (no other work may be sent until then:
-        the process copies it out of the buffer when it gets to it, after the work it runs)."""
+        """Send `work` now, to be run at `start_staged()`. The process copies it out of the buffer
+        only when it gets to it, after the work it runs: work sent until then (`start`, `stage`)
+        may overwrite it, and replaces it."""
         self._send("stage", work)
         self._staged = True
 

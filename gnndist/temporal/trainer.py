@@ -378,7 +378,9 @@ class LinkTrainer:
                     self._stage(ahead.peek(), global_batch is not None)
                     ahead_s = time.perf_counter() - ahead_s
                 fw, loss, present = self.share_process.result()
-                grads = None if present is None else tuple(g if has else None for g, has in zip(self._second_grads, present))
+                grads = None if present is None else tuple(  # never p.grad itself: the next step rewrites it
+                    None if not has else g if mine is not None else g.clone()
+                    for g, has, mine in zip(self._second_grads, present, runs[0].grads))
                 runs.append(ShareRun(second[0][0], fw, loss, grads))
             else:
                 runs.append(ShareRun(second[0][0], *self._run_share(second)))
@@ -465,7 +467,7 @@ class LinkTrainer:
             try:
                 self.share_process = ShareProcess(self._run_share, self._write_share)
             except OSError as e:  # e.g. a container's limit on processes
-                self._fork_failed = True
+                self._fork_failed, self._second_grads = True, []
                 print(f"gnndist: no process for a step's second share ({e}): this rank runs both shares",
                       file=sys.stderr)
         return self.share_process
