@@ -212,7 +212,7 @@ class ShareProcess:
         theirs.close()
         self.pid, self.conn = pid, ours
         self.cpu_seconds = 0.0  # the process's CPU time, as of its last message
-        self._staged = False  # whether work is staged for `start_staged()`
+        self.staged = False  # whether work is staged for `start_staged()`
         self.inbox, self.outbox = Channel(ours), Channel(ours)
         self._close = weakref.finalize(self, _stop, ours, pid)
         _RUNNING.add(self)
@@ -223,18 +223,18 @@ class ShareProcess:
         only when it gets to it, after the work it runs: work sent until then (`start`, `stage`)
         may overwrite it, and replaces it."""
         self._send("stage", work)
-        self._staged = True
+        self.staged = True
 
     def start(self, work: Any) -> None:
         """Run `work` (dropping what is staged)."""
-        self._staged = False
+        self.staged = False
         self._send("run", (False, work))
 
     def start_staged(self) -> None:
         """Run the work staged last."""
-        if not self._staged:
+        if not self.staged:
             raise RuntimeError("no work is staged for the share process")
-        self._staged = False
+        self.staged = False
         self._send("run", (True, None))
 
     def wait_ready(self) -> None:

@@ -127,13 +127,12 @@ class Lookahead:
 
 
 class Staged(NamedTuple):
-    """The next batch and its neighbours, made during a step (`LinkTrainer.run_batch`); where its
-    second share is to run in the share process, that share's work (else None), and the process
-    that was running."""
+    """The next batch and its neighbours, made during a step (`LinkTrainer.run_batch`), and, where
+    its second share is to run in the share process, that share's work (else None; sent ahead to
+    the process running then, which says whether it still holds it: `ShareProcess.staged`)."""
     batch: Batch
     hops: list[Hop]
     second: Optional[tuple]
-    process: ShareProcess
 
 
 class TimedState:
@@ -362,7 +361,7 @@ class LinkTrainer:
         forked = remote and self.share_process is None
         try:
             remote = remote and self._share_process() is not None
-            if remote and staged is not None and staged.process is self.share_process:
+            if remote and staged is not None and self.share_process.staged:  # not if forked anew since
                 self.share_process.start_staged()
             elif remote:  # sent before the first share is cut: it starts sooner
                 self.share_process.start(second)
@@ -415,7 +414,7 @@ class LinkTrainer:
         if self.placements[training].remote():
             second = (self._part(batch, hops, *cuts[1]), size if training else None, self.model.training)
             self.share_process.stage(second)
-        self._staged = Staged(batch, hops, second, self.share_process)
+        self._staged = Staged(batch, hops, second)
 
     def _gradients(self, fw: Forward, global_batch: Optional[int]) -> tuple[Optional[Tensor], Optional[tuple]]:
         """(loss, gradients of the parameters) of a share's `Forward`, or (None, None) outside training."""
