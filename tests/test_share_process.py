@@ -47,8 +47,8 @@ def echo(work, ready):
 def process():
     made = []
 
-    def make(run=echo, write=lambda: None):
-        made.append(ShareProcess(run, write))
+    def make(run=echo, write=lambda: None, prepare=lambda work: work):
+        made.append(ShareProcess(run, write, prepare))
         return made[-1]
 
     yield make
@@ -135,6 +135,36 @@ def test_both_processes_see_shared_tensors():
     finally:
         p.close()
     assert torch.equal(seen[0], (torch.arange(6.0) + 1) * 10)
+
+
+def test_work_is_prepared_when_the_process_gets_it_after_what_it_wrote_before(process):
+    """`prepare` runs on staged work when the process receives it, after the writes it was told
+    to make before (the rank did not wait for them), and on work started at once; an error in
+    preparing staged work is raised when that work is run, and the process serves on."""
+    table = shared(torch.zeros(3))
+
+    def prepare(work):
+        if work == "bad":
+            raise GnndistError("cannot prepare")
+        return work, table.clone()
+
+    def write():
+        table.add_(1)
+
+    p = process(write=write, prepare=prepare)
+    work, seen = round_trip(p, "a")
+    assert work == "a" and torch.equal(seen, torch.zeros(3))
+    p.start_write()
+    p.stage("b")
+    table.add_(10)  # after the stage was sent: may or may not be seen, but the write before it is
+    p.wait_written()
+    work, seen = round_trip(p, STAGED)
+    assert work == "b" and seen[0].item() in (1.0, 11.0)
+    p.stage("bad")
+    p.start_staged()
+    with pytest.raises(GnndistError, match="^cannot prepare$"):
+        p.wait_ready()
+    assert round_trip(p, "c")[0] == "c"
 
 
 def test_an_error_there_is_raised_here_and_the_process_serves_on(process):

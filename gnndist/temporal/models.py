@@ -27,7 +27,7 @@ with no events of the batch (empty tensors), so that all ranks join the same col
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import numpy as np
@@ -104,7 +104,8 @@ def state_rows(nodes: np.ndarray, hop0: Optional[np.ndarray]) -> tuple[np.ndarra
 
 @dataclass
 class Forward:
-    """Scores of a batch and what `TemporalGNN.write` needs afterwards."""
+    """Scores of a batch, what `TemporalGNN.write` needs afterwards, and what the embedding read
+    before it used a parameter (`TemporalGNN.read`: the hops, their contexts, the state rows)."""
 
     pos: Tensor  # [B] logits
     neg: Tensor  # [B, n] logits
@@ -120,7 +121,8 @@ class Forward:
     updated: Optional[Tensor] = None  # updated memory of ids (APAN: of the endpoints, without grad)
     updated_time: Optional[Tensor] = None
     endpoint_embed: Optional[Tensor] = None  # DyRep: attention embeddings of src then dst [2B, d]
-    hop0: Optional[Hop] = None
+    hops: list[Hop] = field(default_factory=list)  # the sampled neighbours, by hop
+    contexts: list[Tensor] = field(default_factory=list)  # of each hop's keys (`GraphAttention.contexts`)
 
 
 @dataclass(frozen=True)
@@ -171,14 +173,21 @@ class TemporalGNN(nn.Module):
             return None
         return NodeState(num_nodes, self.dim, self.memory.mail_dim, self.memory.mailbox, start_time, device)
 
-    def forward(self, state: Optional[NodeState], batch: Batch, neighbours: NeighbourFn) -> Forward:
-        """Scores of the batch's positives and negatives (see the module docstring)."""
+    def forward(self, state: Optional[NodeState], batch: Batch, neighbours: NeighbourFn,
+                read: Optional[Forward] = None) -> Forward:
+        """Scores of the batch's positives and negatives (see the module docstring); `read`: what
+        `read_batch` read of the batch before (else read now)."""
         b, n = batch.neg.shape
         nodes, times, host_nodes, host_times = batch.queries()
-        out = self.embed(state, nodes, times, 2 * b, neighbours, (host_nodes, host_times))
+        out = self.embed(state, nodes, times, 2 * b, neighbours, (host_nodes, host_times), read)
         z = out.embed
         out.pos, out.neg = self.score(z[:b], z[b:2 * b], z[2 * b:], n)
         return out
+
+    def read_batch(self, state: Optional[NodeState], batch: Batch, neighbours: NeighbourFn) -> Forward:
+        """What `forward` reads of the batch before it uses a parameter (`read`)."""
+        nodes, times, host_nodes, host_times = batch.queries()
+        return self.read(state, nodes, times, 2 * batch.neg.shape[0], neighbours, (host_nodes, host_times))
 
     def score(self, z_src: Tensor, z_dst: Tensor, z_neg: Tensor, n: int) -> tuple[Tensor, Tensor]:
         """Logits [B] of (src, dst) and [B, n] of (src, each of its n negatives) from embeddings."""
@@ -193,27 +202,43 @@ class TemporalGNN(nn.Module):
         n = nodes.size if self.sampling.rows == "queries" else num_endpoints
         return nodes[:n], times[:n], [self.k] * self.sampling.hops
 
+    def read(self, state: Optional[NodeState], nodes: Tensor, times: Tensor, num_endpoints: int,
+             neighbours: NeighbourFn, host: Optional[tuple[np.ndarray, np.ndarray]] = None) -> Forward:
+        """What `embed` (same arguments) reads before it uses a parameter, in a `Forward`: the
+        sampled neighbours, their attention contexts, and the distinct nodes' state rows. A
+        state's later writes do not reach it: read it after those that the embedding is to see."""
+        dev = nodes.device
+        host_nodes, host_times = host if host is not None else (nodes.cpu().numpy(), times.cpu().numpy())
+        sampled = self.neighbour_queries(host_nodes, host_times, num_endpoints)
+        out = Forward(pos=torch.empty(0), neg=torch.empty(0), embed=torch.empty(0))
+        out.hops = neighbours(*sampled) if sampled[2] else []
+        attention = self.embedding if isinstance(self.embedding, GraphAttention) else self.message_attention
+        if attention is not None and not any(p.requires_grad for p in attention.time_enc.parameters()):
+            out.contexts = attention.contexts(out.hops)
+        if self.memory is not None:
+            out.host_ids, out.host_inv = state_rows(host_nodes, out.hops[0].host_nbr if out.hops else None)
+            out.ids, out.inv = (to_device(a, dev) for a in (out.host_ids, out.host_inv))
+            out.memory, out.last_update, out.mail, out.mail_time = state.read(out.ids, out.host_ids)
+        return out
+
     def embed(self, state: Optional[NodeState], nodes: Tensor, times: Tensor, num_endpoints: int,
-              neighbours: NeighbourFn, host: Optional[tuple[np.ndarray, np.ndarray]] = None) -> Forward:
+              neighbours: NeighbourFn, host: Optional[tuple[np.ndarray, np.ndarray]] = None,
+              read: Optional[Forward] = None) -> Forward:
         """Embeddings [Q, d] of the queries (nodes, times) in `Forward.embed`; the first
         `num_endpoints` rows are the batch's endpoints (src, then dst), whose updates `write` stores.
         `host`: the nodes and times as host arrays (read back from the device if not given): the
-        sampling and the bookkeeping of rows run on the host, so the device is never waited for."""
+        sampling and the bookkeeping of rows run on the host, so the device is never waited for.
+        `read`: what `read` gave for the same arguments (else read now)."""
         q, dev = nodes.numel(), nodes.device
-        host_nodes, host_times = host if host is not None else (nodes.cpu().numpy(), times.cpu().numpy())
-        sampled = self.neighbour_queries(host_nodes, host_times, num_endpoints)
-        n_att = sampled[0].size  # rows that need neighbours
-        hops = neighbours(*sampled) if sampled[2] else []
-        out = Forward(pos=torch.empty(0), neg=torch.empty(0), embed=torch.empty(0), hop0=hops[0] if hops else None)
+        out = read if read is not None else self.read(state, nodes, times, num_endpoints, neighbours, host)
+        hops = out.hops
+        n_att = hops[0].mask.shape[0] if hops else 0  # rows that have neighbours
         if self.memory is None:  # no memory, no node features: zero inputs
             zero = torch.zeros(1, self.dim, device=dev)
             levels = [(zero, torch.zeros(r, dtype=torch.long, device=dev)) for r in [q] + [h.mask.numel() for h in hops]]
-            out.embed = self.embedding(levels, hops)
+            out.embed = self.embedding(levels, hops, out.contexts or None)
             return out
         row_t = torch.cat([times, times[:n_att].repeat_interleave(self.k)]) if hops else times
-        out.host_ids, out.host_inv = state_rows(host_nodes, hops[0].host_nbr if hops else None)
-        out.ids, out.inv = (to_device(a, dev) for a in (out.host_ids, out.host_inv))
-        out.memory, out.last_update, out.mail, out.mail_time = state.read(out.ids, out.host_ids)
         if self.memory.attends_mailbox:
             out.embed = self._mailbox_memory(out, times, num_endpoints)
             return out
@@ -227,14 +252,14 @@ class TemporalGNN(nn.Module):
         h0 = table.index_select(0, pick[:q])
         levels = [(table, pick[:n_att]), (table, pick[q:])]
         if isinstance(self.embedding, GraphAttention):
-            out.embed = self.embedding(levels, hops)
+            out.embed = self.embedding(levels, hops, out.contexts or None)
         elif isinstance(self.embedding, TimeProjection):
             h_time = torch.cat([out.updated_time, out.last_update]).index_select(0, pick[:q])
             out.embed = self.embedding(h0, times - h_time)
         else:
             out.embed = h0
         if self.message_attention is not None:
-            out.endpoint_embed = self.message_attention(levels, hops)
+            out.endpoint_embed = self.message_attention(levels, hops, out.contexts or None)
         return out
 
     def _mailbox_memory(self, out: Forward, times: Tensor, num_endpoints: int) -> Tensor:
@@ -283,7 +308,7 @@ class TemporalGNN(nn.Module):
         # APAN: endpoints and their sampled neighbours receive the mail (each (node, mail) once)
         k = self.k
         q = inv.size - 2 * b * k
-        mask = fw.hop0.host_mask.reshape(-1)
+        mask = fw.hops[0].host_mask.reshape(-1)
         # hop-0 rows are the src queries then the dst queries: row -> 2 * event + side
         nbr_seq = np.concatenate([2 * np.arange(b), 2 * np.arange(b) + 1])
         seq = np.concatenate([np.arange(2 * b), np.repeat(nbr_seq, k)[mask]])

@@ -143,15 +143,23 @@ class GraphAttention(nn.Module):
         self.layers = nn.ModuleList(TemporalAttention(dim, dim, edge_dim + time_enc.out_channels, dim, heads, dropout)
                                     for _ in range(layers))
 
-    def forward(self, levels: list[tuple[Tensor, Tensor]], hops: list) -> Tensor:
-        """`levels[l] = (table, index)`: the inputs of the hop-l rows are `table[index]` (level 0:
-        the queries); `hops[l]` is the `Hop` of level l's rows (hop l has `hops[l].mask.size` rows)."""
-        dev = levels[0][0].device
-        contexts = []
-        for hop in hops[:len(levels) - 1]:
+    def contexts(self, hops: list) -> list[Tensor]:
+        """The context of each key of each `Hop` [R, k, edge_dim + time_dim]: its event's
+        features and the encoded time since it (no parameter is used: the encoder is fixed)."""
+        out = []
+        for hop in hops:
             r, k = hop.mask.shape
             context = self.time_enc(hop.dt.reshape(-1)).view(r, k, self.time_enc.out_channels)
-            contexts.append(torch.cat([hop.feat, context], dim=2) if self.edge_dim else context)
+            out.append(torch.cat([hop.feat, context], dim=2) if self.edge_dim else context)
+        return out
+
+    def forward(self, levels: list[tuple[Tensor, Tensor]], hops: list, contexts: Optional[list[Tensor]] = None
+                ) -> Tensor:
+        """`levels[l] = (table, index)`: the inputs of the hop-l rows are `table[index]` (level 0:
+        the queries); `hops[l]` is the `Hop` of level l's rows (hop l has `hops[l].mask.size` rows);
+        `contexts`: theirs (`contexts`), if made before."""
+        dev = levels[0][0].device
+        contexts = self.contexts(hops[:len(levels) - 1]) if contexts is None else contexts
         for i, layer in enumerate(self.layers):
             out = []
             for lvl, context in enumerate(contexts[:len(levels) - 1]):

@@ -16,8 +16,10 @@ scores) through a buffer of shared memory each way (`Channel`); the trainer has 
 gradients written to shared tensors of their own, which the rank sums from; the share's
 state writes are made in its process, after the rank's own share's (time order). The next
 step's share can be sent while this one runs (`stage`; the process copies what it receives, so
-the rank may overwrite the buffer): the process then starts it as soon as the rank says
-(`start_staged`), with the parameters updated. The process ignores Ctrl-C (the rank handles
+the rank may overwrite the buffer): the process prepares it as soon as it gets it (the trainer
+reads its state rows and neighbour contexts then, while the rank sums the gradients and steps
+the optimizer) and starts it as soon as the rank says (`start_staged`), with the parameters
+updated. The process ignores Ctrl-C (the rank handles
 it) and ends when the rank closes the pipe or ends.
 """
 from __future__ import annotations
@@ -181,13 +183,15 @@ def _mapped(obj: Any, is_leaf: Callable[[Any], bool], fn: Callable[[Any], Any]) 
 
 
 class ShareProcess:
-    """A forked process that runs `run(work, ready)` on what `start(work)` sends, or on what
-    `stage(work)` sent before when `start_staged()` says (`run` calls `ready()` once it has read what
-    the rank may then overwrite: `wait_ready`), and returns its result through `result()`, then
-    `write()` when told (`start_write`, `wait_written`). Tensors that both processes must see
-    are to be in `shared` memory before it is created."""
+    """A forked process that runs `run(prepare(work), ready)` on what `start(work)` sends, or on
+    what `stage(work)` sent before when `start_staged()` says (`run` calls `ready()` once it has
+    read what the rank may then overwrite: `wait_ready`), and returns its result through
+    `result()`, then `write()` when told (`start_write`, `wait_written`). Staged work is prepared
+    as soon as the process gets to it, after what it ran and wrote before. Tensors that both
+    processes must see are to be in `shared` memory before it is created."""
 
-    def __init__(self, run: Callable[[Any, Callable[[], None]], Any], write: Callable[[], None]) -> None:
+    def __init__(self, run: Callable[[Any, Callable[[], None]], Any], write: Callable[[], None],
+                 prepare: Callable[[Any], Any] = lambda work: work) -> None:
         ours, theirs = Pipe()
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # a Ctrl-C now waits for the rank
         try:
@@ -204,7 +208,7 @@ class ShareProcess:
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
                 for conn in [ours] + [p.conn for p in _RUNNING]:  # the rank's ends: closing them ends those processes
                     conn.close()
-                code = _serve(theirs, run, write)
+                code = _serve(theirs, run, write, prepare)
             except BaseException:
                 traceback.print_exc()
             finally:
@@ -279,7 +283,8 @@ class ShareProcess:
         return value
 
 
-def _serve(conn: Connection, run: Callable[[Any, Callable[[], None]], Any], write: Callable[[], None]) -> int:
+def _serve(conn: Connection, run: Callable[[Any, Callable[[], None]], Any], write: Callable[[], None],
+           prepare: Callable[[Any], Any]) -> int:
     """The share process's loop; its exit status."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     torch.set_num_threads(1)  # never an OpenMP team: the rank's, if it had one, did not survive the fork
@@ -290,11 +295,16 @@ def _serve(conn: Connection, run: Callable[[Any, Callable[[], None]], Any], writ
         try:
             kind, work = inbox.receive(copy=True)  # copies: the rank may stage the next step's share meanwhile
             if kind == "stage":
-                staged = work
+                try:
+                    staged = prepare(work)
+                except Exception as e:  # raised when the staged work is to run
+                    staged = e
                 continue
             try:
                 if kind == "run":
-                    work, staged = staged if work[0] else work[1], None
+                    work, staged = staged if work[0] else prepare(work[1]), None
+                    if isinstance(work, Exception):
+                        raise work
                     reply = ("done", (run(work, lambda: outbox.send(("ready", None))), time.process_time()))
                 else:
                     write()

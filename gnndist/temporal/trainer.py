@@ -426,16 +426,18 @@ class LinkTrainer:
     def _run_share(self, work: tuple, ready: Optional[Callable[[], None]] = None
                    ) -> tuple[Forward, Optional[Tensor], Optional[tuple]]:
         """A share's (Forward, loss, gradients); `work` = ((events, neighbours), global batch size or
-        None, training mode). In the share process (given `ready`, called once the share's state
-        rows are read), the scores and query embeddings only, the gradients are written to
-        `_second_grads` (the result says which parameters have one), and the share is kept for
-        its state writes (`_write_share`)."""
+        None, training mode). In the share process (given `ready`, called at once: the work comes
+        with what it reads, `_read_share`), the scores and query embeddings only, the gradients
+        are written to `_second_grads` (the result says which parameters have one), and the share
+        is kept for its state writes (`_write_share`)."""
+        read = None
+        if ready is not None:
+            work, read = work
+            ready()
         (share, hops), global_batch, training = work
         self.model.train(training)
         with torch.set_grad_enabled(global_batch is not None):
-            fw = self.model(None if self.state is None else self.state.state, share, lambda *_: hops)
-            if ready is not None:
-                ready()
+            fw = self.model(None if self.state is None else self.state.state, share, lambda *_: hops, read)
             loss, grads = self._gradients(fw, global_batch)
         if ready is None:
             return fw, loss, grads
@@ -447,6 +449,15 @@ class LinkTrainer:
                 if g is not None:
                     to.copy_(g)
         return Forward(pos=fw.pos.detach(), neg=fw.neg.detach(), embed=fw.embed.detach()), loss, present
+
+    def _read_share(self, work: tuple) -> tuple:
+        """In the share process: `work` and what its forward pass reads before it uses a parameter
+        (`TemporalGNN.read_batch`), read when the process gets the work: staged work, while the
+        rank ends the step before (after this process's state writes of it; the rank's came first)."""
+        (share, hops), _, _ = work
+        with torch.no_grad():
+            return work, self.model.read_batch(None if self.state is None else self.state.state, share,
+                                               lambda *_: hops)
 
     def _write_share(self) -> None:
         """In the share process: the state writes of the share it ran last."""
@@ -464,7 +475,7 @@ class LinkTrainer:
             if self.state is not None:
                 self.state.state.move_to_shared_memory()
             try:
-                self.share_process = ShareProcess(self._run_share, self._write_share)
+                self.share_process = ShareProcess(self._run_share, self._write_share, self._read_share)
             except OSError as e:  # e.g. a container's limit on processes
                 self._fork_failed, self._second_grads = True, []
                 print(f"gnndist: no process for a step's second share ({e}): this rank runs both shares",
