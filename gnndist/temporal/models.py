@@ -99,7 +99,9 @@ def state_rows(nodes: np.ndarray, hop0: Optional[np.ndarray]) -> tuple[np.ndarra
     """The distinct nodes whose state `embed` reads for the rows `nodes` and their first hop's
     neighbours `hop0` ([R, k] ids, or None), sorted, and where each row's node is among them
     (host arrays)."""
-    return np.unique(nodes if hop0 is None else np.concatenate([nodes, hop0.reshape(-1)]), return_inverse=True)
+    rows = nodes if hop0 is None else np.concatenate([nodes, hop0.reshape(-1)])
+    ids, inv = torch.unique(torch.from_numpy(rows), return_inverse=True)  # numpy's takes twice as long
+    return ids.numpy(), inv.numpy()
 
 
 @dataclass

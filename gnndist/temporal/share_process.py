@@ -173,6 +173,8 @@ class Channel:
 
 def _mapped(obj: Any, is_leaf: Callable[[Any], bool], fn: Callable[[Any], Any]) -> Any:
     """`obj` with each leaf (`is_leaf`) replaced by `fn(leaf)`, within dataclasses, lists and tuples."""
+    if obj is None or isinstance(obj, (str, int, float)):  # most fields: no need to ask further
+        return obj
     if is_leaf(obj):
         return fn(obj)
     if is_dataclass(obj):

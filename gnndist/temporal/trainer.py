@@ -435,7 +435,8 @@ class LinkTrainer:
             work, read = work
             ready()
         (share, hops), global_batch, training = work
-        self.model.train(training)
+        if self.model.training != training:  # setting it walks every module: 60 us
+            self.model.train(training)
         with torch.set_grad_enabled(global_batch is not None):
             fw = self.model(None if self.state is None else self.state.state, share, lambda *_: hops, read)
             loss, grads = self._gradients(fw, global_batch)
