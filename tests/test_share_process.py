@@ -141,11 +141,12 @@ def test_work_is_prepared_when_the_process_gets_it_after_what_it_wrote_before(pr
     """`prepare` runs on staged work when the process receives it, after the writes it was told
     to make before (the rank did not wait for them), and on work started at once; an error in
     preparing staged work is raised when that work is run, and the process serves on."""
-    table = shared(torch.zeros(3))
+    table, prepared = shared(torch.zeros(3)), shared(torch.zeros(1))
 
     def prepare(work):
         if work == "bad":
             raise GnndistError("cannot prepare")
+        prepared.add_(1)
         return work, table.clone()
 
     def write():
@@ -153,13 +154,16 @@ def test_work_is_prepared_when_the_process_gets_it_after_what_it_wrote_before(pr
 
     p = process(write=write, prepare=prepare)
     work, seen = round_trip(p, "a")
-    assert work == "a" and torch.equal(seen, torch.zeros(3))
+    assert work == "a" and torch.equal(seen, torch.zeros(3)) and prepared.item() == 1
     p.start_write()
     p.stage("b")
-    table.add_(10)  # after the stage was sent: may or may not be seen, but the write before it is
     p.wait_written()
+    deadline = time.monotonic() + 30
+    while prepared.item() < 2 and time.monotonic() < deadline:  # prepared on receipt, before any start
+        time.sleep(0.001)
+    table.add_(10)  # after it was prepared: not seen
     work, seen = round_trip(p, STAGED)
-    assert work == "b" and seen[0].item() in (1.0, 11.0)
+    assert work == "b" and torch.equal(seen, torch.ones(3))
     p.stage("bad")
     p.start_staged()
     with pytest.raises(GnndistError, match="^cannot prepare$"):

@@ -123,8 +123,9 @@ class Forward:
     updated: Optional[Tensor] = None  # updated memory of ids (APAN: of the endpoints, without grad)
     updated_time: Optional[Tensor] = None
     endpoint_embed: Optional[Tensor] = None  # DyRep: attention embeddings of src then dst [2B, d]
-    hops: list[Hop] = field(default_factory=list)  # the sampled neighbours, by hop
-    contexts: list[Tensor] = field(default_factory=list)  # of each hop's keys (`GraphAttention.contexts`)
+    hops: list[Hop] = field(default_factory=list)  # the sampled neighbours, by hop (after `embed`: hop 0)
+    contexts: list[Tensor] = field(default_factory=list)  # of each hop's keys (`GraphAttention.contexts`;
+    # after `embed`: none)
 
 
 @dataclass(frozen=True)
@@ -231,19 +232,22 @@ class TemporalGNN(nn.Module):
         `host`: the nodes and times as host arrays (read back from the device if not given): the
         sampling and the bookkeeping of rows run on the host, so the device is never waited for.
         `read`: what `read` gave for the same arguments (else read now)."""
-        q, dev = nodes.numel(), nodes.device
         out = read if read is not None else self.read(state, nodes, times, num_endpoints, neighbours, host)
-        hops = out.hops
+        out.embed = self._embed_read(out, times, num_endpoints)
+        out.contexts, out.hops = [], out.hops[:1]  # used up; `write` needs hop 0 only
+        return out
+
+    def _embed_read(self, out: Forward, times: Tensor, num_endpoints: int) -> Tensor:
+        """`embed`'s embeddings from what it read (`out`, which also takes the updated memory)."""
+        q, dev, hops = times.numel(), times.device, out.hops
         n_att = hops[0].mask.shape[0] if hops else 0  # rows that have neighbours
         if self.memory is None:  # no memory, no node features: zero inputs
             zero = torch.zeros(1, self.dim, device=dev)
             levels = [(zero, torch.zeros(r, dtype=torch.long, device=dev)) for r in [q] + [h.mask.numel() for h in hops]]
-            out.embed = self.embedding(levels, hops, out.contexts or None)
-            return out
+            return self.embedding(levels, hops, out.contexts or None)
         row_t = torch.cat([times, times[:n_att].repeat_interleave(self.k)]) if hops else times
         if self.memory.attends_mailbox:
-            out.embed = self._mailbox_memory(out, times, num_endpoints)
-            return out
+            return self._mailbox_memory(out, times, num_endpoints)
         out.updated, out.updated_time, newest = update_memory(self.memory.updater, out.memory, out.last_update,
                                                               out.mail, out.mail_time)
         # row inputs are rows of `table`: the updated memories, then the stored ones, taken by the
@@ -254,15 +258,15 @@ class TemporalGNN(nn.Module):
         h0 = table.index_select(0, pick[:q])
         levels = [(table, pick[:n_att]), (table, pick[q:])]
         if isinstance(self.embedding, GraphAttention):
-            out.embed = self.embedding(levels, hops, out.contexts or None)
+            embed = self.embedding(levels, hops, out.contexts or None)
         elif isinstance(self.embedding, TimeProjection):
             h_time = torch.cat([out.updated_time, out.last_update]).index_select(0, pick[:q])
-            out.embed = self.embedding(h0, times - h_time)
+            embed = self.embedding(h0, times - h_time)
         else:
-            out.embed = h0
+            embed = h0
         if self.message_attention is not None:
             out.endpoint_embed = self.message_attention(levels, hops, out.contexts or None)
-        return out
+        return embed
 
     def _mailbox_memory(self, out: Forward, times: Tensor, num_endpoints: int) -> Tensor:
         """APAN: each query row attends over its node's mails older than the row's time (with
