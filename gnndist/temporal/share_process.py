@@ -19,8 +19,8 @@ step's share can be sent while this one runs (`stage`; the process copies what i
 the rank may overwrite the buffer): the process prepares it as soon as it gets it (the trainer
 reads its state rows and neighbour contexts then, while the rank sums the gradients and steps
 the optimizer) and starts it as soon as the rank says (`start_staged`), with the parameters
-updated. The process ignores Ctrl-C (the rank handles
-it) and ends when the rank closes the pipe or ends.
+updated. The process ignores Ctrl-C (the rank handles it) and ends when the rank closes the
+pipe or ends.
 """
 from __future__ import annotations
 
@@ -105,8 +105,8 @@ class _Slot:
 class Channel:
     """One direction of a pipe for objects holding tensors and arrays (also within dataclasses,
     lists and tuples): their data goes through a buffer of shared memory, the rest is pickled.
-    The buffer grows as needed (a new memfd, whose descriptor is passed on). `receive` gives
-    views of the buffer, valid until the next message, or copies."""
+    The buffer grows as needed (a new memfd, whose descriptor is passed on). `receive` copies
+    out of the buffer, which the sender may overwrite with its next message."""
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
@@ -133,11 +133,11 @@ class Channel:
                 view[offset:offset + raw.numel()].copy_(raw)
         self.conn.send(("data", meta))
 
-    def receive(self, copy: bool) -> Any:
+    def receive(self) -> Any:
         while True:
             kind, value = self.conn.recv()
             if kind == "data":
-                return self._take(value, copy)
+                return self._take(value)
             fd = recv_handle(self.conn)
             try:
                 self.buffer, self.size = mmap.mmap(fd, value), value
@@ -157,15 +157,15 @@ class Channel:
 
         return _mapped(obj, lambda x: isinstance(x, (Tensor, np.ndarray)), slot)
 
-    def _take(self, obj: Any, copy: bool) -> Any:
-        """`obj` with each `_Slot` replaced by its tensor or array: a view of the buffer, or a copy."""
+    def _take(self, obj: Any) -> Any:
+        """`obj` with each `_Slot` replaced by a copy of its tensor or array."""
         def take(placed: _Slot) -> Any:
             count = int(np.prod(placed.shape))
             if count == 0:
                 t = torch.empty(placed.shape, dtype=placed.dtype)
             else:
                 t = torch.frombuffer(self.buffer, dtype=placed.dtype, count=count, offset=placed.offset)
-                t = t.view(placed.shape).clone() if copy else t.view(placed.shape)
+                t = t.view(placed.shape).clone()
             return t.numpy() if placed.numpy else t
 
         return _mapped(obj, lambda x: isinstance(x, _Slot), take)
@@ -272,7 +272,7 @@ class ShareProcess:
 
     def _expect(self, what: str) -> Any:
         try:
-            kind, value = self.inbox.receive(copy=True)
+            kind, value = self.inbox.receive()
         except (EOFError, OSError):
             raise self._ended() from None
         if kind == "error":
@@ -295,7 +295,7 @@ def _serve(conn: Connection, run: Callable[[Any, Callable[[], None]], Any], writ
     staged = None
     while True:
         try:
-            kind, work = inbox.receive(copy=True)  # copies: the rank may stage the next step's share meanwhile
+            kind, work = inbox.receive()  # copies: the rank may stage the next step's share meanwhile
             if kind == "stage":
                 try:
                     staged = prepare(work)
