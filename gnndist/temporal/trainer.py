@@ -357,7 +357,7 @@ class LinkTrainer:
             remote, second = True, staged.second
         else:  # where staged, the placement had it run here
             remote = staged is None and place.remote() and not self._fork_failed
-            second = (self._part(batch, hops, *cuts[1]), global_batch, self.model.training)
+            second = self._share_work(batch, hops, cuts[1], global_batch)
         forked = remote and self.share_process is None
         try:
             remote = remote and self._share_process() is not None
@@ -365,7 +365,7 @@ class LinkTrainer:
                 self.share_process.start_staged()
             elif remote:  # sent before the first share is cut: it starts sooner
                 self.share_process.start(second)
-            first = (self._part(batch, hops, *cuts[0]), global_batch, self.model.training)
+            first = self._share_work(batch, hops, cuts[0], global_batch)
             runs = [ShareRun(first[0][0], *self._run_share(first))]
             if remote:
                 self.share_process.wait_ready()  # its state rows are read: the first share's may be written
@@ -397,12 +397,14 @@ class LinkTrainer:
         nodes, times, ks = self.model.neighbour_queries(*query_rows(*batch.on_host()), 2 * batch.src.numel())
         return self.neighbours(nodes, times, ks) if ks else []
 
-    def _part(self, batch: Batch, hops: list[Hop], lo: int, hi: int) -> tuple[Batch, list[Hop]]:
-        """The events lo .. hi-1 of the batch and their neighbours."""
-        b, n = batch.neg.shape
+    def _share_work(self, batch: Batch, hops: list[Hop], cut: tuple[int, int], global_batch: Optional[int]
+                    ) -> tuple:
+        """The work of a share (`_run_share`): the events lo .. hi-1 of the batch (`cut`) and their
+        neighbours, the global batch size (None outside training), the training mode."""
+        (lo, hi), (b, n) = cut, batch.neg.shape
         mine = query_positions(b, n, lo, hi)
         rows, _, ks = self.model.neighbour_queries(mine, mine, 2 * (hi - lo))  # the share's rows that have neighbours
-        return share_batch(batch, lo, hi), share_hops(hops, rows, ks)
+        return (share_batch(batch, lo, hi), share_hops(hops, rows, ks)), global_batch, self.model.training
 
     def _stage(self, item: Optional[tuple[int, Batch]], training: bool) -> None:
         """While the share process runs: the next batch's neighbours, if it runs as two shares,
@@ -412,7 +414,7 @@ class LinkTrainer:
         size, batch = item
         hops, second = self._hops(batch), None
         if self.placements[training].remote():
-            second = (self._part(batch, hops, *cuts[1]), size if training else None, self.model.training)
+            second = self._share_work(batch, hops, cuts[1], size if training else None)
             self.share_process.stage(second)
         self._staged = Staged(batch, hops, second)
 
@@ -438,7 +440,7 @@ class LinkTrainer:
         if self.model.training != training:  # setting it walks every module: 60 us
             self.model.train(training)
         with torch.set_grad_enabled(global_batch is not None):
-            fw = self.model(None if self.state is None else self.state.state, share, lambda *_: hops, read)
+            fw = self.model(self._node_state, share, lambda *_: hops, read)
             loss, grads = self._gradients(fw, global_batch)
         if ready is None:
             return fw, loss, grads
@@ -457,14 +459,18 @@ class LinkTrainer:
         rank ends the step before (after this process's state writes of it; the rank's came first)."""
         (share, hops), _, _ = work
         with torch.no_grad():
-            return work, self.model.read_batch(None if self.state is None else self.state.state, share,
-                                               lambda *_: hops)
+            return work, self.model.read_batch(self._node_state, share, lambda *_: hops)
+
+    @property
+    def _node_state(self) -> Optional[NodeState]:
+        """The node state the shares read and write themselves (not timed: `TimedState`)."""
+        return None if self.state is None else self.state.state
 
     def _write_share(self) -> None:
         """In the share process: the state writes of the share it ran last."""
         share, fw = self._kept
         self._kept = None
-        self.model.write(None if self.state is None else self.state.state, share, fw)
+        self.model.write(self._node_state, share, fw)
 
     def _share_process(self) -> Optional[ShareProcess]:
         """The share process, forked now if not yet, with the parameters and the node state moved
