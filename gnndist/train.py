@@ -98,8 +98,10 @@ def configure(p: argparse.ArgumentParser) -> None:
     link.add_argument("--memory", choices=MEMORY_MODES, default=None,
                       help="how node memory is held across ranks")
     link.add_argument("--share", choices=SHARES, default=None,
-                      help="each rank scores the events of a global batch whose source node it owns (the only "
-                           "share: a rank holds only the events of its own nodes)")
+                      help="which rank scores each event of a global batch: even (default; the owners of the "
+                           "events' sources send a surplus over an even share to ranks below it, so that no rank "
+                           "waits for a busier one at each step) or owner (the owner of its source; no event "
+                           "travels)")
     link.add_argument("--resume", action="store_true", help="continue from the checkpoint in --checkpoint")
     node = p.add_argument_group("node classification (static)")
     node.add_argument("--fanouts", type=_ints, default=None,

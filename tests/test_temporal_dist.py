@@ -25,7 +25,7 @@ from gnndist.launch import Outputs, launch
 from gnndist.partition import partition_graph
 from gnndist.temporal.config import LinkConfig
 from gnndist.temporal.dist_state import pack, unpack
-from gnndist.temporal.events import RankEvents
+from gnndist.temporal.events import BatchEvents, RankEvents, even_moves, even_out
 from gnndist.temporal.models import MODELS
 from gnndist.temporal.trainer import LinkTrainer, fit, rank_events
 from sites import off_device_sites, record_sites
@@ -33,6 +33,77 @@ from sites import off_device_sites, record_sites
 BATCH = 35  # the last training batch has 2 events: some ranks get none
 CASES = [(model, memory) for model in MODELS for memory in ("replicated", "partitioned")]
 N_COMM, PER_COMM = 3, 15
+
+
+EVEN_OFFSETS = np.array([0, 10, 20, 30])  # 3 ranks of 10 nodes
+
+
+def uneven_batches(rank):
+    """Rank `rank`'s events of 6 global batches of random size (none, for some ranks in some
+    batches): sources it owns, any destination, 2 negatives and 3 edge features each; event ids
+    in order, unique across ranks."""
+    rng = np.random.default_rng(7)
+    out = []
+    eid = 0
+    for _ in range(6):
+        counts = rng.integers(0, 12, 3)
+        counts[rng.integers(0, 3)] = 0
+        ids = np.split(eid + rng.permutation(40)[:counts.sum()], np.cumsum(counts)[:-1])
+        for r, c in enumerate(counts):
+            ev = BatchEvents(rng.integers(10 * r, 10 * r + 10, c), rng.integers(0, 30, c), rng.random(c),
+                             rng.integers(0, 30, (c, 2)), np.sort(ids[r]), rng.normal(size=(c, 3)).astype(np.float32))
+            if r == rank:
+                out.append(ev)
+        eid += 40
+    return out
+
+
+def even_out_worker():
+    gdist.setup("cpu")
+    from gnndist.samplers import sampler_group
+    return even_out(uneven_batches(gdist.rank()), EVEN_OFFSETS, sampler_group())
+
+
+def test_even_moves_leave_every_rank_an_even_share_moving_only_surpluses():
+    """Brute force over random counts of 1-5 ranks: after the moves each rank has total // W (the
+    first total % W one more); a rank only sends what it has above that, and only to ranks below."""
+    rng = np.random.default_rng(0)
+    for _ in range(500):
+        w, k = rng.integers(1, 6), rng.integers(1, 5)
+        counts = rng.integers(0, 20, (w, k))
+        moves = even_moves(counts)
+        for j in range(k):
+            total, sent, got = counts[:, j].sum(), moves[j].sum(1), moves[j].sum(0)
+            share = total // w + (np.arange(w) < total % w)
+            assert np.array_equal(counts[:, j] - sent + got, share)
+            assert np.array_equal(sent, np.maximum(counts[:, j] - share, 0))
+            assert np.array_equal(got, np.maximum(share - counts[:, j], 0))
+
+
+def test_each_batch_is_evened_out_over_the_ranks_and_no_event_is_lost_or_changed():
+    """3 ranks: every batch's events, all ranks together, are exactly those given (every column);
+    each rank holds total // 3 of them (the first total % 3 ranks one more), in event order; a
+    rank keeps its own events up to its share, and a rank that sends events to another sends
+    first those whose destination the receiver owns."""
+    got = launch(3, even_out_worker)
+    given = [uneven_batches(r) for r in range(3)]
+    for j in range(6):
+        cols = lambda evs: [np.concatenate([getattr(e, f) for e in evs]) for f in BatchEvents._fields]
+        want, have = cols([given[r][j] for r in range(3)]), cols([got[r][j] for r in range(3)])
+        o, p = np.argsort(want[4]), np.argsort(have[4])
+        assert all(np.array_equal(a[o], b[p]) for a, b in zip(want, have)), j
+        total = want[0].size
+        for r in range(3):
+            mine, before = got[r][j], given[r][j]
+            assert mine.src.size == total // 3 + (r < total % 3), (j, r)
+            assert np.all(np.diff(mine.eid) > 0)
+            kept = np.isin(before.eid, mine.eid)
+            assert kept.sum() == min(before.src.size, mine.src.size), (j, r)
+            for q in range(3):  # what r sent to q: those with q's destinations first
+                sent = np.isin(got[q][j].eid, before.eid) if q != r else np.zeros(0, bool)
+                owned = (got[q][j].dst[sent] >= 10 * q) & (got[q][j].dst[sent] < 10 * q + 10)
+                could = ((before.dst >= 10 * q) & (before.dst < 10 * q + 10)).sum()
+                assert owned.sum() == min(sent.sum(), could), (j, r, q)
 
 
 def graph():
@@ -119,6 +190,7 @@ def worker(store, own_copies, tg, ckpt_root):
     gdist.setup("cpu")
     out = {"sites": record_sites()}
     events = rank_events(store)
+    out["owns"] = (events.lo, events.hi)
     for model, memory in CASES:
         tr = RecTrainer(events, config(model, memory))
         metrics = fit(tr)
@@ -134,6 +206,8 @@ def worker(store, own_copies, tg, ckpt_root):
     # a rank built from a copy of the store that holds only its own part
     out["own_copy"] = fit(LinkTrainer(rank_events(own_copies[gdist.rank()]), config("tgn", "partitioned")))
     out["selection"] = fit(LinkTrainer(events, config(**SELECTION)))
+    owner = RecTrainer(events, config("tgn", "partitioned", share="owner"))
+    out["owner"] = (owner.trace, fit(owner), None, owner.scores)
     # features fetched behind an edge cache, against features sent with the samples (no cache)
     out["cached"] = fit(LinkTrainer(events, config("tgn", "partitioned", cache="presample", cache_size=0.5)))
     # resume: 1 epoch, then resumed to 2, against 2 epochs straight
@@ -220,6 +294,24 @@ def test_summed_gradient_and_loss_of_every_step_equal_one_process(launched):
                 assert np.allclose(got[1], ref[1], rtol=1e-4, atol=1e-6), (case, r, i, np.abs(got[1] - ref[1]).max())
 
 
+def test_owner_share_scores_the_events_of_owned_sources_and_equals_one_process(launched):
+    """`share="owner"`: no event travels, each rank scores those whose source it owns; the steps
+    equal one process's as with the default (evened out) share, which moves some events."""
+    w, _, results = launched
+    ref_trace, ref = reference("tgn", "partitioned")
+    for r, out in enumerate(results):
+        trace, metrics, _, scores = out["owner"]
+        for got, want in zip(trace, ref_trace):
+            assert abs(got[0] - want[0]) < 1e-5 and np.allclose(got[1], want[1], rtol=1e-4, atol=1e-6)
+            assert close(got[2], want[2], 1e-4)
+        assert abs(metrics["test"]["ap"] - ref["test"]["ap"]) < 1e-6
+    def foreign(out, scores):  # the events scored on a rank whose source it does not own
+        lo, hi = out["owns"]
+        return [int(((s.src < lo) | (s.src >= hi)).sum()) for s in scores.values()]
+    assert all(n == 0 for out in results for n in foreign(out, out["owner"][3]))
+    assert any(n > 0 for out in results for n in foreign(out, out["tgn", "partitioned"][3]))
+
+
 def test_parameters_identical_across_ranks_and_equal_one_process(launched):
     w, _, results = launched
     for case in CASES:
@@ -240,12 +332,12 @@ def test_evaluation_scores_and_figures_equal_one_process(launched):
         _, ref = reference(*case)
         ref_scores = _refs[case[0]][2]
         for phase, prefix in (("val", "val_"), ("test", "")):
-            pos, neg, eid = ref_scores[phase]
+            pos, neg, eid = ref_scores[phase][:3]
             got_pos, got_neg = np.zeros_like(pos), np.zeros_like(neg)
             at = {e: i for i, e in enumerate(eid.tolist())}
             seen = 0
             for out in results:
-                p, n, e = out[case][3][phase]
+                p, n, e = out[case][3][phase][:3]
                 rows = [at[x] for x in e.tolist()]
                 got_pos[rows], got_neg[rows] = p, n
                 seen += e.size
@@ -348,9 +440,9 @@ def test_partitioned_state_fetches_only_what_the_batch_needs(launched):
 
 
 def test_what_depends_on_the_events_only_is_exchanged_ahead_of_the_steps(launched):
-    """Before the epoch's 7 steps, in one window: their neighbours (the queries' counts, the
-    queries, the samples) and the counts of the state rows each rank writes in each step (one
-    collective); partitioned, also which state rows each step reads from each owner (counts and
+    """Before the epoch's 7 steps, in one window: the events each rank scores, evened out (the
+    counts, the events moved), their neighbours (the queries' counts, the queries, the samples)
+    and the counts of the state rows each rank writes in each step (one collective); partitioned, also which state rows each step reads from each owner (counts and
     ids). A replicated TGN step then enters 2
     collectives (the gradient sum, the written rows), a partitioned one 3 (the rows read, the
     gradient sum, the written rows): a training step embeds its negatives itself. Two gloo
@@ -359,9 +451,9 @@ def test_what_depends_on_the_events_only_is_exchanged_ahead_of_the_steps(launche
     carried = 1 if w == 2 else 0
     for out in results:
         assert out["tgn", "replicated"][1]["epochs"][0]["collectives_per_step"] == pytest.approx(
-            ((2 - carried) * 7 + 4) / 7)
+            ((2 - carried) * 7 + 6) / 7)
         assert out["own_copy"]["epochs"][0]["collectives_per_step"] == pytest.approx(
-            ((3 - carried) * 7 + 6) / 7)  # no recorder
+            ((3 - carried) * 7 + 8) / 7)  # no recorder
 
 
 def test_resume_runs_only_the_remaining_epochs_from_the_saved_state(launched):

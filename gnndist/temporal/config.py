@@ -9,7 +9,7 @@ from gnndist.validate import COMMON, MEMORY_MODES, Int, OneOf, Real, check_cache
 
 MODELS = ("tgn", "jodie", "apan", "dyrep", "tgat")
 NEG_STRATEGIES = ("random", "historical", "inductive")
-SHARES = ("owner",)
+SHARES = ("even", "owner")
 SAMPLINGS = ("recent", "uniform")
 LR_SCHEDULES = ("constant", "cosine")
 RULES = {"model": OneOf(MODELS), **COMMON, "lr_schedule": OneOf(LR_SCHEDULES),
@@ -37,7 +37,8 @@ class LinkConfig:
     neg: str = "random"  # negatives of validation and test: random | historical | inductive
     eval_negatives: int = 10  # per positive, for MRR (AP and AUC use the first)
     memory: str = "replicated"  # node state across ranks: replicated | partitioned
-    share: str = "owner"  # a rank processes the events whose source node it owns
+    share: str = "even"  # which rank scores an event: even (a batch's events evened out over the ranks) | owner
+    #                      (the owner of its source: no event travels)
     cache: str = "none"  # remote edge-feature cache: none | degree | presample | adaptive
     cache_size: Optional[float] = None  # a fraction (<= 1) of the remote events, or bytes (> 1); None: CACHE_SIZE
     device: str = "cpu"

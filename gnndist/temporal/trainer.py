@@ -3,7 +3,8 @@ training loop, model selection, distributed evaluation, checkpoints.
 
 Each rank holds only its part of the events (`RankEvents`: the events touching the nodes it
 owns). Global batch i is the events [iB, (i+1)B) in time order; each rank scores the events of
-it whose source node it owns, with negatives drawn per global batch. Its loss is the sum over
+it whose source node it owns, evened out over the ranks (`share`, `even_out`), with negatives
+drawn per global batch by the owner of the source. Its loss is the sum over
 its events divided by the global B, and the ranks' gradients are summed (one all-reduce per
 step), so every rank takes the step one process takes on the whole batch. Every rank runs every
 step, with or without events of its own.
@@ -59,7 +60,7 @@ from gnndist.samplers.distributed import StepRequests
 from gnndist.temporal import keys, time_encoding
 from gnndist.temporal.config import LinkConfig
 from gnndist.temporal.dist_state import PartitionedNodeState, ReplicatedNodeState
-from gnndist.temporal.events import RankEvents
+from gnndist.temporal.events import BatchEvents, RankEvents, even_out
 from gnndist.temporal.linkpred import EvalNegatives, link_metrics, train_negatives
 from gnndist.temporal.models import Batch, Forward, Hop, build_model, query_rows, state_rows
 from gnndist.temporal.neighbours import Neighbours
@@ -72,23 +73,22 @@ from gnndist.temporal.timers import PHASES, Timers
 SPLIT = Split("temporal", "temporal")
 
 
-class BatchEvents(NamedTuple):
-    """A rank's events of one global batch, as host arrays: endpoints, times, negatives [B, n],
-    global event ids, edge features [B, D]."""
-
-    src: np.ndarray
-    dst: np.ndarray
-    t: np.ndarray
-    neg: np.ndarray
-    eid: np.ndarray
-    feat: np.ndarray
-
-
 def batch_loss(fw: Forward, global_batch: int) -> Tensor:
     """Binary cross-entropy summed over the positives and negatives, divided by the GLOBAL
     batch size, so that ranks holding parts of one batch add up to the whole batch's loss."""
     return (F.binary_cross_entropy_with_logits(fw.pos, torch.ones_like(fw.pos), reduction="sum")
             + F.binary_cross_entropy_with_logits(fw.neg, torch.zeros_like(fw.neg), reduction="sum")) / global_batch
+
+
+class Scores(NamedTuple):
+    """A rank's scores of a period's events (`LinkTrainer.evaluate`): of the events [P] and of
+    their negatives [P, n], with the events' global ids and endpoints (store ids)."""
+
+    pos: np.ndarray
+    neg: np.ndarray
+    eid: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
 
 
 class ShareRun(NamedTuple):
@@ -277,6 +277,8 @@ class LinkTrainer:
             chunk = todo[w:w + window]
             events = [self.events_of(s, e, None if negatives is None else partial(negatives, index, e - s))
                       for index, s, e in chunk]
+            if self.cfg.share == "even" and dist.world_size() > 1:
+                events = even_out(events, self.events.node_offsets, sampler_group())
             rows = [query_rows(ev.src, ev.dst, ev.t, ev.neg) for ev in events]
             if self.serves_negatives():
                 self._routes = deque(self._route([(ev.neg, ev.t) for ev in events]))
@@ -578,16 +580,16 @@ class LinkTrainer:
                 **self._traffic(seconds)}
 
     @torch.no_grad()
-    def evaluate(self, start: int, stop: int, desc: str, score: bool = True) -> tuple[np.ndarray, ...]:
-        """Scores of this rank's events in [start, stop) and of their fixed negatives [P, n], and
-        the events' ids; the node state absorbs the true events as it goes. `score=False`
-        replays the events through the memory without negatives ([P, 0] of them)."""
+    def evaluate(self, start: int, stop: int, desc: str, score: bool = True) -> Scores:
+        """`Scores` of the events in [start, stop) this rank scored; the node state absorbs the
+        true events as it goes. `score=False` replays the events through the memory without
+        negatives ([P, 0] of them)."""
         self.model.eval()
         ev, cfg = self.events, self.cfg
         negatives = EvalNegatives(ev.new_to_orig[ev.src[ev.scored]], ev.new_to_orig[ev.dst[ev.scored]],
                                   ev.eid[ev.scored], ev.num_nodes, start, stop, cfg.neg, cfg.eval_negatives,
                                   cfg.seed) if score else None
-        pos, neg, eid = [], [], []
+        pos, neg, eid, ends = [], [], [], []
         with self._bar(stop - start, desc) as bar:
             ahead = Lookahead(self.steps(start, stop, negatives.batch if score else None))
             for size, batch in ahead:
@@ -598,8 +600,10 @@ class LinkTrainer:
                     pos.append(r.fw.pos.cpu().numpy())
                     neg.append(r.fw.neg.cpu().numpy())
                     eid.append(r.share.eid.cpu().numpy())
+                    ends.append(r.share.on_host()[:2])
                 bar.update(size)
-        return np.concatenate(pos), np.concatenate(neg), np.concatenate(eid)
+        src, dst = (np.concatenate(e) for e in zip(*ends))
+        return Scores(np.concatenate(pos), np.concatenate(neg), np.concatenate(eid), src, dst)
 
     def are_new(self, nodes: np.ndarray) -> np.ndarray:
         """Whether each of `nodes` (store ids, a host array) has its first event after training,
@@ -874,10 +878,9 @@ def selected_test_figures(trainer: LinkTrainer, best: dict[str, Any], history: l
     trainer.model.load_state_dict(best["model"])
     trainer.reset_state()
     trainer.evaluate(0, trainer.val_end, "replay", score=False)
-    pos, neg, eid = trainer.evaluate(trainer.val_end, ev.num_events, "test")
-    held = np.searchsorted(ev.eid, eid)
-    new = trainer.are_new(np.concatenate([ev.src[held], ev.dst[held]]))
-    inductive = new[:held.size] | new[held.size:]
+    pos, neg, _, src, dst = trainer.evaluate(trainer.val_end, ev.num_events, "test")
+    new = trainer.are_new(np.concatenate([src, dst]))
+    inductive = new[:src.size] | new[src.size:]
     test = link_metrics(pos, neg, across_ranks=True)
     test_new = link_metrics(pos[inductive], neg[inductive], across_ranks=True)
     n_inductive = int(dist.all_reduce(torch.tensor([int(inductive.sum())], device=trainer.device)).item())
