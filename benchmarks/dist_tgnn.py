@@ -18,7 +18,9 @@ fetched from other ranks, bytes moved between ranks per epoch (all ranks togethe
 gradient all-reduce payload, the collectives each rank enters per training step, the time split
 (mean over ranks) and test AP; then, per rank count, partitioned bytes with the temporal
 partitioner over those with random partitioning, and every setting's events/s over one
-process's. One process runs first as `gnndist train` runs it (torch on one thread, each batch
+process's. The ranks score each batch's events evened out over them (`--share even`, the
+default); two more rows score each event at its source's owner (`--share owner`), the peer of
+that choice in the same run. One process runs first as `gnndist train` runs it (torch on one thread, each batch
 run as 2 shares of its events where it has 2 cores, the second in a process of its own:
 `gnndist/temporal/shares.py`)
 and with torch on every core (`OMP_NUM_THREADS` = the core count, one share; run only on a
@@ -107,7 +109,7 @@ def speed_table(tmp: Path, events: int, nodes: int, ranks: list[int]) -> None:
             s = gnndist("partition", *data, "--parts", str(w), "--method", method, "--out", stores[w, method],
                         "--quiet")
             print(f"  ({method} partition into {w} parts: {s:.1f}s)", flush=True)
-    head = (f"{'setting':<34}{'events/s':>9}{'rem. rows':>11}{'MB moved':>10}{'grad MB':>10}{'coll/step':>10}"
+    head = (f"{'setting':<45}{'events/s':>9}{'rem. rows':>11}{'MB moved':>10}{'grad MB':>10}{'coll/step':>10}"
             + "".join(f"{h:>8}" for h in PHASES) + f"{'test AP':>8}")
     print(head + "\n" + "-" * len(head), flush=True)
 
@@ -115,7 +117,7 @@ def speed_table(tmp: Path, events: int, nodes: int, ranks: list[int]) -> None:
         m = train(tmp, *argv, *common, env=env)
         e = m["epochs"][0]
         split = "".join(f"{e[f'{p}_s']:>8.1f}" if f"{p}_s" in e else f"{'-':>8}" for p in PHASES)
-        print(f"{label:<34}{e['events_per_s']:>9,.0f}{e.get('remote_rows', 0):>11,}{e.get('bytes', 0) / MiB:>10.1f}"
+        print(f"{label:<45}{e['events_per_s']:>9,.0f}{e.get('remote_rows', 0):>11,}{e.get('bytes', 0) / MiB:>10.1f}"
               f"{e.get('grad_bytes', 0) / MiB:>10.1f}{e['collectives_per_step']:>10.1f}{split}{m['test']['ap']:>8.4f}",
               flush=True)
         return e
@@ -131,10 +133,12 @@ def speed_table(tmp: Path, events: int, nodes: int, ranks: list[int]) -> None:
     lines = []
     for w in worlds:
         got = {}
-        for memory, method in (("replicated", "temporal"), ("partitioned", "temporal"), ("partitioned", "random")):
-            label = f"{w} ranks {memory}, {method}"
-            e = row(label, stores[w, method], "--nproc", str(w), "--memory", memory)
-            if memory == "partitioned":
+        for memory, method, share in (("replicated", "temporal", "even"), ("partitioned", "temporal", "even"),
+                                      ("partitioned", "random", "even"), ("replicated", "temporal", "owner"),
+                                      ("partitioned", "temporal", "owner")):
+            label = f"{w} ranks {memory}, {method}" + (", --share owner" if share == "owner" else "")
+            e = row(label, stores[w, method], "--nproc", str(w), "--memory", memory, "--share", share)
+            if memory == "partitioned" and share == "even":
                 got[method] = e["bytes"]
             if reference is not None:
                 before, after = reference, row(f"{peer} (again)", *data, env=modes[peer])["events_per_s"]
