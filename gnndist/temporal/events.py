@@ -27,7 +27,6 @@ import numpy as np
 import torch
 
 from gnndist import dist
-
 from gnndist.graph import TemporalGraph, owners, tcsr_rows
 from gnndist.partition import Partition
 
@@ -193,11 +192,11 @@ def even_out(batches: list[BatchEvents], node_offsets: np.ndarray, group: Any) -
     got = [np.split(g.numpy(), np.cumsum(moves[:, r, me])[:-1]) for r, g in enumerate(got)]
     out = []
     for j, (b, left) in enumerate(zip(batches, kept)):
-        parts = [BatchEvents(*(c[left] for c in b))] + [_unpack(got[r][j], like) for r in range(w) if moves[j, r, me]]
-        if len(parts) == 1:
-            out.append(parts[0])
+        came = [_unpack(got[r][j], like) for r in range(w) if moves[j, r, me]]  # a rank sends or receives
+        if not came:
+            out.append(b if left.all() else BatchEvents(*(c[left] for c in b)))
             continue
-        merged = BatchEvents(*(np.concatenate(cols) for cols in zip(*parts)))
+        merged = BatchEvents(*(np.concatenate(cols) for cols in zip(b, *came)))
         o = np.argsort(merged.eid, kind="stable")
         out.append(BatchEvents(*(c[o] for c in merged)))
     return out
