@@ -550,6 +550,31 @@ def exchange(send: Sequence[torch.Tensor], group: Any = None,
     return list(flat_out.split(out_split))
 
 
+def pack(cols: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Rows of tensors sharing their first dimension, side by side as raw bytes [R, total]: one
+    tensor for `exchange` (columns of no width take none)."""
+    def as_bytes(c: torch.Tensor) -> torch.Tensor:
+        flat = c.reshape(-1)
+        if flat.stride(0) != 1:  # a dim of size 1 may have any stride, which `clone` keeps
+            flat = torch.empty_like(flat, memory_format=torch.contiguous_format).copy_(flat)
+        return flat.view(torch.uint8).view(r, math.prod(c.shape[1:]) * c.element_size())
+
+    r = cols[0].shape[0]
+    raw = [as_bytes(c) for c in cols if math.prod(c.shape[1:])]
+    return torch.cat(raw, 1) if raw else torch.empty((r, 0), dtype=torch.uint8)
+
+
+def unpack(buf: torch.Tensor, like: Sequence[tuple[torch.dtype, tuple[int, ...]]]) -> list[torch.Tensor]:
+    """Inverse of `pack`: columns of the given (dtype, per-row shape), in order."""
+    out, at, r = [], 0, buf.shape[0]
+    for dtype, shape in like:
+        width = math.prod(shape) * dtype.itemsize
+        col = buf[:, at:at + width].clone(memory_format=torch.contiguous_format)  # a copy, at offset 0
+        out.append(col.view(-1).view(dtype).view(r, *shape) if width else torch.empty((r, *shape), dtype=dtype))
+        at += width
+    return out
+
+
 class PeerFailure(GnndistError):
     """A collective failed because another rank died, failed or stalled (the message names it)."""
 

@@ -445,3 +445,24 @@ def test_a_cpu_tensor_on_an_nccl_group_is_refused(monkeypatch):
             call()
     monkeypatch.setattr(torch.distributed, "get_backend", lambda group=None: "gloo")
     dist._on_device("all_reduce", torch.zeros(1), None)  # gloo takes CPU tensors
+
+
+@pytest.mark.parametrize("rows", [5, 1, 0])
+def test_pack_then_unpack_gives_the_columns_back_of_any_dtype_and_width(rows):
+    """Rows packed as raw bytes (what `exchange` carries) come back as they were, also columns of
+    no width (a graph without edge features, a replay without negatives), which take no bytes, and
+    rows of one, or none."""
+    g = torch.Generator().manual_seed(rows)
+    cols = [torch.randint(-9, 9, (rows,), generator=g), torch.randn(rows, generator=g, dtype=torch.float64),
+            torch.randn(rows, 3, generator=g), torch.zeros(rows, 0, dtype=torch.long),
+            torch.rand(rows, 2, generator=g) > 0.5, torch.zeros(rows, 0, 4),
+            torch.randn(rows, 1, generator=g).as_strided((rows, 1), (1, 0))]  # a size-1 dim's stride: any
+    buf = dist.pack(cols)
+    assert buf.dtype == torch.uint8 and tuple(buf.shape) == (rows, 8 + 8 + 12 + 2 + 4)
+    back = dist.unpack(buf, [(c.dtype, tuple(c.shape[1:])) for c in cols])
+    assert len(back) == len(cols)
+    for a, b in zip(cols, back):
+        assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+    only_empty = dist.pack(cols[3:4])
+    assert tuple(only_empty.shape) == (rows, 0)
+    assert dist.unpack(only_empty, [(torch.long, (0,))])[0].shape == (rows, 0)

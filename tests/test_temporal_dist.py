@@ -24,7 +24,7 @@ from gnndist.graph import TemporalGraph
 from gnndist.launch import Outputs, launch
 from gnndist.partition import partition_graph
 from gnndist.temporal.config import LinkConfig
-from gnndist.temporal.dist_state import pack, unpack
+from gnndist.dist import pack, unpack
 from gnndist.temporal.events import BatchEvents, RankEvents, even_moves, even_out
 from gnndist.temporal.models import MODELS
 from gnndist.temporal.trainer import LinkTrainer, fit, rank_events

@@ -25,7 +25,6 @@ to or fetched from other ranks, not what it moved to itself.
 """
 from __future__ import annotations
 
-import math
 from collections import deque
 from typing import Optional, Sequence
 
@@ -34,28 +33,13 @@ import torch
 from torch import Tensor
 
 from gnndist import dist as gdist
+from gnndist.dist import pack, unpack
 from gnndist.device import to_device
 from gnndist.graph import owners
 from gnndist.samplers.distributed import StepRequests, requests_per_step, sampler_group
 from gnndist.temporal.state import NodeState
 
 _INT = torch.int64
-
-
-def pack(cols: Sequence[Tensor]) -> Tensor:
-    """Rows of tensors sharing their first dimension, side by side as raw bytes [R, total]."""
-    r = cols[0].shape[0]
-    return torch.cat([c.contiguous().reshape(r, math.prod(c.shape[1:])).view(torch.uint8) for c in cols], 1)
-
-
-def unpack(buf: Tensor, like: Sequence[tuple[torch.dtype, tuple[int, ...]]]) -> list[Tensor]:
-    """Inverse of `pack`: columns of the given (dtype, per-row shape), in order."""
-    out, at, r = [], 0, buf.shape[0]
-    for dtype, shape in like:
-        width = math.prod(shape) * torch.empty(0, dtype=dtype).element_size()
-        out.append(buf[:, at:at + width].clone(memory_format=torch.contiguous_format).view(dtype).reshape(r, *shape))
-        at += width
-    return out
 
 
 def last_event_rows(ids: Tensor, key: Tensor) -> tuple[Tensor, Tensor]:

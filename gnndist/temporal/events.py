@@ -19,7 +19,6 @@ endpoint), and the id maps one per node.
 from __future__ import annotations
 
 import hashlib
-import math
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Optional
 
@@ -148,22 +147,6 @@ def even_moves(counts: np.ndarray) -> np.ndarray:
                       - np.maximum((a - give)[:, :, None], (b - take)[:, None, :]), 0)
 
 
-def _pack(ev: BatchEvents, at: np.ndarray) -> np.ndarray:
-    """Events `at` of `ev` as rows of raw bytes."""
-    return np.concatenate([np.ascontiguousarray(c[at].reshape(at.size, math.prod(c.shape[1:]))).view(np.uint8)
-                           for c in ev], 1)
-
-
-def _unpack(rows: np.ndarray, like: BatchEvents) -> BatchEvents:
-    """Inverse of `_pack`, the columns typed and shaped as `like`'s."""
-    out, at = [], 0
-    for c in like:
-        width = c.dtype.itemsize * math.prod(c.shape[1:])
-        out.append(np.ascontiguousarray(rows[:, at:at + width]).view(c.dtype).reshape(rows.shape[0], *c.shape[1:]))
-        at += width
-    return BatchEvents(*out)
-
-
 def even_out(batches: list[BatchEvents], node_offsets: np.ndarray, group: Any) -> list[BatchEvents]:
     """This rank's events of each global batch once the ranks have evened out their counts (a
     collective: one gather of the counts, one exchange of the events moved): a rank above an
@@ -183,16 +166,18 @@ def even_out(batches: list[BatchEvents], node_offsets: np.ndarray, group: Any) -
             short = moves[j, me, q] - np.count_nonzero(to == q)
             to[np.flatnonzero(to < 0)[::-1][:short]] = q
         for q in np.flatnonzero(moves[j, me]):
-            send[q].append(_pack(b, np.flatnonzero(to == q)))
+            at = np.flatnonzero(to == q)
+            send[q].append(dist.pack([torch.from_numpy(c[at]) for c in b]))
         kept.append(to < 0)
-    like = batches[0]
-    width = _pack(like, np.zeros(0, np.int64)).shape[1]
-    bufs = [torch.from_numpy(np.concatenate(s) if s else np.zeros((0, width), np.uint8)) for s in send]
-    got = dist.exchange(bufs, group, recv_sizes=[int(moves[:, r, me].sum()) for r in range(w)])
-    got = [np.split(g.numpy(), np.cumsum(moves[:, r, me])[:-1]) for r, g in enumerate(got)]
+    none = [torch.from_numpy(c[np.zeros(0, np.int64)]) for c in batches[0]]  # typed, shaped columns of no row
+    like, empty = [(c.dtype, tuple(c.shape[1:])) for c in none], dist.pack(none)
+    got = dist.exchange([torch.cat(s) if s else empty for s in send], group,
+                        recv_sizes=[int(moves[:, r, me].sum()) for r in range(w)])
+    got = [g.split(moves[:, r, me].tolist()) for r, g in enumerate(got)]
     out = []
     for j, (b, left) in enumerate(zip(batches, kept)):
-        came = [_unpack(got[r][j], like) for r in range(w) if moves[j, r, me]]  # a rank sends or receives
+        came = [BatchEvents(*(c.numpy() for c in dist.unpack(got[r][j], like)))
+                for r in range(w) if moves[j, r, me]]  # a rank sends or receives
         if not came:
             out.append(b if left.all() else BatchEvents(*(c[left] for c in b)))
             continue
