@@ -24,6 +24,7 @@ pipe or ends.
 """
 from __future__ import annotations
 
+import math
 import mmap
 import os
 import signal
@@ -114,9 +115,9 @@ class Channel:
         self.size = 0
 
     def send(self, obj: Any) -> None:
-        data: list[tuple[int, Tensor]] = []
+        data: list[tuple[int, np.ndarray]] = []
         meta = self._place(obj, data, [0])
-        end = (data[-1][0] + data[-1][1].numel()) if data else 0
+        end = (data[-1][0] + data[-1][1].size) if data else 0
         if end > self.size:
             self.size = max(end, 2 * self.size, 1 << 20)
             fd = os.memfd_create("gnndist-share")
@@ -128,45 +129,47 @@ class Channel:
             finally:
                 os.close(fd)
         if data:
-            view = torch.frombuffer(self.buffer, dtype=torch.uint8)
+            view = np.frombuffer(self.buffer, np.uint8)
             for offset, raw in data:
-                view[offset:offset + raw.numel()].copy_(raw)
-        self.conn.send(("data", meta))
+                view[offset:offset + raw.size] = raw
+        self.conn.send(("data", (meta, end)))
 
     def receive(self) -> Any:
         while True:
             kind, value = self.conn.recv()
             if kind == "data":
-                return self._take(value)
+                return self._take(*value)
             fd = recv_handle(self.conn)
             try:
                 self.buffer, self.size = mmap.mmap(fd, value), value
             finally:
                 os.close(fd)
 
-    def _place(self, obj: Any, data: list[tuple[int, Tensor]], pos: list[int]) -> Any:
+    def _place(self, obj: Any, data: list[tuple[int, np.ndarray]], pos: list[int]) -> Any:
         """`obj` with each tensor or array replaced by its `_Slot`; (offset, bytes) of each in `data`."""
         def slot(x: Any) -> _Slot:
             numpy = isinstance(x, np.ndarray)
-            t = torch.from_numpy(np.ascontiguousarray(x)) if numpy else x.detach().contiguous()
-            raw = t.reshape(-1).view(torch.uint8)
+            a = np.ascontiguousarray(x) if numpy else x.detach().contiguous().numpy()
+            raw = a.reshape(-1).view(np.uint8)
             data.append((pos[0], raw))
-            placed = _Slot(pos[0], t.dtype, tuple(t.shape), numpy)
-            pos[0] += -(-raw.numel() // ALIGN) * ALIGN
+            placed = _Slot(pos[0], a.dtype if numpy else x.dtype, a.shape, numpy)
+            pos[0] += -(-raw.size // ALIGN) * ALIGN
             return placed
 
         return _mapped(obj, lambda x: isinstance(x, (Tensor, np.ndarray)), slot)
 
-    def _take(self, obj: Any) -> Any:
-        """`obj` with each `_Slot` replaced by a copy of its tensor or array."""
+    def _take(self, obj: Any, end: int) -> Any:
+        """`obj` with each `_Slot` replaced by its tensor or array: views of one copy of the
+        buffer's first `end` bytes (one copy, not one per tensor)."""
+        data = torch.frombuffer(self.buffer, dtype=torch.uint8, count=end).clone() if end else torch.empty(0, dtype=torch.uint8)
+        host = data.numpy()
+
         def take(placed: _Slot) -> Any:
-            count = int(np.prod(placed.shape))
-            if count == 0:
-                t = torch.empty(placed.shape, dtype=placed.dtype)
-            else:
-                t = torch.frombuffer(self.buffer, dtype=placed.dtype, count=count, offset=placed.offset)
-                t = t.view(placed.shape).clone()
-            return t.numpy() if placed.numpy else t
+            if placed.numpy:
+                size = math.prod(placed.shape) * placed.dtype.itemsize
+                return host[placed.offset:placed.offset + size].view(placed.dtype).reshape(placed.shape)
+            size = math.prod(placed.shape) * placed.dtype.itemsize
+            return data[placed.offset:placed.offset + size].view(placed.dtype).view(placed.shape)
 
         return _mapped(obj, lambda x: isinstance(x, _Slot), take)
 
