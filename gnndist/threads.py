@@ -36,7 +36,10 @@ layer the pool's start sets the runtime's thread count, which is torch's too: a 
 OMP_NUM_THREADS=1 by the launcher ran torch on 2 threads after its first sampling.
 
 A job (`gnndist.launch.run_job`: training, prediction) runs torch on OMP_NUM_THREADS threads
-where it is set, else on one (`job_threads`), whichever was imported first. On the 2-core
+where it is set, else on one (`job_threads`), whichever was imported first; so do a temporal
+trainer's epochs (`as_job`), and its shares are chosen for that count, also where a script
+builds the trainer and runs them itself (with torch left on 2 threads, such a script ran UCI TGN
+at 8,404-8,914 events/s against 20,000-24,000 through `train_link`, 2026-12-05). On the 2-core
 machine (2026-12-03, `gnndist train`, alternated runs) one thread ran a TGN epoch on UCI at
 7,576-9,420 events/s where 2 sleeping threads ran 5,406-5,928, and GraphSAGE epochs on
 `synthetic-static` at 5,404-7,019 nodes/s against 2,140-2,321: waking a second thread for
@@ -53,11 +56,12 @@ small operations: 24,100-30,400 events/s on UCI where one share ran 21,600-22,90
 """
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import threading
 from contextlib import contextmanager
-from typing import Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 OPENMP_RUNTIMES = ("libgomp", "libiomp", "libomp")
 
@@ -127,11 +131,10 @@ def torch_threads_here() -> None:
 
 def step_shares() -> int:
     """How many shares a one-process temporal training step runs its batch as
-    (`gnndist.temporal.shares`): 2 where torch runs on one thread and the process may use 2
-    cores or more (the second share's process runs torch on one thread too), else 1."""
-    import torch
-
-    return 2 if torch.get_num_threads() == 1 and len(os.sched_getaffinity(0)) >= 2 else 1
+    (`gnndist.temporal.shares`): 2 where a job runs torch on one thread (`job_thread_count`) and
+    the process may use 2 cores or more (the second share's process runs torch on one thread
+    too), else 1."""
+    return 2 if job_thread_count() == 1 and len(os.sched_getaffinity(0)) >= 2 else 1
 
 
 def rank_cores(cores: Sequence[int], local_rank: int, local_world: int) -> Optional[list[int]]:
@@ -157,16 +160,34 @@ def pin(cores: Sequence[int]) -> None:
             pass
 
 
+def job_thread_count() -> int:
+    """Torch's threads while a job runs: OMP_NUM_THREADS (read when torch loaded, as torch's count
+    has it) where it is set, else one."""
+    import torch
+
+    return torch.get_num_threads() if "OMP_NUM_THREADS" in os.environ else 1
+
+
 @contextmanager
 def job_threads() -> Iterator[None]:
-    """Torch on OMP_NUM_THREADS threads (read when torch loaded) or else one, while a job runs
-    in this process; the count before it afterwards."""
+    """Torch on `job_thread_count()` threads while a job runs in this process; the count before
+    it afterwards."""
     import torch
 
     before = torch.get_num_threads()
-    if "OMP_NUM_THREADS" not in os.environ:
-        torch.set_num_threads(1)
+    torch.set_num_threads(job_thread_count())
     try:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+def as_job(fn: Callable) -> Callable:
+    """`fn` run under `job_threads`: a trainer's epochs run as in a job also where a script calls
+    them itself, without `gnndist.launch.run_job`."""
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        with job_threads():
+            return fn(*args, **kwargs)
+
+    return run

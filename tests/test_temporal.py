@@ -25,6 +25,7 @@ from gnndist.temporal.state import NodeState, merge_mailbox
 from gnndist.temporal.time_encoding import time_encoder
 from gnndist.temporal import neighbours
 from gnndist.temporal.trainer import LinkTrainer, TimedState, batch_loss
+from gnndist.threads import job_threads
 
 MEMORY_MODELS = [m for m in MODELS if m != "tgat"]
 
@@ -37,9 +38,12 @@ def random_graph(seed=0, n=30, e=400, edge_dim=3, ties=True) -> TemporalGraph:
 
 
 def trainer(name, tg, batch_size=40, lr=1e-2, **kw) -> LinkTrainer:
-    """A one-process trainer with small dimensions."""
+    """A one-process trainer with small dimensions, running each batch as one share (the tests
+    of two shares set `share_count` themselves)."""
     cfg = LinkConfig(model=name, memory_dim=16, time_dim=8, num_neighbors=4, batch_size=batch_size, lr=lr, **kw)
-    return LinkTrainer(RankEvents.from_graph(tg), cfg)
+    tr = LinkTrainer(RankEvents.from_graph(tg), cfg)
+    tr.share_count = 1
+    return tr
 
 
 def run(name, tg, batch_size=40, train=True, state=None, tr=None, lr=1e-2, **kw):
@@ -74,9 +78,10 @@ def test_an_epoch_sampled_ahead_trains_as_one_sampled_step_by_step(name, cache, 
     assert planned.steps_per_epoch == 7
     planned.train_epoch(1)
     live.model.train()
-    for index, s, e in live.batches(0, live.train_end):
-        live.step(live.batch(s, e, lambda rows, src, dst: train_negatives(0, 1, index, e - s, rows, dst, tg.num_nodes)),
-                  e - s)
+    with job_threads():  # on the threads `train_epoch` runs on
+        for index, s, e in live.batches(0, live.train_end):
+            live.step(live.batch(s, e, lambda rows, src, dst: train_negatives(0, 1, index, e - s, rows, dst,
+                                                                                tg.num_nodes)), e - s)
     for (what, a), b in zip(planned.model.named_parameters(), live.model.parameters()):
         assert torch.equal(a, b), what
     if planned.state is not None:

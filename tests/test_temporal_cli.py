@@ -165,6 +165,7 @@ def test_the_footprint_is_what_a_link_trainer_allocates(model, monkeypatch):
     events, cfg = small_events(), small_config(model)
     parts = {p.label: p.nbytes for p in link_footprint(events, cfg).parts}
     tr = LinkTrainer(events, cfg)
+    tr.share_count = 1  # the whole batch's tensors made in this process
     tr.train_epoch(1)
     held = optimizer_bytes(list(tr.model.parameters()), tr.optimizer)
     # DyRep's attention and the key weights of TGAT's first layer (whose keys are all the zero

@@ -234,6 +234,7 @@ _refs = {}
 def reference(model, memory):
     if model not in _refs:
         tr = RecTrainer(RankEvents.from_graph(graph()), config(model, memory))
+        tr.share_count = 1  # each batch in one pass, as each rank runs its own share
         _refs[model] = (tr.trace, fit(tr), tr.scores)
     return _refs[model][:2]
 

@@ -118,6 +118,55 @@ def test_a_job_runs_torch_on_one_thread_unless_told(plain, mode):
     assert run(mode, JOB, OMP_NUM_THREADS="2") == {"in_job": [2], "after": 2}
 
 
+DIRECT = r"""
+import json, sys
+if sys.argv[1] == "torch-first":
+    import torch, gnndist
+else:
+    import gnndist, torch
+from gnndist.datasets.generators import synthetic_temporal
+from gnndist.temporal.config import LinkConfig
+from gnndist.temporal.trainer import LinkTrainer, rank_events
+torch.set_num_threads(2)
+tr = LinkTrainer(rank_events(synthetic_temporal(200, 3000, 4, seed=0)), LinkConfig(epochs=1, quiet=True))
+seen = set()  # torch's count at each forward pass run here (the share process's are its own)
+tr.model.register_forward_pre_hook(lambda module, args: seen.add(torch.get_num_threads()))
+tr.train_epoch(1)
+tr.evaluate(tr.train_end, tr.val_end, "val")
+print(json.dumps({"shares": tr.share_count, "in_epochs": sorted(seen), "after": torch.get_num_threads()}))
+"""
+
+
+STATIC_DIRECT = r"""
+import json, sys
+if sys.argv[1] == "torch-first":
+    import torch, gnndist
+else:
+    import gnndist, torch
+from gnndist.datasets.generators import synthetic_static
+from gnndist.static.config import NodeConfig
+from gnndist.static.trainer import NodeTrainer, WholeGraph
+torch.set_num_threads(2)
+tr = NodeTrainer(WholeGraph(synthetic_static(300, 1500, 8, seed=0)), NodeConfig(epochs=1, quiet=True))
+seen = set()
+tr.model.register_forward_pre_hook(lambda module, args: seen.add(torch.get_num_threads()))
+tr.train_epoch(1)
+tr.evaluate(tr.graph.val_ids)
+print(json.dumps({"in_epochs": sorted(seen), "after": torch.get_num_threads()}))
+"""
+
+
+@pytest.mark.parametrize("mode", ["gnndist-first", "torch-first"])
+def test_a_trainer_a_script_runs_itself_runs_as_in_a_job(plain, mode):
+    """A script that builds `LinkTrainer` (or `NodeTrainer`) and runs its epochs without
+    `train_link` gets what a job gets: torch on one thread in its epochs and evaluations (unless OMP_NUM_THREADS says
+    otherwise), its count back afterwards, and two shares a step where 2 cores are there."""
+    two = len(os.sched_getaffinity(0)) >= 2
+    assert run(mode, DIRECT) == {"shares": 2 if two else 1, "in_epochs": [1], "after": 2}
+    assert run(mode, DIRECT, OMP_NUM_THREADS="2") == {"shares": 1, "in_epochs": [2], "after": 2}
+    assert run(mode, STATIC_DIRECT) == {"in_epochs": [1], "after": 2}  # the static trainer's too
+
+
 THREADS_SCRIPT = r"""
 import ctypes, json, threading
 import gnndist, torch

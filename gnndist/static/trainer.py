@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from gnndist import checkpoint, dist
+from gnndist import checkpoint, dist, threads
 from gnndist.errors import GnndistError
 from gnndist.footprint import memory_checked, node_footprint
 from gnndist.graph import MASKS, Graph, TemporalGraph
@@ -338,6 +338,7 @@ class NodeTrainer:
                 p.grad /= count
         return stats
 
+    @threads.as_job
     def train_epoch(self, epoch: int, on_step: Optional[Callable[[int, np.ndarray], None]] = None) -> dict:
         """One epoch: this rank's share of each global batch (epochs count from 1); returns the
         epoch's global figures. `on_step(step, seeds)` runs after each optimizer step."""
@@ -381,6 +382,7 @@ class NodeTrainer:
                 out.append(self.model(batch))
         return torch.cat(out)
 
+    @threads.as_job
     def evaluate(self, ids: np.ndarray, phase: int = 0) -> float:
         """Global accuracy over the union of all ranks' `ids` (nodes each rank owns)."""
         pred = self.eval_logits(ids, phase).argmax(1).cpu().numpy()
