@@ -36,9 +36,9 @@ layer the pool's start sets the runtime's thread count, which is torch's too: a 
 OMP_NUM_THREADS=1 by the launcher ran torch on 2 threads after its first sampling.
 
 A job (`gnndist.launch.run_job`: training, prediction) runs torch on OMP_NUM_THREADS threads
-where it is set, else on one (`job_threads`), whichever was imported first; so do a temporal
-trainer's epochs (`as_job`), and its shares are chosen for that count, also where a script
-builds the trainer and runs them itself (with torch left on 2 threads, such a script ran UCI TGN
+where it is set, else on one (`job_threads`), whichever was imported first; so do the trainers'
+epochs and evaluations (`job_threads` as their decorator), and a temporal trainer's shares are
+chosen for that count, also where a script builds the trainer and runs them itself (with torch left on 2 threads, such a script ran UCI TGN
 at 8,404-8,914 events/s against 20,000-24,000 through `train_link`, 2026-12-05). On the 2-core
 machine (2026-12-03, `gnndist train`, alternated runs) one thread ran a TGN epoch on UCI at
 7,576-9,420 events/s where 2 sleeping threads ran 5,406-5,928, and GraphSAGE epochs on
@@ -56,12 +56,11 @@ small operations: 24,100-30,400 events/s on UCI where one share ran 21,600-22,90
 """
 from __future__ import annotations
 
-import functools
 import os
 import sys
 import threading
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 OPENMP_RUNTIMES = ("libgomp", "libiomp", "libomp")
 
@@ -171,7 +170,8 @@ def job_thread_count() -> int:
 @contextmanager
 def job_threads() -> Iterator[None]:
     """Torch on `job_thread_count()` threads while a job runs in this process; the count before
-    it afterwards."""
+    it afterwards. Also a decorator: the trainers' epochs and evaluations run as in a job where a
+    script calls them itself, without `gnndist.launch.run_job`."""
     import torch
 
     before = torch.get_num_threads()
@@ -181,13 +181,3 @@ def job_threads() -> Iterator[None]:
     finally:
         torch.set_num_threads(before)
 
-
-def as_job(fn: Callable) -> Callable:
-    """`fn` run under `job_threads`: a trainer's epochs run as in a job also where a script calls
-    them itself, without `gnndist.launch.run_job`."""
-    @functools.wraps(fn)
-    def run(*args: Any, **kwargs: Any) -> Any:
-        with job_threads():
-            return fn(*args, **kwargs)
-
-    return run

@@ -90,12 +90,15 @@ def test_numba_pool_keeps_torch_thread_count(plain):
     assert out["layer"] == "omp" and out["torch_threads"] == 1, out
 
 
-JOB = r"""
+IMPORTED = r"""
 import json, sys
 if sys.argv[1] == "torch-first":
     import torch, gnndist
 else:
     import gnndist, torch
+"""  # in the order the mode says
+
+JOB = IMPORTED + r"""
 from gnndist.datasets.generators import synthetic_temporal
 from gnndist.temporal import trainer
 seen = []
@@ -118,12 +121,7 @@ def test_a_job_runs_torch_on_one_thread_unless_told(plain, mode):
     assert run(mode, JOB, OMP_NUM_THREADS="2") == {"in_job": [2], "after": 2}
 
 
-DIRECT = r"""
-import json, sys
-if sys.argv[1] == "torch-first":
-    import torch, gnndist
-else:
-    import gnndist, torch
+DIRECT = IMPORTED + r"""
 from gnndist.datasets.generators import synthetic_temporal
 from gnndist.temporal.config import LinkConfig
 from gnndist.temporal.trainer import LinkTrainer, rank_events
@@ -137,12 +135,7 @@ print(json.dumps({"shares": tr.share_count, "in_epochs": sorted(seen), "after": 
 """
 
 
-STATIC_DIRECT = r"""
-import json, sys
-if sys.argv[1] == "torch-first":
-    import torch, gnndist
-else:
-    import gnndist, torch
+STATIC_DIRECT = IMPORTED + r"""
 from gnndist.datasets.generators import synthetic_static
 from gnndist.static.config import NodeConfig
 from gnndist.static.trainer import NodeTrainer, WholeGraph
@@ -159,8 +152,9 @@ print(json.dumps({"in_epochs": sorted(seen), "after": torch.get_num_threads()}))
 @pytest.mark.parametrize("mode", ["gnndist-first", "torch-first"])
 def test_a_trainer_a_script_runs_itself_runs_as_in_a_job(plain, mode):
     """A script that builds `LinkTrainer` (or `NodeTrainer`) and runs its epochs without
-    `train_link` gets what a job gets: torch on one thread in its epochs and evaluations (unless OMP_NUM_THREADS says
-    otherwise), its count back afterwards, and two shares a step where 2 cores are there."""
+    `train_link` gets what a job gets: torch on one thread in its epochs and evaluations (unless
+    OMP_NUM_THREADS says otherwise), its count back afterwards, and two shares a step where 2
+    cores are there."""
     two = len(os.sched_getaffinity(0)) >= 2
     assert run(mode, DIRECT) == {"shares": 2 if two else 1, "in_epochs": [1], "after": 2}
     assert run(mode, DIRECT, OMP_NUM_THREADS="2") == {"shares": 1, "in_epochs": [2], "after": 2}

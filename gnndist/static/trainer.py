@@ -338,7 +338,7 @@ class NodeTrainer:
                 p.grad /= count
         return stats
 
-    @threads.as_job
+    @threads.job_threads()
     def train_epoch(self, epoch: int, on_step: Optional[Callable[[int, np.ndarray], None]] = None) -> dict:
         """One epoch: this rank's share of each global batch (epochs count from 1); returns the
         epoch's global figures. `on_step(step, seeds)` runs after each optimizer step."""
@@ -382,7 +382,7 @@ class NodeTrainer:
                 out.append(self.model(batch))
         return torch.cat(out)
 
-    @threads.as_job
+    @threads.job_threads()
     def evaluate(self, ids: np.ndarray, phase: int = 0) -> float:
         """Global accuracy over the union of all ranks' `ids` (nodes each rank owns)."""
         pred = self.eval_logits(ids, phase).argmax(1).cpu().numpy()

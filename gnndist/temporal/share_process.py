@@ -161,15 +161,15 @@ class Channel:
     def _take(self, obj: Any, end: int) -> Any:
         """`obj` with each `_Slot` replaced by its tensor or array: views of one copy of the
         buffer's first `end` bytes (one copy, not one per tensor)."""
-        data = torch.frombuffer(self.buffer, dtype=torch.uint8, count=end).clone() if end else torch.empty(0, dtype=torch.uint8)
+        data = (torch.frombuffer(self.buffer, dtype=torch.uint8, count=end).clone() if end
+                else torch.empty(0, dtype=torch.uint8))
         host = data.numpy()
 
         def take(placed: _Slot) -> Any:
+            at = slice(placed.offset, placed.offset + math.prod(placed.shape) * placed.dtype.itemsize)
             if placed.numpy:
-                size = math.prod(placed.shape) * placed.dtype.itemsize
-                return host[placed.offset:placed.offset + size].view(placed.dtype).reshape(placed.shape)
-            size = math.prod(placed.shape) * placed.dtype.itemsize
-            return data[placed.offset:placed.offset + size].view(placed.dtype).view(placed.shape)
+                return host[at].view(placed.dtype).reshape(placed.shape)
+            return data[at].view(placed.dtype).view(placed.shape)
 
         return _mapped(obj, lambda x: isinstance(x, _Slot), take)
 

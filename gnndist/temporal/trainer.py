@@ -552,7 +552,7 @@ class LinkTrainer:
         if self.state is not None:
             self.state.reset()
 
-    @threads.as_job
+    @threads.job_threads()
     def train_epoch(self, epoch: int) -> dict[str, Any]:
         """One pass over the training events from a reset state; the epoch's figures (all ranks)."""
         self.model.train()
@@ -580,7 +580,7 @@ class LinkTrainer:
                 "collectives_per_step": (dist.collectives_entered() - k0) / self.steps_per_epoch,
                 **self._traffic(seconds)}
 
-    @threads.as_job
+    @threads.job_threads()
     @torch.no_grad()
     def evaluate(self, start: int, stop: int, desc: str, score: bool = True) -> Scores:
         """`Scores` of the events in [start, stop) this rank scored; the node state absorbs the
