@@ -77,6 +77,11 @@ def test_what_goes_there_comes_back_the_same_and_the_buffer_grows(process):
     same(parcel(10), first)  # what `result` gave is a copy: the next message leaves it alone
 
 
+def test_a_first_message_of_empty_tensors_needs_no_buffer(process):
+    back = round_trip(process(), (torch.zeros(0, 3), np.zeros(0, np.int32), "label"))
+    assert back[0].shape == (0, 3) and back[1].dtype == np.int32 and back[1].size == 0 and back[2] == "label"
+
+
 def test_staged_work_runs_at_the_next_start(process):
     """Work staged ahead runs at `start_staged()` (also where staging it grew the buffer); a later
     `stage` replaces it; `start(work)` runs `work` and drops what was staged, after which
@@ -190,17 +195,42 @@ def test_an_error_there_is_raised_here_and_the_process_serves_on(process):
     assert round_trip(p, "fine") == "fine"
 
 
+def test_an_error_in_the_writes_is_raised_here_and_the_process_serves_on(process):
+    writes = shared(torch.zeros(1))
+
+    def write():
+        writes.add_(1)
+        if writes.item() == 1:
+            raise GnndistError("disk full")
+
+    p = process(write=write)
+    assert round_trip(p, 1) == 1
+    p.start_write()
+    with pytest.raises(GnndistError, match="^disk full$"):
+        p.wait_written()
+    assert round_trip(p, 2) == 2
+    p.start_write()
+    p.wait_written()
+    assert writes.item() == 2
+
+
 def test_a_killed_process_is_named_not_waited_for(process):
     p, q = process(lambda work, ready: time.sleep(60)), process()
     named = rf"^the process running the second share of each step \(pid {{}}\) ended: killed by SIGKILL$"
     p.start("anything")
     os.kill(p.pid, signal.SIGKILL)
     with pytest.raises(GnndistError, match=named.format(p.pid)):
-        p.result()
+        p.wait_ready()
     os.kill(q.pid, signal.SIGKILL)
     time.sleep(0.2)
     with pytest.raises(GnndistError, match=named.format(q.pid)):  # found dead when sent to
         q.start("anything")
+    r = process(write=lambda: time.sleep(60))
+    assert round_trip(r, 3) == 3
+    r.start_write()
+    os.kill(r.pid, signal.SIGKILL)
+    with pytest.raises(GnndistError, match=named.format(r.pid)):  # found dead while waited for
+        r.wait_written()
 
 
 def test_ctrl_c_is_the_ranks_and_close_ends_the_process(process):

@@ -66,7 +66,7 @@ from gnndist.temporal.models import Batch, Forward, Hop, build_model, query_rows
 from gnndist.temporal.neighbours import Neighbours
 from gnndist.temporal.served import route, served_rows
 from gnndist.temporal.share_process import Placement, ShareProcess, shared
-from gnndist.temporal.shares import bounds, merged, query_positions, share_batch, share_hops
+from gnndist.temporal.shares import bounds, from_wire, merged, query_positions, share_batch, share_hops, to_wire
 from gnndist.temporal.state import NodeState
 from gnndist.temporal.timers import PHASES, Timers
 
@@ -159,6 +159,24 @@ class TimedState:
 
     def __getattr__(self, name: str):
         return getattr(self.state, name)
+
+
+def summed_grads(shares: list[tuple[Optional[Tensor], ...]]) -> list[Optional[Tensor]]:
+    """Each parameter's gradient summed over the shares (one or two), in share order.
+    The same sum every run; the pairs in one call; None where no share has one."""
+    out = list(shares[0])
+    if len(shares) == 2:
+        both = [i for i, (a, b) in enumerate(zip(*shares)) if a is not None and b is not None]
+        for i, g in zip(both, torch._foreach_add([out[i] for i in both], [shares[1][i] for i in both])):
+            out[i] = g
+        out = [b if a is None else a for a, b in zip(out, shares[1])]
+    return out
+
+
+def _wired(work: tuple) -> tuple:
+    """A share's work (`LinkTrainer._share_work`) as the share process is sent it (`to_wire`)."""
+    (share, hops), global_batch, training = work
+    return to_wire(share, hops), global_batch, training
 
 
 def new_state(model: torch.nn.Module, events: RankEvents, memory: str, start_time: float, device: torch.device):
@@ -366,7 +384,7 @@ class LinkTrainer:
             if remote and staged is not None and self.share_process.staged:  # not if forked anew since
                 self.share_process.start_staged()
             elif remote:  # sent before the first share is cut: it starts sooner
-                self.share_process.start(second)
+                self.share_process.start(_wired(second))
             first = self._share_work(batch, hops, cuts[0], global_batch)
             runs = [ShareRun(first[0][0], *self._run_share(first))]
             if remote:
@@ -378,11 +396,11 @@ class LinkTrainer:
                     ahead_s = time.perf_counter()
                     self._stage(ahead.peek(), global_batch is not None)
                     ahead_s = time.perf_counter() - ahead_s
-                fw, loss, present = self.share_process.result()
+                (pos, neg, embed), loss, present = self.share_process.result()
                 grads = None if present is None else tuple(  # never p.grad itself: the next step rewrites it
                     None if not has else g if mine is not None else g.clone()
                     for g, has, mine in zip(self._second_grads, present, runs[0].grads))
-                runs.append(ShareRun(second[0][0], fw, loss, grads))
+                runs.append(ShareRun(second[0][0], Forward(pos=pos, neg=neg, embed=embed), loss, grads))
             else:
                 runs.append(ShareRun(second[0][0], *self._run_share(second)))
                 for r in runs:
@@ -417,7 +435,7 @@ class LinkTrainer:
         hops, second = self._hops(batch), None
         if self.placements[training].remote():
             second = self._share_work(batch, hops, cuts[1], size if training else None)
-            self.share_process.stage(second)
+            self.share_process.stage(_wired(second))
         self._staged = Staged(batch, hops, second)
 
     def _gradients(self, fw: Forward, global_batch: Optional[int]) -> tuple[Optional[Tensor], Optional[tuple]]:
@@ -431,7 +449,7 @@ class LinkTrainer:
                    ) -> tuple[Forward, Optional[Tensor], Optional[tuple]]:
         """A share's (Forward, loss, gradients); `work` = ((events, neighbours), global batch size or
         None, training mode). In the share process (given `ready`, called at once: the work comes
-        with what it reads, `_read_share`), the scores and query embeddings only, the gradients
+        with what it reads, `_read_share`), the scores and query embeddings (tensors) only, the gradients
         are written to `_second_grads` (the result says which parameters have one), and the share
         is kept for its state writes (`_write_share`)."""
         read = None
@@ -453,15 +471,18 @@ class LinkTrainer:
             for to, g in zip(self._second_grads, grads):
                 if g is not None:
                     to.copy_(g)
-        return Forward(pos=fw.pos.detach(), neg=fw.neg.detach(), embed=fw.embed.detach()), loss, present
+        return (fw.pos.detach(), fw.neg.detach(), fw.embed.detach()), loss, present
 
     def _read_share(self, work: tuple) -> tuple:
-        """In the share process: `work` and what its forward pass reads before it uses a parameter
-        (`TemporalGNN.read_batch`), read when the process gets the work: staged work, while the
-        rank ends the step before (after this process's state writes of it; the rank's came first)."""
-        (share, hops), _, _ = work
+        """In the share process: the work sent (`_wired`) as `_run_share` takes it, and what its
+        forward pass reads before it uses a parameter (`TemporalGNN.read_batch`), read when the
+        process gets the work: staged work, while the rank ends the step before (after this
+        process's state writes of it; the rank's came first)."""
+        flat, global_batch, training = work
+        share, hops = from_wire(flat)
         with torch.no_grad():
-            return work, self.model.read_batch(self._node_state, share, lambda *_: hops)
+            return ((share, hops), global_batch, training), self.model.read_batch(self._node_state, share,
+                                                                                  lambda *_: hops)
 
     @property
     def _node_state(self) -> Optional[NodeState]:
@@ -523,9 +544,8 @@ class LinkTrainer:
         """Forward and backward of each share, state writes, summed gradients, optimizer step:
         the global loss, and this rank's `Forward` (`ahead`: as `run_batch`'s)."""
         runs = self.run_batch(batch, global_batch, ahead)
-        for i, p in enumerate(self.params):  # summed in share order: the same sum every run
-            grads = [r.grads[i] for r in runs if r.grads[i] is not None]
-            p.grad = functools.reduce(torch.add, grads) if grads else None
+        for p, g in zip(self.params, summed_grads([r.grads for r in runs])):
+            p.grad = g
         loss = functools.reduce(torch.add, [r.loss for r in runs])
         summed = dist.GradientSum(self.params, loss.reshape(1))
         with dist.carrying(summed):  # the state writes need no parameters: they go first, with the sum
