@@ -18,7 +18,7 @@ from gnndist.temporal.events import RankEvents
 from gnndist.temporal.share_process import Placement
 from gnndist.temporal.linkpred import EvalNegatives, train_negatives
 import gnndist.device
-from gnndist.temporal.models import MODELS
+from gnndist.temporal.models import MODELS, state_rows
 from gnndist.temporal.keys import key_scores, key_sums
 from gnndist.temporal.modules import CellUpdater, LinkPredictor, TemporalAttention, last_per_node, update_memory
 from gnndist.temporal.state import NodeState, merge_mailbox
@@ -686,3 +686,18 @@ def test_every_model_improves_its_loss_in_one_epoch(name):
     run(name, tg, tr=tr)
     after = mean_loss()
     assert after < before - 0.005, (before, after)
+
+
+def test_state_rows_are_numpys_distinct_rows_and_inverse():
+    """Against np.unique: ids of narrow and wide ranges (collisions in the hash table), repeats,
+    negative values, no rows, no neighbours."""
+    rng = np.random.default_rng(0)
+    for trial in range(300):
+        n, k = rng.integers(0, 40), rng.integers(1, 12)
+        high = int(10 ** rng.integers(1, 12))
+        nodes = rng.integers(-2 if trial % 5 == 0 else 0, high, n)
+        hop0 = rng.integers(0, high, (n, k)) if trial % 3 else None
+        ids, inv = state_rows(nodes, hop0)
+        want_ids, want_inv = np.unique(nodes if hop0 is None else np.concatenate([nodes, hop0.reshape(-1)]),
+                                       return_inverse=True)
+        assert np.array_equal(ids, want_ids) and np.array_equal(inv, want_inv.reshape(-1))

@@ -32,6 +32,7 @@ from typing import Callable, Optional
 
 import numpy as np
 import torch
+from numba import njit
 from torch import Tensor, nn
 
 from gnndist.device import to_device
@@ -98,10 +99,45 @@ def query_rows(src: np.ndarray, dst: np.ndarray, t: np.ndarray, neg: np.ndarray)
 def state_rows(nodes: np.ndarray, hop0: Optional[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """The distinct nodes whose state `embed` reads for the rows `nodes` and their first hop's
     neighbours `hop0` ([R, k] ids, or None), sorted, and where each row's node is among them
-    (host arrays)."""
-    rows = nodes if hop0 is None else np.concatenate([nodes, hop0.reshape(-1)])
-    ids, inv = torch.unique(torch.from_numpy(rows), return_inverse=True)  # numpy's takes twice as long
-    return ids.numpy(), inv.numpy()
+    (host arrays). Found through a hash table, then only the distinct ones sorted: on a TGN
+    batch's 6,600 rows (UCI, ~450 distinct) 108-116 us a call in training against 281-300 for
+    torch.unique and 302-316 for numpy's, which sort every row (2026-12-05)."""
+    hop0 = np.zeros(0, np.int64) if hop0 is None else hop0.reshape(-1)
+    return _distinct(np.ascontiguousarray(nodes, np.int64), np.ascontiguousarray(hop0, np.int64))
+
+
+@njit(cache=True, nogil=True)
+def _distinct(first, second):
+    """The distinct values of `first` then `second`, sorted, and the position of each entry's
+    among them, through an open-addressing hash table of over twice the entries."""
+    total = first.size + second.size
+    size = 16
+    while size < 2 * total:
+        size *= 2
+    slots, mask = np.full(size, -1, np.int32), size - 1
+    ids, inv, n = np.empty(total, np.int64), np.empty(total, np.int64), 0
+    for i in range(total):
+        v = first[i] if i < first.size else second[i - first.size]
+        h = (v * 2654435761) & mask  # Knuth's multiplicative hash
+        while slots[h] >= 0 and ids[slots[h]] != v:
+            h = (h + 1) & mask
+        if slots[h] < 0:
+            slots[h] = n
+            ids[n] = v
+            n += 1
+        inv[i] = slots[h]
+    order = np.argsort(ids[:n])
+    rank = np.empty(n, np.int64)
+    for i in range(n):
+        rank[order[i]] = i
+    for i in range(total):
+        inv[i] = rank[inv[i]]
+    return ids[:n][order], inv
+
+
+def load_kernel() -> None:
+    """Compile (the first time on a machine) or load from numba's cache `state_rows`' kernel."""
+    state_rows(np.zeros(1, np.int64), None)
 
 
 @dataclass

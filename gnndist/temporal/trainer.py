@@ -57,7 +57,7 @@ from gnndist.runlog import RunLog
 from gnndist.samplers import hit_rate, sampler_group
 from gnndist.samplers.distributed import Requests
 from gnndist.samplers.distributed import StepRequests
-from gnndist.temporal import keys, time_encoding
+from gnndist.temporal import keys, models, time_encoding
 from gnndist.temporal.config import LinkConfig
 from gnndist.temporal.dist_state import PartitionedNodeState, ReplicatedNodeState
 from gnndist.temporal.events import BatchEvents, RankEvents, even_out
@@ -220,6 +220,7 @@ class LinkTrainer:
                                      self.progress, cfg.cache)
         # the numba kernels a step runs, compiled (first run on a machine) or loaded now, not in the first epoch
         self.neighbours.sampler.load_kernels()
+        models.load_kernel()
         if device.type == "cpu":
             keys.load_kernels()
             time_encoding.load_kernel()
