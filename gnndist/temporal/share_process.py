@@ -12,8 +12,9 @@ The process is forked when the first step needs it, after the parameters and the
 have been moved to shared memory (`shared`): both processes then read and write the same
 tables, and the optimizer's in-place updates reach the share's process with no copy. Per step
 the rank sends the share's events and neighbours and receives its results (the loss, the
-scores) through a buffer of shared memory each way (`Channel`); the trainer has the share's
-gradients written to shared tensors of their own, which the rank sums from; the share's
+scores) through a buffer of shared memory each way (`Channel`), and learns that the process
+has read its share and made its writes from semaphores (`_Signals`); the trainer has the
+share's gradients written to shared tensors of their own, which the rank sums from; the share's
 state writes are made in its process, after the rank's own share's (time order). The next
 step's share can be sent while this one runs (`stage`; the process copies what it receives, so
 the rank may overwrite the buffer): the process prepares it as soon as it gets it (the trainer

@@ -164,12 +164,13 @@ class TimedState:
 def summed_grads(shares: list[tuple[Optional[Tensor], ...]]) -> list[Optional[Tensor]]:
     """Each parameter's gradient summed over the shares (one or two), in share order.
     The same sum every run; the pairs in one call; None where no share has one."""
-    out = list(shares[0])
-    if len(shares) == 2:
-        both = [i for i, (a, b) in enumerate(zip(*shares)) if a is not None and b is not None]
-        for i, g in zip(both, torch._foreach_add([out[i] for i in both], [shares[1][i] for i in both])):
-            out[i] = g
-        out = [b if a is None else a for a, b in zip(out, shares[1])]
+    if len(shares) == 1:
+        return list(shares[0])
+    first, second = shares
+    out = [b if a is None else a for a, b in zip(first, second)]
+    both = [i for i, (a, b) in enumerate(zip(first, second)) if a is not None and b is not None]
+    for i, g in zip(both, torch._foreach_add([first[i] for i in both], [second[i] for i in both])):
+        out[i] = g
     return out
 
 
