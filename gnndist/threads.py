@@ -38,8 +38,9 @@ OMP_NUM_THREADS=1 by the launcher ran torch on 2 threads after its first samplin
 A job (`gnndist.launch.run_job`: training, prediction) runs torch on OMP_NUM_THREADS threads
 where it is set, else on one (`job_threads`), whichever was imported first; so do the trainers'
 epochs and evaluations (`job_threads` as their decorator), and a temporal trainer's shares are
-chosen for that count, also where a script builds the trainer and runs them itself (with torch left on 2 threads, such a script ran UCI TGN
-at 8,404-8,914 events/s against 20,000-24,000 through `train_link`, 2026-12-05). On the 2-core
+chosen for that count, also where a script builds the trainer and runs them itself (with torch
+left on 2 threads, such a script ran UCI TGN at 8,404-8,914 events/s against 20,000-24,000
+through `train_link`, 2026-12-05). On the 2-core
 machine (2026-12-03, `gnndist train`, alternated runs) one thread ran a TGN epoch on UCI at
 7,576-9,420 events/s where 2 sleeping threads ran 5,406-5,928, and GraphSAGE epochs on
 `synthetic-static` at 5,404-7,019 nodes/s against 2,140-2,321: waking a second thread for
@@ -180,4 +181,3 @@ def job_threads() -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
-

@@ -130,7 +130,7 @@ class Channel:
         leaves: list[Any] = []
         outline = _mapped(obj, lambda x: isinstance(x, (Tensor, np.ndarray)), lambda x: leaves.append(x) or _HOLE)
         if not leaves:
-            self.conn.send(("data", (outline, None)))
+            self.send_frame(self.frame(outline))
             return
         raws, specs, end = [], [], 0  # each leaf's bytes and (offset, dtype, shape, is an array)
         for x in leaves:
