@@ -14,6 +14,7 @@ from gnndist import dist
 from gnndist.samplers import (POLICIES, DistNeighborSampler, DistTemporalSampler, DistFeatures, PrefetchLoader,
                               degree_scores, sample_neighbors, sample_temporal_multihop,
                               sample_temporal_neighbors, visit_scores)
+from gnndist.samplers.temporal import sample_tcsr
 from test_samplers import random_graph, random_tgraph
 
 N, F = 300, 5
@@ -243,3 +244,27 @@ def test_static_caches_hold_the_top_scored_remote_ids(run):
 def test_prefetch_with_concurrent_main_thread_collectives(run):
     _, outs = run
     assert all(out["prefetch"] for out in outs)
+
+
+def test_one_rank_samples_without_an_exchange_as_the_single_process_sampler():
+    """Outside a process group (one rank) `sample_hop` runs the kernel on the queries directly:
+    the single-process sample of every hop and strategy, queries at time -inf empty, and the
+    sampled events' feature rows where asked (zeros in padding)."""
+    tg = random_tgraph()
+    ef = features(tg.num_events, 3, seed=1)
+    eids = np.arange(tg.num_events)
+    sampler = DistTemporalSampler.from_events(tg.src, tg.dst, tg.t, eids, [0, tg.num_nodes])
+    nodes, times = queries_of(0, tg.num_nodes)
+    times = np.where(np.arange(nodes.size) % 7 == 0, -np.inf, times)
+    for strategy in ("recent", "uniform"):
+        got = sampler.sample_hop(nodes, times, 5, 1, strategy, 3, lambda e: ef[e])
+        ref = sample_tcsr(*tg.tcsr(), nodes, times, 5, strategy, 3, 1)
+        for a, b in zip((got.nbr, got.eid, got.ts, got.dt, got.mask), (ref.nbr, ref.eid, ref.ts, ref.dt, ref.mask)):
+            assert a.dtype == b.dtype and np.array_equal(a, b)
+        assert not got.mask[::7].any() and got.mask.sum() > 50
+        assert np.array_equal(got.feat[got.mask], ef[got.eid[got.mask]]) and not got.feat[~got.mask].any()
+        hops = sampler.sample_multihop(nodes, np.where(times > -np.inf, times, 1.0), [3, 2], strategy, seed=3)
+        for h, r in zip(hops, sample_temporal_multihop(tg, nodes, np.where(times > -np.inf, times, 1.0), [3, 2],
+                                                       strategy, seed=3)):
+            assert all(np.array_equal(a, b) for a, b in zip((h.nbr, h.eid, h.ts, h.dt, h.mask),
+                                                            (r.nbr, r.eid, r.ts, r.dt, r.mask)))
