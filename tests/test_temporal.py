@@ -19,7 +19,7 @@ from gnndist.temporal.share_process import Placement
 from gnndist.temporal.linkpred import EvalNegatives, train_negatives
 import gnndist.device
 from gnndist.temporal.models import MODELS, state_rows
-from gnndist.temporal.keys import key_scores, key_sums
+from gnndist.temporal.keys import attend
 from gnndist.temporal.modules import CellUpdater, LinkPredictor, TemporalAttention, last_per_node, update_memory
 from gnndist.temporal.state import NodeState, merge_mailbox
 from gnndist.temporal.time_encoding import time_encoder
@@ -340,7 +340,7 @@ from gnndist.temporal import keys, time_encoding
 from gnndist.temporal.config import LinkConfig
 from gnndist.temporal.events import RankEvents
 from gnndist.temporal.trainer import LinkTrainer
-every = {"scores": keys._scores, "sums": keys._sums, "add_outer": keys._add_outer, "cos": time_encoding._cos_encode,
+every = {"attend": keys._attend, "attend_grad": keys._attend_grad, "cos": time_encoding._cos_encode,
          "tcsr_serial": kernels._tcsr_serial, "tcsr_parallel": kernels._tcsr_parallel}
 count = lambda: {name: len(kernel.signatures) for name, kernel in every.items()}
 tr = LinkTrainer(RankEvents.from_graph(synthetic_temporal(200, 8000, 4, seed=0)), LinkConfig(batch_size=100))
@@ -560,32 +560,68 @@ def test_temporal_attention_matches_projecting_every_key(queries, kernels, monke
 
 
 @pytest.mark.parametrize("kernels", [True, False], ids=["cpu-kernels", "device-path"])
-@pytest.mark.parametrize("per_key", [False, True], ids=["table", "per-key"])
+@pytest.mark.parametrize("node", [True, False], ids=["table", "context-only"])
 @pytest.mark.parametrize("rows", [9, 0])
-def test_key_products_and_their_gradients_equal_the_gathered_rows(kernels, per_key, rows, monkeypatch):
-    """Scores and weighted sums of keys read from a table by index (rows picked several times,
-    zero weights as masked keys), or given per key, against the gathered rows and autograd."""
+def test_attend_and_its_gradients_equal_softmax_attention_over_the_gathered_keys(kernels, node, rows, monkeypatch):
+    """`attend`'s weighted sums of both key parts and weight totals, and the gradients of all
+    its inputs, against softmax attention written out over the gathered keys (float64): rows
+    picked several times from the table, masked keys, a row without a valid key, keys without
+    a node part."""
     monkeypatch.setattr(gnndist.device, "CPU_PATHS", kernels)
     torch.manual_seed(1)
-    k, h, c = 4, 3, 5
-    table = torch.randn(rows * k if per_key else 6, c, dtype=torch.float64, requires_grad=True)
-    index = None if per_key else torch.randint(0, 6, (rows, k))
-    u = torch.randn(h, rows, c, dtype=torch.float64, requires_grad=True)
-    w = torch.randn(rows, k, h, dtype=torch.float64) * (torch.rand(rows, k, 1) < 0.7)
-    w.requires_grad_()
-    given = table.view(rows, k, c) if per_key else table
-    scores, sums = key_scores(given, index, u), key_sums(w, given, index)
-    gathered = table.view(rows, k, c) if per_key else table[index]
-    want_scores = torch.einsum("rjc,hrc->rjh", gathered, u)
-    want_sums = torch.einsum("rjh,rjc->hrc", w, gathered)
-    assert torch.allclose(scores, want_scores) and torch.allclose(sums, want_sums)
+    k, h, cc, ck, scale = 4, 3, 5, 6, 0.7
+    u_c = torch.randn(h, rows, cc, dtype=torch.float64, requires_grad=True)
+    context = torch.randn(rows, k, cc, dtype=torch.float64, requires_grad=True)
+    u_k = torch.randn(h, rows, ck, dtype=torch.float64, requires_grad=True)
+    table = torch.randn(6, ck, dtype=torch.float64, requires_grad=True)
+    index = torch.randint(0, 6, (rows, k))
+    mask = torch.rand(rows, k) < 0.7
+    if rows:
+        mask[0] = False
+    agg_c, agg_k, weight = attend(u_c, context, *((u_k, table, index) if node else (None, None, None)), mask, scale,
+                                  torch.nn.Dropout(0.0))
+    score = torch.einsum("rjc,hrc->rjh", context, u_c)
+    if node:
+        score = score + torch.einsum("rjc,hrc->rjh", table[index], u_k)
+    attn = torch.softmax((score * scale).masked_fill(~mask.unsqueeze(-1), float("-inf")), dim=1).nan_to_num(0.0)
+    want = [torch.einsum("rjh,rjc->hrc", attn, context)] + ([torch.einsum("rjh,rjc->hrc", attn, table[index])]
+                                                          if node else []) + [attn.sum(1).t()]
+    got = [agg_c] + ([agg_k] if node else []) + [weight]
+    assert (agg_k is None) != node
+    for a, b in zip(got, want):
+        assert a.shape == b.shape and torch.allclose(a, b)
     if rows == 0:
         return
-    g1, g2 = torch.randn_like(scores), torch.randn_like(sums)
-    got = torch.autograd.grad((scores * g1).sum() + (sums * g2).sum(), [table, u, w])
-    want = torch.autograd.grad((want_scores * g1).sum() + (want_sums * g2).sum(), [table, u, w])
-    for name, a, b in zip(("table", "u", "w"), got, want):
+    inputs = [u_c, context] + ([u_k, table] if node else [])
+    g = [torch.randn_like(w) for w in want]
+    grads = torch.autograd.grad(sum((a * b).sum() for a, b in zip(got, g)), inputs)
+    wants = torch.autograd.grad(sum((a * b).sum() for a, b in zip(want, g)), inputs)
+    for name, a, b in zip(("u_c", "context", "u_k", "table"), grads, wants):
         assert torch.allclose(a, b), name
+
+
+@pytest.mark.parametrize("kernels", [True, False], ids=["cpu-kernels", "device-path"])
+def test_attend_gives_no_gradient_to_what_moves_all_scores_of_a_row_alike(kernels, monkeypatch):
+    """A key column equal for all keys of each row (a time encoding's dimension too slow to tell
+    the keys apart; a row's keys all the same neighbour) shifts every score of a row alike,
+    which softmax ignores: its part of u gets a zero gradient, exactly on the CPU path (float
+    noise there would become Adam steps)."""
+    monkeypatch.setattr(gnndist.device, "CPU_PATHS", kernels)
+    torch.manual_seed(2)
+    context, table = torch.randn(50, 10, 8), torch.randn(30, 6)
+    context[:, :, 3] = 1.0
+    index = torch.randint(0, 30, (50, 10))
+    index[7] = 4
+    u_c, u_k = torch.randn(2, 50, 8, requires_grad=True), torch.randn(2, 50, 6, requires_grad=True)
+    mask = torch.rand(50, 10) < 0.8
+    agg_c, agg_k, _ = attend(u_c, context, u_k, table, index, mask, 0.3, torch.nn.Dropout(0.0))
+    g_c, g_k = torch.autograd.grad((agg_c * torch.randn_like(agg_c)).sum() + (agg_k * torch.randn_like(agg_k)).sum(),
+                                   [u_c, u_k])
+    assert g_c[:, :, [0, 1, 2, 4]].abs().min() > 0 and g_k[:, :7].abs().min() > 0
+    if kernels:
+        assert not g_c[:, :, 3].any() and not g_k[:, 7].any()
+    else:
+        assert g_c[:, :, 3].abs().max() < 1e-5 and g_k[:, 7].abs().max() < 1e-5
 
 
 @pytest.mark.parametrize("kernels", [True, False], ids=["cpu-kernels", "device-path"])

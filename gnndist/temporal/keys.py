@@ -1,16 +1,19 @@
-"""Temporal attention's two products with its keys, where each key is a row of a table picked by
-an index (a neighbour's memory row), or one row per key (its context: time encoding, edge
-features): the scores `table[index[r, j]] . u[h, r]` and the weighted sums
-`sum_j w[r, j, h] table[index[r, j]]`. Per-head vectors (u, the sums) are head-major [H, R, C],
-the layout of the batched per-head products around them, so none is copied into another.
+"""Temporal attention over keys (`attend`): each key has a context part, one row per key (time
+encoding, edge features), and optionally a node part, a row of a table picked by an index (a
+neighbour's memory row). Per row r and head h, its score is
+`scale * (u_c[h, r] . context[r, j] + u_k[h, r] . table[index[r, j]])`, softmax over the row's
+valid keys gives the weights a[r, j, h], and the outputs are the weighted sums of both parts and
+of the weights. Per-head vectors (u, the sums) are head-major [H, R, C], the layout of the
+batched per-head products around them, so none is copied into another.
 
-On the CPU, numba kernels read the rows straight from the table and add the gradients straight
-into the table's gradient, so the [R, k, C] gathered rows (2.4 MB for a TGN batch of 200
-events: 600 rows of 10 keys of 100 values) and their gradients are never written out. That
-memory traffic, more than the arithmetic, is what these products cost as an index_select and
-batched matmuls of [k, C] x [C, H] matrices: a TGN epoch on UCI runs 11-19% more events/s
-(README). On other devices, or with `gnndist.device.CPU_PATHS` off (as the host-sync tests do,
-to follow the GPU path on the CPU), they run as exactly those torch operations.
+On the CPU one numba kernel does all of it, and one more its backward pass: the keys' rows are
+read straight from the table (the [R, k, C] gathered rows, 2.4 MB for a TGN batch of 200 events,
+are never written out) and the table's gradient is added in place. In their place the scores
+and the sums as kernels of their own, with torch's masking, softmax and sums between them
+(about ten more operations forward and fifteen backward, each writing its output out), ran a
+UCI TGN epoch at 0.91x the events/s (README). On other devices, or with
+`gnndist.device.CPU_PATHS` off (as the host-sync tests do, to follow the GPU path on the CPU),
+it runs as exactly those torch operations.
 """
 from __future__ import annotations
 
@@ -23,133 +26,169 @@ from torch import Tensor
 
 from gnndist.device import on_cpu_paths
 
+MASKED = -1e30  # the score of a masked key, before scaling (the torch path's)
 
-@njit(fastmath=True, cache=True, nogil=True)
-def _scores(table, index, u, out):
-    """out[r, j, h] = table[index[r, j]] . u[h, r], summed in float32 as the device path's
-    batched products are: 88 us against 162 for float64 sums of a TGN batch's 6,000 keys of 100
-    values (2026-12-05); the multi-rank runs of tests/test_temporal_dist.py stay within their
-    bounds of one process (float64 sums had once been needed there)."""
-    rows, k = index.shape
+
+@njit(fastmath=True, cache=True, nogil=True, error_model="numpy")
+def _attend(u_c, context, u_k, table, index, mask, scales, attn, agg_c, agg_k, weight):
+    """attn[r, j, h]: the weights (0 for masked keys, and for all keys of a row without a valid
+    one); agg_c[h, r] = sum_j attn context[r, j]; agg_k[h, r] = sum_j attn table[index[r, j]]
+    (an empty table: no node part); weight[h, r] = sum_j attn. `scales`: the scale, as a
+    1-element array of the rows' type (sums in that type)."""
+    rows, k = mask.shape
+    node, scale = table.shape[0] > 0, scales[0]
+    agg_c[:] = 0
+    agg_k[:] = 0
+    weight[:] = 0
     for r in range(rows):
-        for j in range(k):
-            row = index[r, j]
-            for h in range(u.shape[0]):
-                acc = np.float32(0.0)
-                for c in range(table.shape[1]):
-                    acc += table[row, c] * u[h, r, c]
-                out[r, j, h] = acc
+        for h in range(u_c.shape[0]):
+            top = scale * np.float32(MASKED)  # of the rows' type
+            for j in range(k):
+                if mask[r, j]:
+                    s = np.float32(0.0)
+                    for c in range(context.shape[2]):
+                        s += u_c[h, r, c] * context[r, j, c]
+                    if node:
+                        row = index[r, j]
+                        for c in range(table.shape[1]):
+                            s += u_k[h, r, c] * table[row, c]
+                    s *= scale
+                    attn[r, j, h] = s
+                    top = max(top, s)
+            total = np.float32(0.0)
+            for j in range(k):
+                if mask[r, j]:
+                    e = np.exp(attn[r, j, h] - top)
+                    attn[r, j, h] = e
+                    total += e
+                else:
+                    attn[r, j, h] = 0
+            for j in range(k):
+                if mask[r, j]:
+                    a = attn[r, j, h] / total
+                    attn[r, j, h] = a
+                    weight[h, r] += a
+                    for c in range(context.shape[2]):
+                        agg_c[h, r, c] += a * context[r, j, c]
+                    if node:
+                        row = index[r, j]
+                        for c in range(table.shape[1]):
+                            agg_k[h, r, c] += a * table[row, c]
 
 
-@njit(fastmath=True, cache=True, nogil=True)
-def _sums(w, table, index, out):
-    """out[h, r] = sum_j w[r, j, h] table[index[r, j]] (zero weights skipped: masked keys)"""
-    rows, k = index.shape
-    out[:] = 0
+@njit(fastmath=True, cache=True, nogil=True, error_model="numpy")
+def _attend_grad(u_c, context, u_k, table, index, mask, scales, attn, g_c, g_k, g_w,
+                 d_uc, d_context, d_uk, d_table):
+    """The gradients of `_attend`'s inputs given those of its outputs (g_c, g_k, g_w): d_uc,
+    d_uk [H, R, C] written, d_context [R, k, C] (if not empty) written, d_table [T, C] (if not
+    empty) added to. Softmax backward: ds = a (da - sum_j a da). As the ds of a row sum to 0,
+    d_u sums ds (key - the row's first valid key): what is the same in all keys of a row (a
+    time encoding's dimension too slow to tell them apart, say) moves all its scores alike,
+    which softmax ignores, and gets exactly no gradient, as in exact arithmetic, instead of
+    float noise that Adam would make into steps."""
+    rows, k = mask.shape
+    node, scale = table.shape[0] > 0, scales[0]
+    want_context, want_table = d_context.shape[0] > 0, d_table.shape[0] > 0
+    da = np.empty(k, attn.dtype)
+    d_uc[:] = 0
+    d_uk[:] = 0
+    d_context[:] = 0
     for r in range(rows):
-        for j in range(k):
-            row = index[r, j]
-            for h in range(w.shape[2]):
-                a = w[r, j, h]
-                if a != 0:
-                    for c in range(table.shape[1]):
-                        out[h, r, c] += a * table[row, c]
-
-
-@njit(fastmath=True, cache=True, nogil=True)
-def _add_outer(w, u, index, out):
-    """out[index[r, j]] += sum_h w[r, j, h] u[h, r]"""
-    rows, k = index.shape
-    for r in range(rows):
-        for j in range(k):
-            row = index[r, j]
-            for h in range(w.shape[2]):
-                a = w[r, j, h]
-                if a != 0:
-                    for c in range(u.shape[2]):
-                        out[row, c] += a * u[h, r, c]
+        for h in range(u_c.shape[0]):
+            dot, first = np.float32(0.0), -1
+            for j in range(k):
+                if mask[r, j]:
+                    first = j if first < 0 else first
+                    d = g_w[h, r]  # the key's dot with the outputs' gradient: written out, as the score's
+                    for c in range(context.shape[2]):  # (through a shared function both ran at 60%)
+                        d += g_c[h, r, c] * context[r, j, c]
+                    if node:
+                        row = index[r, j]
+                        for c in range(table.shape[1]):
+                            d += g_k[h, r, c] * table[row, c]
+                    da[j] = d
+                    dot += attn[r, j, h] * d
+            for j in range(k):
+                if mask[r, j]:
+                    a = attn[r, j, h]
+                    ds = a * (da[j] - dot) * scale
+                    for c in range(context.shape[2]):
+                        d_uc[h, r, c] += ds * (context[r, j, c] - context[r, first, c])
+                    if want_context:
+                        for c in range(context.shape[2]):
+                            d_context[r, j, c] += ds * u_c[h, r, c] + a * g_c[h, r, c]
+                    if node:
+                        row, ref = index[r, j], index[r, first]
+                        for c in range(table.shape[1]):
+                            d_uk[h, r, c] += ds * (table[row, c] - table[ref, c])
+                        if want_table:
+                            for c in range(table.shape[1]):
+                                d_table[row, c] += ds * u_k[h, r, c] + a * g_k[h, r, c]
 
 
 def load_kernels() -> None:
     """Compile (the first time on a machine) or load from numba's cache the kernels, for float32
     rows and int64 indices: what a first training step would otherwise pay."""
-    table, index, w = np.zeros((1, 1), np.float32), np.zeros((1, 1), np.int64), np.zeros((1, 1, 1), np.float32)
-    _scores(table, index, w, np.zeros((1, 1, 1), np.float32))
-    _sums(w, table, index, np.zeros((1, 1, 1), np.float32))
-    _add_outer(w, w, index, np.zeros((1, 1), np.float32))
+    f1, f2, f3 = np.zeros((1, 1), np.float32), np.zeros((1, 1, 1), np.float32), np.zeros((1, 1), np.int64)
+    mask, scale = np.ones((1, 1), np.bool_), np.ones(1, np.float32)
+    _attend(f2, f2, f2, f1, f3, mask, scale, f2.copy(), f2.copy(), f2.copy(), f1.copy())
+    _attend_grad(f2, f2, f2, f1, f3, mask, scale, f2, f2, f2, f1, f2.copy(), f2.copy(), f2.copy(), f1.copy())
 
 
 def _host(t: Tensor) -> np.ndarray:
     return t.detach().contiguous().numpy()
 
 
-def _run_scores(table: Tensor, index: Tensor, u: Tensor) -> Tensor:
-    out = table.new_empty((*index.shape, u.shape[0]))
-    _scores(_host(table), _host(index), _host(u), out.numpy())
-    return out
-
-
-def _run_sums(w: Tensor, table: Tensor, index: Tensor) -> Tensor:
-    out = table.new_empty((w.shape[2], index.shape[0], table.shape[1]))
-    _sums(_host(w), _host(table), _host(index), out.numpy())
-    return out
-
-
-def _table_grad(table: Tensor, w: Tensor, u: Tensor, index: Tensor) -> Tensor:
-    grad = torch.zeros_like(table)
-    _add_outer(_host(w), _host(u), _host(index), grad.numpy())
-    return grad
-
-
-class _Scores(torch.autograd.Function):
+class _Attend(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, table: Tensor, index: Tensor, u: Tensor) -> Tensor:
-        ctx.save_for_backward(table, index, u)
-        return _run_scores(table, index, u)
+    def forward(ctx, u_c: Tensor, context: Tensor, u_k: Tensor, table: Tensor, index: Tensor, mask: Tensor,
+                scale: float) -> tuple[Tensor, Tensor, Tensor]:
+        h, r = u_c.shape[:2]
+        attn = u_c.new_empty((*mask.shape, h))
+        agg_c, agg_k, weight = u_c.new_empty(u_c.shape), u_c.new_empty((h, r, table.shape[1])), u_c.new_empty((h, r))
+        ctx.scales = np.full(1, scale, attn.numpy().dtype)
+        _attend(_host(u_c), _host(context), _host(u_k), _host(table), _host(index), _host(mask), ctx.scales,
+                attn.numpy(), agg_c.numpy(), agg_k.numpy(), weight.numpy())
+        ctx.save_for_backward(u_c, context, u_k, table, index, mask, attn)
+        return agg_c, agg_k, weight
 
     @staticmethod
-    def backward(ctx, grad: Tensor):
-        table, index, u = ctx.saved_tensors
-        return (_table_grad(table, grad, u, index) if ctx.needs_input_grad[0] else None, None,
-                _run_sums(grad, table, index) if ctx.needs_input_grad[2] else None)
+    def backward(ctx, g_c: Tensor, g_k: Tensor, g_w: Tensor):
+        u_c, context, u_k, table, index, mask, attn = ctx.saved_tensors
+        want_context, want_table = ctx.needs_input_grad[1], ctx.needs_input_grad[3]
+        d_uc, d_uk = u_c.new_empty(u_c.shape), u_k.new_empty(u_k.shape)
+        d_context = context.new_empty(context.shape if want_context else (0, 1, 1))
+        d_table = torch.zeros_like(table) if want_table else table.new_empty((0, 1))
+        _attend_grad(_host(u_c), _host(context), _host(u_k), _host(table), _host(index), _host(mask), ctx.scales,
+                     attn.numpy(), _host(g_c), _host(g_k), _host(g_w), d_uc.numpy(), d_context.numpy(), d_uk.numpy(),
+                     d_table.numpy())
+        return (d_uc, d_context if want_context else None, d_uk if ctx.needs_input_grad[2] else None,
+                d_table if want_table else None, None, None, None)
 
 
-class _Sums(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, w: Tensor, table: Tensor, index: Tensor) -> Tensor:
-        ctx.save_for_backward(w, table, index)
-        return _run_sums(w, table, index)
-
-    @staticmethod
-    def backward(ctx, grad: Tensor):
-        w, table, index = ctx.saved_tensors
-        return (_run_scores(table, index, grad) if ctx.needs_input_grad[0] else None,
-                _table_grad(table, w, grad, index) if ctx.needs_input_grad[1] else None, None)
+def _gathered(table: Tensor, index: Tensor) -> Tensor:
+    """The node parts of the keys [R, k, C] as one tensor (the device path)."""
+    return table.index_select(0, index.reshape(-1)).view(*index.shape, table.shape[1])
 
 
-def _keys(table: Tensor, index: Optional[Tensor]) -> tuple[Tensor, Tensor]:
-    """(table, index) with per-row keys [R, k, C] (index None) seen as a table of R * k rows."""
-    if index is not None:
-        return table, index
-    r, k, c = table.shape
-    return table.reshape(r * k, c), torch.arange(r * k, device=table.device).view(r, k)
-
-
-def _gathered(table: Tensor, index: Optional[Tensor]) -> Tensor:
-    """The keys [R, k, C] as one tensor (the device path)."""
-    return table if index is None else table.index_select(0, index.reshape(-1)).view(*index.shape, table.shape[1])
-
-
-def key_scores(table: Tensor, index: Optional[Tensor], u: Tensor) -> Tensor:
-    """[R, k, H] scores of keys `table[index]` (table [T, C], index [R, k]; or index None and
-    table [R, k, C], the keys themselves) against u [H, R, C]."""
-    if on_cpu_paths(table, u):
-        return _Scores.apply(*_keys(table, index), u)
-    return torch.bmm(_gathered(table, index), u.permute(1, 2, 0))
-
-
-def key_sums(w: Tensor, table: Tensor, index: Optional[Tensor]) -> Tensor:
-    """[H, R, C] sums over each row's keys (as in `key_scores`) weighted by w [R, k, H]."""
-    if on_cpu_paths(w, table):
-        return _Sums.apply(w, *_keys(table, index))
-    return torch.bmm(w.transpose(1, 2), _gathered(table, index)).transpose(0, 1)
+def attend(u_c: Tensor, context: Tensor, u_k: Optional[Tensor], table: Optional[Tensor], index: Optional[Tensor],
+           mask: Tensor, scale: float, drop: torch.nn.Module) -> tuple[Tensor, Optional[Tensor], Tensor]:
+    """(agg_c [H, R, Cc], agg_k [H, R, Ck] or None, weight [H, R]): the attention of each row r
+    over its k keys (see the module docstring), with u_c [H, R, Cc] against context [R, k, Cc]
+    and u_k [H, R, Ck] against table [T, Ck] by index [R, k] (None: keys without a node part),
+    mask [R, k] (True = valid), the weights through `drop` (dropout, or none)."""
+    if on_cpu_paths(u_c, context) and not (drop.training and drop.p > 0):
+        node = table is not None
+        if not node:
+            u_k, table = u_c.new_zeros((*u_c.shape[:2], 0)), u_c.new_zeros((0, 0))
+            index = torch.zeros_like(mask, dtype=torch.long)
+        agg_c, agg_k, weight = _Attend.apply(u_c, context, u_k, table, index, mask, scale)
+        return agg_c, (agg_k if node else None), weight
+    score = torch.bmm(context, u_c.permute(1, 2, 0))  # [R, k, H]
+    if table is not None:
+        score = score + torch.bmm(_gathered(table, index), u_k.permute(1, 2, 0))
+    m = mask.unsqueeze(-1)
+    attn = drop(torch.softmax(score.masked_fill(~m, MASKED) * scale, dim=1) * m)  # [R, k, H]
+    agg_c = torch.bmm(attn.transpose(1, 2), context).transpose(0, 1)
+    agg_k = None if table is None else torch.bmm(attn.transpose(1, 2), _gathered(table, index)).transpose(0, 1)
+    return agg_c, agg_k, attn.sum(1).t()

@@ -4,7 +4,6 @@ cell over the last mail, or attention over the mailbox), embedding modules (grap
 JODIE's time projection), the link predictor, and `last_per_node`."""
 from __future__ import annotations
 
-import math
 from typing import Optional
 
 import numpy as np
@@ -13,7 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from gnndist.device import on_cpu_paths
-from gnndist.temporal.keys import key_scores, key_sums
+from gnndist.temporal.keys import attend
 
 
 class TemporalAttention(nn.Module):
@@ -23,8 +22,9 @@ class TemporalAttention(nn.Module):
 
     Keys are never projected one by one: a head's score is (W_k^T q) . key and its value
     W_v (sum_j a_j key_j) + b_v, the same algebra as projecting every key first, with k times
-    fewer multiplications; both products read the keys' node part from the table by index
-    (`gnndist.temporal.keys`). (A key bias would add the same amount to all of a query's
+    fewer multiplications; the scores, their softmax and the weighted sums are one step
+    (`gnndist.temporal.keys.attend`), which reads the keys' node part from the table by index.
+    (A key bias would add the same amount to all of a query's
     scores, which softmax ignores, so there is none.) Rows with no valid key get a zero
     attended value.
     """
@@ -51,33 +51,25 @@ class TemporalAttention(nn.Module):
         table [T, Dk], index [R, k]; context [R, k, Dc]; mask [R, k] (True = valid) -> [R, out].
         A one-row table (every key's node part the same, as TGAT's zero inputs) adds the same
         score to all keys of a row, which softmax ignores, so only the context is attended."""
-        r, k = index.shape
-        h = self.heads
+        r, h = index.shape[0], self.heads
         dh = self.q.out_features // h
         q = self.q(query).view(-1, h, dh).transpose(0, 1).contiguous()  # head-major [H, rows of query, dh]
 
-        def through(w: Tensor) -> Tensor:  # W^T q per head: [H, R or 1, D]
+        def through(w: Tensor) -> Tensor:  # W^T q per head: [H, R, D]
             u = torch.bmm(q, w.view(h, dh, -1))
-            return u if query_index is None else u.index_select(1, query_index)
+            return u.expand(-1, r, -1) if u.shape[1] == 1 else u if query_index is None else u.index_select(1, query_index)
+
+        def per_head(w: Tensor) -> Tensor:  # W per head, to multiply [H, R, D] from the right: [H, D, dh]
+            return w.view(h, dh, -1).transpose(1, 2)
 
         shared_key = table.shape[0] == 1
-        u = through(self.k_context.weight)
-        if u.shape[1] == 1:  # one query for all rows: a plain product instead of a batched one
-            score = (context.reshape(r * k, context.shape[2]) @ u[:, 0].t()).view(r, k, h)
-        else:
-            score = key_scores(context, None, u)
+        node = (None, None, None) if shared_key else (through(self.k.weight), table, index)
+        agg_c, agg_k, weight = attend(through(self.k_context.weight), context, *node, mask, dh ** -0.5, self.drop)
+        # W agg per head, plus the value bias (and a shared key's value) by weight: [H, R, dh]
+        bias = self.v(table).view(h, 1, dh) if shared_key else self.v.bias.view(h, 1, dh)
+        out = torch.baddbmm(weight.unsqueeze(-1) * bias, agg_c, per_head(self.v_context.weight))
         if not shared_key:
-            score = score + key_scores(table, index, through(self.k.weight).expand(-1, r, -1))
-        m = mask.unsqueeze(-1)
-        attn = self.drop(torch.softmax(score.masked_fill(~m, -1e30) / math.sqrt(dh), dim=1) * m)  # [R, k, H]
-        weight = attn.sum(1).t().unsqueeze(-1)  # [H, R, 1]
-        # W agg per head: [H, R, dh]
-        out = torch.bmm(key_sums(attn, context, None), self.v_context.weight.view(h, dh, -1).transpose(1, 2))
-        if shared_key:
-            out = out + weight * self.v(table).view(h, 1, dh)
-        else:
-            out = torch.baddbmm(out, key_sums(attn, table, index), self.v.weight.view(h, dh, -1).transpose(1, 2))
-            out = out + weight * self.v.bias.view(h, 1, dh)
+            out = torch.baddbmm(out, agg_k, per_head(self.v.weight))
         skip = self.skip(query)
         return out.transpose(0, 1).reshape(r, h * dh) + (skip if query_index is None else skip.index_select(0, query_index))
 
