@@ -56,7 +56,7 @@ def run(name, tg, batch_size=40, train=True, state=None, tr=None, lr=1e-2, **kw)
     for index, s, e in tr.batches(0, tg.num_events):
         batch = tr.batch(s, e, lambda rows, src, dst: train_negatives(0, 1, index, e - s, rows, dst, tg.num_nodes))
         if train:
-            fw = tr.step(batch, e - s)[1]
+            fw = tr.step(batch, e - s)[1][0].fw  # one share
         else:
             with torch.no_grad():
                 fw = tr.forward(batch)

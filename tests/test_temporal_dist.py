@@ -150,11 +150,11 @@ class RecTrainer(LinkTrainer):
         self.trace, self.epochs_run, self.rng, self.scores = [], [], [], {}
 
     def step(self, batch, global_batch, ahead=None):
-        loss, fw = super().step(batch, global_batch, ahead)
+        loss, runs = super().step(batch, global_batch, ahead)
         grad = torch.cat([torch.zeros(p.numel()) if p.grad is None else p.grad.reshape(-1) for p in self.params])
         params = torch.cat([p.detach().reshape(-1) for p in self.params])
         self.trace.append((loss, grad.numpy().copy(), params.numpy().copy(), full_state(self)))
-        return loss, fw
+        return loss, runs
 
     def evaluate(self, start, stop, desc, score=True):
         out = super().evaluate(start, stop, desc, score)

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from gnndist.device import to_device
-from gnndist.temporal.models import Batch, Forward, Hop
+from gnndist.temporal.models import Batch, Hop
 
 
 FIRST_SHARE = 0.44  # of a batch's events, the first share's (see `bounds`)
@@ -77,12 +77,3 @@ def from_wire(flat: tuple[torch.Tensor, ...]) -> tuple[Batch, list[Hop]]:
     events = Batch(src, dst, t, eid, feat, neg, host=(src.numpy(), dst.numpy(), t.numpy(), neg.numpy()))
     hops = [Hop(*flat[i:i + 6], flat[i].numpy(), flat[i + 4].numpy()) for i in range(6, len(flat), 6)]
     return events, hops
-
-
-def merged(fws: list[Forward], sizes: list[int]) -> Forward:
-    """The scores and query embeddings (src, dst, negatives) of the whole batch from its shares'."""
-    def part(fw: Forward, b: int, which: int) -> torch.Tensor:
-        return fw.embed[:b] if which == 0 else fw.embed[b:2 * b] if which == 1 else fw.embed[2 * b:]
-
-    embed = torch.cat([part(fw, b, w) for w in range(3) for fw, b in zip(fws, sizes)])
-    return Forward(pos=torch.cat([fw.pos for fw in fws]), neg=torch.cat([fw.neg for fw in fws]), embed=embed)
