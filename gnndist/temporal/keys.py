@@ -13,7 +13,8 @@ and the sums as kernels of their own, with torch's masking, softmax and sums bet
 (about ten more operations forward and fifteen backward, each writing its output out), ran a
 UCI TGN epoch at 0.91x the events/s (README). On other devices, or with
 `gnndist.device.CPU_PATHS` off (as the host-sync tests do, to follow the GPU path on the CPU),
-it runs as exactly those torch operations.
+`attend` runs as torch operations on the gathered keys: batched products, softmax, batched
+products.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ import numpy as np
 import torch
 from numba import njit
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 from gnndist.device import on_cpu_paths
 
@@ -153,12 +155,13 @@ class _Attend(torch.autograd.Function):
         return agg_c, agg_k, weight
 
     @staticmethod
+    @once_differentiable  # a second derivative raises instead of coming out as zero
     def backward(ctx, g_c: Tensor, g_k: Tensor, g_w: Tensor):
         u_c, context, u_k, table, index, mask, attn = ctx.saved_tensors
         want_context, want_table = ctx.needs_input_grad[1], ctx.needs_input_grad[3]
         d_uc, d_uk = u_c.new_empty(u_c.shape), u_k.new_empty(u_k.shape)
         d_context = context.new_empty(context.shape if want_context else (0, 1, 1))
-        d_table = torch.zeros_like(table) if want_table else table.new_empty((0, 1))
+        d_table = table.new_zeros(table.shape if want_table else (0, 1))  # contiguous: one kernel signature
         _attend_grad(_host(u_c), _host(context), _host(u_k), _host(table), _host(index), _host(mask), ctx.scales,
                      attn.numpy(), _host(g_c), _host(g_k), _host(g_w), d_uc.numpy(), d_context.numpy(), d_uk.numpy(),
                      d_table.numpy())

@@ -94,7 +94,8 @@ class Scores(NamedTuple):
 class ShareRun(NamedTuple):
     """A share of a batch run (`LinkTrainer.run_batch`): its events, its `Forward` (of a share
     run in its own process: the scores and query embeddings only) and, in training, its loss and
-    gradients (None where a parameter has none)."""
+    gradients (None where a parameter has none; after `LinkTrainer.step`, the first share's are
+    the step's summed gradients, the parameters' `grad`)."""
 
     share: Batch
     fw: Forward
