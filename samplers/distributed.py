@@ -225,24 +225,16 @@ class DistTemporalSampler:
         event touching the node it sampled. In a world of one rank the kernel writes the sample
         itself (no packing into rows for an exchange: three quarters of the time on UCI)."""
         if gdist.world_size() == 1:
-            s = sample_tcsr(*self.tcsr, self.keys[nodes - self.lo], times, k, strategy, seed, hop, rows=nodes - self.lo)
-            if features is not None:
-                held = features(s.eid[s.mask])
-                s.feat = np.zeros((nodes.size, k, held.shape[1]), held.dtype)
-                s.feat[s.mask] = held
-            return s
+            return self._sample_held(nodes, times, k, hop, strategy, seed, features)
         live = np.flatnonzero(times > -np.inf)
         keys = np.stack([nodes[live], times[live].view(np.int64)], axis=1)
         req = Requests(keys, owners(nodes[live], self.node_offsets), self.group)
         ids, tq = req.received[:, 0], np.ascontiguousarray(req.received[:, 1]).view(np.float64)
-        s = sample_tcsr(*self.tcsr, self.keys[ids - self.lo], tq, k, strategy, seed, hop, rows=ids - self.lo)
+        s = self._sample_held(ids, tq, k, hop, strategy, seed, features)
         cols = [np.concatenate([s.counts[:, None], s.nbr, s.eid, s.ts.view(np.int64)], axis=1)]
         if features is not None:
-            held = features(s.eid[s.mask])
-            dtype, width = held.dtype, held.shape[1]  # also unpack the reply below
-            feat = np.zeros((ids.size, k, width), dtype)
-            feat[s.mask] = held
-            cols.append(feat.reshape(ids.size, k * width))
+            dtype, width = s.feat.dtype, s.feat.shape[2]  # also unpack the reply below
+            cols.append(s.feat.reshape(ids.size, k * width))
         back = req.reply(np.concatenate([c.view(np.uint8) for c in cols], axis=1))
         rows = np.zeros((nodes.size, back.shape[1]), np.uint8)
         rows[live] = back
@@ -252,6 +244,17 @@ class DistTemporalSampler:
         return TemporalSample.finish(ints[:, 1:1 + k], ints[:, 1 + k:1 + 2 * k],
                                      np.ascontiguousarray(ints[:, 1 + 2 * k:]).view(np.float64), ints[:, 0], times,
                                      feat)
+
+    def _sample_held(self, ids: np.ndarray, times: np.ndarray, k: int, hop: int, strategy: str, seed: int,
+                     features: Optional[Callable[[np.ndarray], np.ndarray]]) -> TemporalSample:
+        """The sample of queries for nodes this rank owns (`ids`, global), with the sampled
+        events' feature rows (`feat`, zero in padding) where `features` is given."""
+        s = sample_tcsr(*self.tcsr, self.keys[ids - self.lo], times, k, strategy, seed, hop, rows=ids - self.lo)
+        if features is not None:
+            held = features(s.eid[s.mask])
+            s.feat = np.zeros((ids.size, k, held.shape[1]), held.dtype)
+            s.feat[s.mask] = held
+        return s
 
     def sample(self, nodes, times, k: int, strategy: str = "recent", seed: int = 0) -> TemporalSample:
         """Like `sample_temporal_neighbors`, for any nodes; a collective."""
