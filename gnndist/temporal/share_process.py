@@ -21,10 +21,14 @@ the rank may overwrite the buffer): the process prepares it as soon as it gets i
 reads its state rows and neighbour contexts then, while the rank sums the gradients and steps
 the optimizer) and starts it as soon as the rank says (`start_staged`), with the parameters
 updated. The process ignores Ctrl-C (the rank handles it) and ends when the rank closes the
-pipe or ends.
+pipe or ends. Its collector never frees what it inherited (`gc.freeze` at once): garbage the rank
+had at the fork is the rank's to free, and a destructor run in the process may reach what the
+rank alone has (a TCP store's server, kept by a traceback's reference cycle in a process that
+had run a failed launch, joined a thread that was never forked: SIGSEGV in a training step).
 """
 from __future__ import annotations
 
+import gc
 import math
 import mmap
 import multiprocessing
@@ -226,6 +230,7 @@ class ShareProcess:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
             raise
         if pid == 0:  # the share's process: serves until the rank closes the pipe, never returns
+            gc.freeze()  # what it inherited is the rank's to free (see the module docstring)
             code = 1
             try:
                 signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the rank's to handle
