@@ -51,6 +51,7 @@ class RankEvents:
     def __post_init__(self) -> None:
         self.lo, self.hi = int(self.node_offsets[self.rank]), int(self.node_offsets[self.rank + 1])
         self.scored = np.flatnonzero((self.src >= self.lo) & (self.src < self.hi))  # positions of own events
+        self.scored_eid = self.eid[self.scored]  # their global ids, increasing
         self._tcsr: Optional[tuple] = None
 
     def partition_key(self) -> Optional[str]:
@@ -109,7 +110,7 @@ class RankEvents:
     def share(self, start: int, stop: int) -> np.ndarray:
         """Positions (in the held arrays) of the events this rank scores among the global events
         [start, stop), in event order."""
-        own = self.eid[self.scored]
+        own = self.scored_eid
         return self.scored[np.searchsorted(own, start):np.searchsorted(own, stop)]
 
     def first_seen(self) -> np.ndarray:

@@ -282,17 +282,20 @@ class LinkTrainer:
         """This rank's events of the global batch [start, stop) on the device (`events_of`)."""
         return self.on_device(self.events_of(start, stop, negatives))
 
-    def steps(self, start: int, stop: int, negatives: Optional[Callable] = None) -> Iterator[tuple[int, Batch]]:
+    def steps(self, start: int, stop: int, negatives: Optional[Callable] = None, per_event: int = 0
+              ) -> Iterator[tuple[int, Batch]]:
         """(size, this rank's batch) of each global batch over the events [start, stop), in order;
-        `negatives(index, size, rows, src, dst)` gives the negatives of batch `index` (see
-        `events_of`). What depends on the events only is exchanged for a window of batches at
-        once, ahead of them: the neighbours (`Neighbours.plan`, one exchange per hop), the state
-        rows' counts and routes (`plan` of the node state) and, where `forward` serves
-        negatives, where each is embedded (`served.route`)."""
+        `negatives(index, size, rows, src, dst)` gives the `per_event` negatives of each event of
+        batch `index` (see `events_of`). What depends on the events only is exchanged for a
+        window of batches at once, ahead of them: the neighbours (`Neighbours.plan`, one exchange
+        per hop), the state rows' counts and routes (`plan` of the node state) and, where
+        `forward` serves negatives, where each is embedded (`served.route`)."""
         model, todo = self.model, list(self.batches(start, stop))
         ks = [model.k] * model.sampling.hops
-        # sized for the most queries a batch can have (every rank sizes it alike)
-        window = self.neighbours.steps_ahead(self.cfg.batch_size * (2 + self.cfg.eval_negatives), ks)
+        # sized for the queries of a full batch (every rank sizes it alike): 3 per event in training
+        # (32 steps a window at batch 200, k = 10, 8 edge features), 12 in an evaluation with 10
+        # negatives (11 steps)
+        window = self.neighbours.steps_ahead(self.cfg.batch_size * (2 + per_event), ks)
         for w in range(0, len(todo), window):
             chunk = todo[w:w + window]
             events = [self.events_of(s, e, None if negatives is None else partial(negatives, index, e - s))
@@ -589,7 +592,7 @@ class LinkTrainer:
         n = self.events.num_nodes
         with self._bar(self.train_end, f"epoch {epoch}") as bar:
             ahead = Lookahead(self.steps(0, self.train_end, lambda index, size, rows, src, dst: train_negatives(
-                cfg.seed, epoch, index, size, rows, dst, n)))
+                cfg.seed, epoch, index, size, rows, dst, n), per_event=1))
             for size, batch in ahead:
                 loss = self.step(batch, size, ahead)[0]
                 total += loss * size
@@ -612,11 +615,12 @@ class LinkTrainer:
         self.model.eval()
         ev, cfg = self.events, self.cfg
         negatives = EvalNegatives(ev.new_to_orig[ev.src[ev.scored]], ev.new_to_orig[ev.dst[ev.scored]],
-                                  ev.eid[ev.scored], ev.num_nodes, start, stop, cfg.neg, cfg.eval_negatives,
+                                  ev.scored_eid, ev.num_nodes, start, stop, cfg.neg, cfg.eval_negatives,
                                   cfg.seed) if score else None
         pos, neg, eid, ends = [], [], [], []
         with self._bar(stop - start, desc) as bar:
-            ahead = Lookahead(self.steps(start, stop, negatives.batch if score else None))
+            ahead = Lookahead(self.steps(start, stop, negatives.batch if score else None,
+                                         cfg.eval_negatives if score else 0))
             for size, batch in ahead:
                 runs = self.run_batch(batch, ahead=ahead)
                 self.write(runs)
