@@ -612,7 +612,8 @@ class GradientSum:
 
     def result(self) -> Optional[torch.Tensor]:
         """Replace each gradient by its sum over the ranks (summing now, unless an exchange
-        carried it); the summed `extra`."""
+        carried it): views of the one summed vector, which nothing else holds; the summed
+        `extra`."""
         if world_size() == 1:
             return self.extra
         flat = self.flat()
@@ -621,7 +622,7 @@ class GradientSum:
             self.summed = True
         at, has = 0, self._has
         for p in self.params:
-            p.grad = flat[at:at + p.numel()].view_as(p).clone()
+            p.grad = flat[at:at + p.numel()].view_as(p)
             at += p.numel()
         if not all(has):  # a parameter without a gradient here: the sum says whether a rank had one
             has = flat[at:at + len(self.params)].tolist()
