@@ -746,7 +746,7 @@ class LinkTrainer:
                 far = far[:0]
             elif far.size > cap:
                 far = far[np.argpartition(-score[far], cap - 1)[:cap]]
-            sends.append(torch.from_numpy(np.stack([ev.eid[own][far].astype(np.float64), score[far]], 1)))
+            sends.append(torch.from_numpy(np.stack([ev.scored_eid[far].astype(np.float64), score[far]], 1)))
         got = dist.exchange(sends, group)
         holders = np.concatenate([np.full(g.shape[0], r, np.int64) for r, g in enumerate(got)])
         rows = torch.cat(got).numpy()
