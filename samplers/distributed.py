@@ -9,7 +9,7 @@ seeds of their own.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
@@ -248,13 +248,12 @@ class DistTemporalSampler:
         came = TemporalSample.finish(ints[:, 1:1 + k], ints[:, 1 + k:1 + 2 * k],
                                      np.ascontiguousarray(ints[:, 1 + 2 * k:]).view(np.float64), ints[:, 0],
                                      times[away], feat)
-        out = TemporalSample(*(np.zeros((nodes.size, *a.shape[1:]), a.dtype) for a in
-                               (s.nbr, s.eid, s.ts, s.dt, s.mask)),
-                             None if features is None else np.zeros((nodes.size, k, width), dtype))
-        for name in ("nbr", "eid", "ts", "dt", "mask") + (() if features is None else ("feat",)):
-            col = getattr(out, name)
-            col[here], col[away] = getattr(mine, name), getattr(came, name)
-        return out
+        cols = {}
+        for name in (f.name for f in fields(s)):  # each query's row from where it was sampled; padding stays zero
+            if (like := getattr(s, name)) is not None:
+                col = cols[name] = np.zeros((nodes.size, *like.shape[1:]), like.dtype)
+                col[here], col[away] = getattr(mine, name), getattr(came, name)
+        return TemporalSample(**cols)
 
     def _sample_held(self, ids: np.ndarray, times: np.ndarray, k: int, hop: int, strategy: str, seed: int,
                      features: Optional[Callable[[np.ndarray], np.ndarray]]) -> TemporalSample:
