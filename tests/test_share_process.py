@@ -2,6 +2,7 @@
 the objects themselves; memory both processes see; its errors, its death and its end as the
 rank sees them."""
 import ctypes
+import gc
 import os
 import signal
 import time
@@ -276,11 +277,8 @@ def test_a_later_process_holds_no_end_of_an_earlier_ones_pipe(process):
     assert round_trip(q, 2) == 2
 
 
-
 def collect(work, ready):
     ready()
-    import gc
-
     gc.collect()
     return os.getpid()
 
@@ -291,8 +289,6 @@ def test_the_process_never_frees_the_ranks_garbage(process, tmp_path):
     reference cycle, joins its thread when it is freed: in the process, a thread that was never
     forked, and a SIGSEGV in the middle of a training step). A collection in the process leaves
     it alone; the rank frees it itself."""
-    import gc
-
     class Cycle:
         def __del__(self):
             with open(tmp_path / "freed", "a") as f:
