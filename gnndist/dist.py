@@ -597,9 +597,16 @@ class GradientSum:
         self._has: list[bool] = []
         self.summed = False
 
-    def flat(self) -> torch.Tensor:
+    @property
+    def size(self) -> int:
+        """The entries of `flat`."""
+        return sum(p.numel() for p in self.params) + len(self.params) + (0 if self.extra is None else
+                                                                          self.extra.numel())
+
+    def flat(self, into: Optional[torch.Tensor] = None) -> torch.Tensor:
         """This rank's gradients, a flag per parameter (whether it has one) and `extra`, as one
-        float32 vector (the sum once `summed`)."""
+        float32 vector of `size` entries (the sum once `summed`); made in `into` (e.g. the front
+        of an exchange's send buffer) where given, which then holds it."""
         if self._flat is None:
             dev = self.params[0].device
             extra = (torch.zeros(0, device=dev) if self.extra is None
@@ -607,7 +614,9 @@ class GradientSum:
             self._has = [p.grad is not None for p in self.params]
             self._flat = torch.cat([p.grad.reshape(-1) if h else torch.zeros(p.numel(), device=dev)
                                     for p, h in zip(self.params, self._has)]
-                                   + [torch.tensor(self._has, dtype=torch.float32, device=dev), extra])
+                                   + [torch.tensor(self._has, dtype=torch.float32, device=dev), extra], out=into)
+        elif into is not None:
+            self._flat = into.copy_(self._flat)
         return self._flat
 
     def result(self) -> Optional[torch.Tensor]:
@@ -671,11 +680,11 @@ def _exchange_carrying(send: Sequence[torch.Tensor], recv_sizes: list[int], s: G
     """`exchange` between the two ranks of a swap, the gradient sum `s` travelling with the rows:
     one all-to-all of raw bytes, gradients first (padded to 16 bytes, so the rows stay aligned)."""
     me, other = rank(), 1 - rank()
-    flat, rows = s.flat(), send[other].contiguous()
-    head = -(-flat.numel() * 4 // 16) * 16
+    rows = send[other].contiguous()
+    head = -(-s.size * 4 // 16) * 16
     row_bytes = math.prod(rows.shape[1:]) * rows.element_size()
     out = torch.empty(head + rows.numel() * rows.element_size(), dtype=torch.uint8)
-    out[:flat.numel() * 4] = flat.view(torch.uint8)
+    flat = s.flat(out[:s.size * 4].view(torch.float32))  # made in place: no copy of the gradients
     out[flat.numel() * 4:head] = 0
     out[head:] = rows.reshape(-1).view(torch.uint8)
     got = torch.empty(head + recv_sizes[other] * row_bytes, dtype=torch.uint8)
