@@ -680,17 +680,17 @@ def _exchange_carrying(send: Sequence[torch.Tensor], recv_sizes: list[int], s: G
     """`exchange` between the two ranks of a swap, the gradient sum `s` travelling with the rows:
     one all-to-all of raw bytes, gradients first (padded to 16 bytes, so the rows stay aligned)."""
     me, other = rank(), 1 - rank()
-    rows = send[other].contiguous()
-    head = -(-s.size * 4 // 16) * 16
+    rows, grad_bytes = send[other].contiguous(), 4 * s.size
+    head = -(-grad_bytes // 16) * 16
     row_bytes = math.prod(rows.shape[1:]) * rows.element_size()
     out = torch.empty(head + rows.numel() * rows.element_size(), dtype=torch.uint8)
-    flat = s.flat(out[:s.size * 4].view(torch.float32))  # made in place: no copy of the gradients
-    out[flat.numel() * 4:head] = 0
+    flat = s.flat(out[:grad_bytes].view(torch.float32))  # made in place: no copy of the gradients
+    out[grad_bytes:head] = 0
     out[head:] = rows.reshape(-1).view(torch.uint8)
     got = torch.empty(head + recv_sizes[other] * row_bytes, dtype=torch.uint8)
     out_split, in_split = [[0, n] if me == 0 else [n, 0] for n in (got.numel(), out.numel())]
     _check(f"{name} (with the gradient sum)", lambda: dist.all_to_all_single(got, out, out_split, in_split))
-    flat.add_(got[:flat.numel() * 4].view(torch.float32))  # a + b == b + a: the same sum on both ranks
+    flat.add_(got[:grad_bytes].view(torch.float32))  # a + b == b + a: the same sum on both ranks
     s.summed = True
     parts = [send[me], got[head:].view(rows.dtype).reshape(recv_sizes[other], *rows.shape[1:])]
     return parts if me == 0 else parts[::-1]
