@@ -11,6 +11,7 @@ other threads run kernels, numba's fallback `workqueue` layer does not.
 """
 from __future__ import annotations
 
+import os
 import queue
 import threading
 from typing import Any, Callable, Iterable, Iterator
@@ -22,10 +23,12 @@ _DONE = object()
 
 class PrefetchLoader:
     """Yields `fn(w)` for each `w` in `work`, in order. With `enabled`, a background thread
-    runs one item ahead; with `enabled=False` everything runs inline (debug)."""
+    runs one item ahead; with `enabled=False` everything runs inline (debug). With `idle` (Linux)
+    the thread runs at the lowest priority (SCHED_IDLE): on a core the caller keeps busy it runs
+    only while the caller waits (for other ranks, or for it), never slowing the caller down."""
 
-    def __init__(self, work: Iterable[Any], fn: Callable[[Any], Any], enabled: bool = True) -> None:
-        self.work, self.fn, self.enabled = work, fn, enabled
+    def __init__(self, work: Iterable[Any], fn: Callable[[Any], Any], enabled: bool = True, idle: bool = False) -> None:
+        self.work, self.fn, self.enabled, self.idle = work, fn, enabled, idle
 
     def __iter__(self) -> Iterator[Any]:
         if not self.enabled:
@@ -37,6 +40,8 @@ class PrefetchLoader:
 
         def produce() -> None:
             torch_threads_here()
+            if self.idle and hasattr(os, "SCHED_IDLE"):
+                os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
             try:
                 for w in self.work:
                     if stop.is_set():

@@ -1,5 +1,6 @@
 """Feature store, cache policies and the prefetch loader in one process (the 2- and 4-rank
 checks are in test_samplers_dist.py)."""
+import os
 import threading
 
 import numpy as np
@@ -116,6 +117,16 @@ def test_prefetch_runs_ahead_in_order_and_can_be_disabled():
     started = [threading.Event() for _ in range(6)]
     for i, v in enumerate(PrefetchLoader(range(5), fn, enabled=False)):
         assert v == i * i and not started[i + 1].is_set()
+
+
+def test_an_idle_prefetch_thread_runs_at_the_lowest_priority():
+    """`idle`: items are made under SCHED_IDLE, off the caller's thread, whose priority stays."""
+    def policy(i):
+        return threading.get_ident() != threading.main_thread().ident, os.sched_getscheduler(0)
+
+    assert list(PrefetchLoader(range(3), policy, idle=True)) == [(True, os.SCHED_IDLE)] * 3
+    assert list(PrefetchLoader(range(3), policy)) == [(True, os.SCHED_OTHER)] * 3
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER
 
 
 def test_prefetch_raises_errors_in_the_caller_and_stops_early():

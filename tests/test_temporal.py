@@ -1,10 +1,13 @@
 """Memory-based temporal GNNs: no leakage, write-once state updates, monotone times, mailbox,
 dedup and attention helpers against brute force, and every model learning."""
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -23,6 +26,7 @@ from gnndist.temporal.keys import attend
 from gnndist.temporal.modules import CellUpdater, LinkPredictor, TemporalAttention, last_per_node, update_memory
 from gnndist.temporal.state import NodeState, merge_mailbox
 from gnndist.temporal.time_encoding import time_encoder
+from gnndist.temporal.timers import Timers
 from gnndist.temporal import neighbours
 from gnndist.temporal.trainer import LinkTrainer, TimedState, batch_loss
 from gnndist.threads import job_threads
@@ -363,11 +367,31 @@ def test_a_trainer_has_every_kernel_its_steps_run_before_the_first_epoch():
     assert got["trained"] == got["built"] and min(got["built"].values()) == 1, got
 
 
+def test_timers_leave_out_what_a_thread_runs_untimed():
+    """Work a thread does beside the steps (a window's plan) is no phase of the step; the same
+    phase in another thread meanwhile is."""
+    timers = Timers()
+
+    def spend(untimed):
+        with timers.untimed() if untimed else contextlib.nullcontext():
+            with timers.phase("sample"):
+                time.sleep(0.05)
+
+    beside = threading.Thread(target=spend, args=(True,))
+    beside.start()
+    spend(False)
+    beside.join()
+    timed = timers.seconds["sample"]
+    assert 0.05 <= timed < 0.1
+    spend(True)
+    assert timers.seconds["sample"] == timed
+
+
 def test_neighbours_refuse_queries_other_than_the_planned_ones():
     tg = random_graph()
     tr = trainer("tgn", tg)
     nodes, times = tg.src[:5], tg.t[:5]
-    tr.neighbours.plan([(nodes, times)], [4])
+    tr.neighbours.use(tr.neighbours.plan([(nodes, times)], [4]))
     with pytest.raises(RuntimeError, match="other queries than the ones planned"):
         tr.neighbours(nodes[::-1], times, [4])
 

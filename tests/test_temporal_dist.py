@@ -10,7 +10,9 @@ same `LinkTrainer` on the whole graph.
 """
 import dataclasses
 import json
+import os
 import shutil
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -147,7 +149,11 @@ class RecTrainer(LinkTrainer):
 
     def __init__(self, *a, **kw):
         super().__init__(*a, **kw)
-        self.trace, self.epochs_run, self.rng, self.scores = [], [], [], {}
+        self.trace, self.epochs_run, self.rng, self.scores, self.planned_on = [], [], [], {}, set()
+
+    def _plan_window(self, *a, **kw):
+        self.planned_on.add((threading.get_ident() == threading.main_thread().ident, os.sched_getscheduler(0)))
+        return super()._plan_window(*a, **kw)
 
     def step(self, batch, global_batch, ahead=None):
         loss, runs = super().step(batch, global_batch, ahead)
@@ -203,6 +209,7 @@ def worker(store, own_copies, tg, ckpt_root):
             held["own_rows"] = [t.shape[0] for t in (st.local.memory, st.local.mail)] == [st.hi - st.lo] * 2
             held["no_foreign"] = not any(isinstance(v, torch.Tensor) and v.is_floating_point() for v in vars(st).values())
         out[model, memory] = (tr.trace, metrics, held, tr.scores)
+        out["planned_on", model, memory] = tr.planned_on
     # a rank built from a copy of the store that holds only its own part
     out["own_copy"] = fit(LinkTrainer(rank_events(own_copies[gdist.rank()]), config("tgn", "partitioned")))
     out["selection"] = fit(LinkTrainer(events, config(**SELECTION)))
@@ -455,6 +462,16 @@ def test_what_depends_on_the_events_only_is_exchanged_ahead_of_the_steps(launche
             ((2 - carried) * 7 + 6) / 7)
         assert out["own_copy"]["epochs"][0]["collectives_per_step"] == pytest.approx(
             ((3 - carried) * 7 + 8) / 7)  # no recorder
+
+
+def test_windows_are_planned_by_a_thread_at_the_lowest_priority(launched):
+    """Every window's plan (training and evaluation) is made off the main thread, under
+    SCHED_IDLE: it runs while the steps wait for the other ranks (the figures above equal one
+    process's all the same)."""
+    _, _, results = launched
+    for out in results:
+        for case in CASES:
+            assert out["planned_on", case[0], case[1]] == {(False, os.SCHED_IDLE)}, case
 
 
 def test_resume_runs_only_the_remaining_epochs_from_the_saved_state(launched):

@@ -36,7 +36,7 @@ from gnndist import dist as gdist
 from gnndist.dist import pack, unpack
 from gnndist.device import to_device
 from gnndist.graph import owners
-from gnndist.samplers.distributed import StepRequests, requests_per_step, sampler_group
+from gnndist.samplers.distributed import requests_per_step, sampler_group
 from gnndist.temporal.state import NodeState
 
 _INT = torch.int64
@@ -62,6 +62,7 @@ class _RankState:
     _nodes: Optional[np.ndarray] = None  # this batch's endpoints, sorted (host)
     _keys: Optional[Tensor] = None  # their keys (device)
     _write_sizes: Optional[deque] = None  # of the coming steps' writes: the rows each rank sends here
+    _reads: Optional[deque] = None  # of the coming steps' reads, where they travel: (ids, their routes)
     rows_fetched = 0  # rows received from other ranks
     bytes_sent = 0  # bytes sent to other ranks
 
@@ -72,6 +73,10 @@ class _RankState:
 
     def reset_traffic(self) -> None:
         self.rows_fetched = self.bytes_sent = 0
+
+    def use(self, plan: tuple[deque, deque]) -> None:
+        """Have the coming steps' writes and reads follow `plan`'s routes (`plan`'s return)."""
+        self._write_sizes, self._reads = plan
 
     def begin_batch(self, src: np.ndarray, dst: np.ndarray, eid: np.ndarray) -> None:
         """Name the events this rank processes in the current batch (host arrays; global event
@@ -118,11 +123,11 @@ class ReplicatedNodeState(_RankState, NodeState):
         super().__init__(num_nodes, memory_dim, mail_dim, mailbox_size, start_time, device)
         self.device = self.memory.device
 
-    def plan(self, writes: list[np.ndarray], reads: Optional[list[np.ndarray]] = None) -> None:
+    def plan(self, writes: list[np.ndarray], reads: Optional[list[np.ndarray]] = None) -> tuple[deque, deque]:
         """Every rank's row count of each coming write, in one all-gather (reads are local)."""
         mine = torch.tensor([ids.size for ids in writes], dtype=torch.int64)
         counts = torch.stack(gdist.all_gather_varsize(mine, sampler_group(), [len(writes)] * gdist.world_size()), 1)
-        self._write_sizes = deque(counts.tolist())
+        return deque(counts.tolist()), deque()
 
     def _gather(self, buf: Tensor, sizes: Optional[list[int]] = None) -> Tensor:
         """Every rank's `buf` rows (`sizes` of them, if known), concatenated (counts what this
@@ -170,7 +175,6 @@ class PartitionedNodeState(_RankState):
         self.num_nodes = int(self.offsets[-1])
         self.local = NodeState(self.hi - self.lo, memory_dim, mail_dim, mailbox_size, start_time, device)
         self.device = self.local.memory.device
-        self._reads: deque[tuple[np.ndarray, StepRequests]] = deque()  # of the coming steps: (ids, their routes)
 
     def provisional(self):
         """The writes within the block are undone at its end (`NodeState.provisional`)."""
@@ -179,20 +183,19 @@ class PartitionedNodeState(_RankState):
     def reset(self) -> None:
         self.local.reset()
 
-    def plan(self, writes: list[np.ndarray], reads: Optional[list[np.ndarray]] = None) -> None:
+    def plan(self, writes: list[np.ndarray], reads: Optional[list[np.ndarray]] = None) -> tuple[deque, deque]:
         """How many rows each owner gets from each rank in each coming write, in one exchange;
         and the ids each coming read asks each owner for, in one more (without `reads`, the
         reads ask step by step)."""
         w, group, k = self.offsets.size - 1, sampler_group(), len(writes)
         counts = np.stack([np.bincount(owners(ids, self.offsets), minlength=w) for ids in writes]).reshape(k, w)
         got = gdist.exchange(list(torch.from_numpy(np.ascontiguousarray(counts.T))), group, recv_sizes=[k] * w)
-        self._write_sizes = deque(torch.stack(got, 1).tolist())
-        self._reads = deque()
+        write_sizes = deque(torch.stack(got, 1).tolist())
         if reads is None:
-            return
+            return write_sizes, deque()
         routed = requests_per_step(reads, [owners(ids, self.offsets) for ids in reads], group)
         self.bytes_sent += 16 * sum(sum(r.send_sizes) - r.send_sizes[self.rank] for r in routed)  # id, step
-        self._reads = deque(zip(reads, routed))
+        return write_sizes, deque(zip(reads, routed))
 
     def _to_owners(self, ids: np.ndarray, rows: Tensor, recv_sizes: Optional[list[int]] = None
                    ) -> tuple[list[Tensor], Tensor, list[int]]:

@@ -85,21 +85,24 @@ class Neighbours:
         per_step = sum(queries * math.prod(ks[:h + 1]) for h in range(len(ks))) * entry
         return max(1, min(PLAN_STEPS, PLAN_BYTES // max(per_step, 1)))
 
-    def plan(self, queries: list[tuple[np.ndarray, np.ndarray]], ks: list[int]
-             ) -> list[list[tuple[TemporalSample, torch.Tensor]]]:
+    def plan(self, queries: list[tuple[np.ndarray, np.ndarray]], ks: list[int]) -> deque:
         """Sample the queries (nodes, times) of the coming calls all at once (a collective: one
-        exchange per hop for all of them); the calls then take their samples in this order.
-        Returns each call's hops (samples, features)."""
+        exchange per hop for all of them). Returns the plan, ((nodes, times), each hop's
+        (samples, features)) per call, which the calls take in this order once `use`d."""
         cuts = np.cumsum([0] + [n.size for n, _ in queries])
         hops = self._with_features(np.concatenate([n for n, _ in queries]), np.concatenate([t for _, t in queries]), ks)
-        self._planned = deque()
+        planned = deque()
         for i, query in enumerate(queries):
             mine = []
             for h, (s, f) in enumerate(hops):
                 lo, hi = cuts[i] * math.prod(ks[:h]), cuts[i + 1] * math.prod(ks[:h])
                 mine.append((s.rows(lo, hi), f[lo:hi]))
-            self._planned.append((query, mine))
-        return [hops for _, hops in self._planned]
+            planned.append((query, mine))
+        return planned
+
+    def use(self, planned: deque) -> None:
+        """Hand the coming calls the samples of `plan`."""
+        self._planned = planned
 
     def __call__(self, nodes: np.ndarray, times: np.ndarray, ks: list[int]) -> list[Hop]:
         """The hops of these queries: the next planned ones, or else sampled now (a collective)."""

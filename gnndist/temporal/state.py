@@ -10,7 +10,7 @@ methods.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Iterator, Optional
+from typing import Any, Iterator, Optional
 
 import numpy as np
 import torch
@@ -52,11 +52,14 @@ class NodeState:
         """The events of the next write, as host arrays (what distributed states key writes by);
         nothing here."""
 
-    def plan(self, writes: list[np.ndarray], reads: Optional[list[np.ndarray]] = None) -> None:
+    def plan(self, writes: list[np.ndarray], reads: Optional[list[np.ndarray]] = None) -> Any:
         """The nodes the coming steps write (each step's distinct endpoints) and, where reads
         travel between ranks, read (each step's `read` ids), as host arrays, ahead of the steps:
         a distributed state exchanges what depends on them for all the steps at once (a
-        collective); nothing here."""
+        collective) and returns it for `use`; nothing here."""
+
+    def use(self, plan: Any) -> None:
+        """Have the coming steps' writes and reads follow `plan`'s routes; nothing here."""
 
     def read(self, ids: Tensor, host_ids: Optional[np.ndarray] = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """(memory, last_update, mail, mail_time) rows of the global node ids `ids`. `host_ids`

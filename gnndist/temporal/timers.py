@@ -1,6 +1,7 @@
 """Where a training step's time goes: seconds per phase, timed on the host or by CUDA events."""
 from __future__ import annotations
 
+import threading
 import time
 from contextlib import contextmanager
 from typing import Any, Iterator
@@ -16,10 +17,12 @@ class Timers:
     sync (gradient all-reduce, state writes, served embeddings); compute is the rest. On a GPU
     a phase is timed by CUDA events at its ends, on the device's stream: the time it adds after
     the work queued before it, read when `seconds` is asked for (one wait for the device, at the
-    end of an epoch, instead of two per phase)."""
+    end of an epoch, instead of two per phase). Work a thread does beside the steps (planning
+    ahead: `LinkTrainer.steps`) runs `untimed`: it is no phase of the step; the step's wait for
+    it is."""
 
     def __init__(self, device: torch.device = torch.device("cpu")) -> None:
-        self.device = device
+        self.device, self._untimed = device, threading.local()
         self.reset()
 
     def reset(self) -> None:
@@ -41,7 +44,19 @@ class Timers:
         return self._seconds
 
     @contextmanager
+    def untimed(self) -> Iterator[None]:
+        """Phases entered within the block, in this thread, are not timed."""
+        self._untimed.on = True
+        try:
+            yield
+        finally:
+            self._untimed.on = False
+
+    @contextmanager
     def phase(self, name: str) -> Iterator[None]:
+        if getattr(self._untimed, "on", False):
+            yield
+            return
         if self.device.type == "cuda":
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()

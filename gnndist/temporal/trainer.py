@@ -32,6 +32,7 @@ import resource
 import sys
 import time
 from collections import deque
+from contextlib import nullcontext
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterator, NamedTuple, Optional, Union
@@ -54,7 +55,7 @@ from gnndist.launch import Data, Outputs, Split, run_job
 from gnndist.validate import check_type
 from gnndist.partition import load_id_maps, load_partition
 from gnndist.runlog import RunLog
-from gnndist.samplers import hit_rate, sampler_group
+from gnndist.samplers import PrefetchLoader, hit_rate, sampler_group
 from gnndist.samplers.distributed import Requests
 from gnndist.samplers.distributed import StepRequests
 from gnndist.temporal import keys, models, time_encoding
@@ -146,9 +147,9 @@ class TimedState:
         with self.timers.phase("fetch"):
             return self.state.read(*args, **kwargs)
 
-    def plan(self, *args, **kwargs) -> None:
+    def plan(self, *args, **kwargs) -> Any:
         with self.timers.phase("sync"):
-            self.state.plan(*args, **kwargs)
+            return self.state.plan(*args, **kwargs)
 
     def write(self, *args, **kwargs) -> None:
         with self.timers.phase("sync"):
@@ -287,35 +288,70 @@ class LinkTrainer:
         """(size, this rank's batch) of each global batch over the events [start, stop), in order;
         `negatives(index, size, rows, src, dst)` gives the `per_event` negatives of each event of
         batch `index` (see `events_of`). What depends on the events only is exchanged for a
-        window of batches at once, ahead of them: the neighbours (`Neighbours.plan`, one exchange
-        per hop), the state rows' counts and routes (`plan` of the node state) and, where
-        `forward` serves negatives, where each is embedded (`served.route`)."""
+        window of batches at once, ahead of them (`_plan_window`): the neighbours
+        (`Neighbours.plan`, one exchange per hop), the state rows' counts and routes (`plan` of
+        the node state) and, where `forward` serves negatives, where each is embedded
+        (`served.route`). With several ranks a thread plans the coming windows while the steps
+        run, on the samplers' group, at the lowest priority (`PrefetchLoader`'s `idle`): it runs
+        while the step waits for the other ranks, and the step waits for it (timed as `sample`,
+        or as `sync` without neighbours to sample) only where it is not done in time."""
         model, todo = self.model, list(self.batches(start, stop))
         ks = [model.k] * model.sampling.hops
         # sized for the queries of a full batch (every rank sizes it alike): 3 per event in training
         # (32 steps a window at batch 200, k = 10, 8 edge features), 12 in an evaluation with 10
         # negatives (11 steps)
         window = self.neighbours.steps_ahead(self.cfg.batch_size * (2 + per_event), ks)
-        for w in range(0, len(todo), window):
-            chunk = todo[w:w + window]
-            events = [self.events_of(s, e, None if negatives is None else partial(negatives, index, e - s))
-                      for index, s, e in chunk]
-            if self.cfg.share == "even" and dist.world_size() > 1:
-                events = even_out(events, self.events.node_offsets, sampler_group())
-            rows = [query_rows(ev.src, ev.dst, ev.t, ev.neg) for ev in events]
-            if self.serves_negatives():
-                self._routes = deque(self._route([(ev.neg, ev.t) for ev in events]))
-                rows = [served_rows(ev.src, ev.dst, ev.t, r) for ev, r in zip(events, self._routes)]
-            hops = [[]] * len(events)
-            if ks:
-                hops = self.neighbours.plan([model.neighbour_queries(*r, 2 * ev.src.size)[:2]
-                                             for r, ev in zip(rows, events)], ks)
-            if self.state is not None:
-                reads = ([state_rows(r[0], h[0][0].nbr if h else None)[0] for r, h in zip(rows, hops)]
-                         if self.partitioned else None)  # only partitioned reads travel
-                self.state.plan([np.unique(np.concatenate([ev.src, ev.dst])) for ev in events], reads)
-            for (_, s, e), ev in zip(chunk, events):
-                yield e - s, self.on_device(ev)
+        chunks = [todo[w:w + window] for w in range(0, len(todo), window)]
+        ahead, serve = dist.world_size() > 1, self.serves_negatives()
+
+        def plan(chunk: list[tuple[int, int, int]]) -> tuple:
+            with self.timers.untimed() if ahead else nullcontext():
+                return self._plan_window(chunk, negatives, ks, serve)
+
+        windows = iter(PrefetchLoader(chunks, plan, enabled=ahead, idle=True))
+        try:
+            while True:
+                # the wait for the plan: for the samples, else for the exchanges of the state's plan
+                with self.timers.phase("sample" if ks else "sync") if ahead else nullcontext():
+                    window = next(windows, None)
+                if window is None:
+                    return
+                chunk, events, routes, neighbours, state = window
+                self._routes = routes
+                self.neighbours.use(neighbours)
+                if self.state is not None:
+                    self.state.use(state)
+                for (_, s, e), ev in zip(chunk, events):
+                    yield e - s, self.on_device(ev)
+        finally:
+            windows.close()
+
+    def _plan_window(self, chunk: list[tuple[int, int, int]], negatives: Optional[Callable], ks: list[int],
+                     serve: bool) -> tuple:
+        """The events of a window of global batches and what depends on them only, exchanged for
+        all of them at once (collectives on the samplers' group): (chunk, events, routes of
+        served negatives, `Neighbours.plan`, the node state's plan)."""
+        model = self.model
+        events = [self.events_of(s, e, None if negatives is None else partial(negatives, index, e - s))
+                  for index, s, e in chunk]
+        if self.cfg.share == "even" and dist.world_size() > 1:
+            events = even_out(events, self.events.node_offsets, sampler_group())
+        rows = [query_rows(ev.src, ev.dst, ev.t, ev.neg) for ev in events]
+        routes = deque()
+        if serve:
+            routes = deque(self._route([(ev.neg, ev.t) for ev in events]))
+            rows = [served_rows(ev.src, ev.dst, ev.t, r) for ev, r in zip(events, routes)]
+        planned, hops = deque(), [[]] * len(events)
+        if ks:
+            planned = self.neighbours.plan([model.neighbour_queries(*r, 2 * ev.src.size)[:2]
+                                            for r, ev in zip(rows, events)], ks)
+            hops = [h for _, h in planned]
+        state = None
+        if self.state is not None:
+            reads = ([state_rows(r[0], h[0][0].nbr if h else None)[0] for r, h in zip(rows, hops)]
+                     if self.partitioned else None)  # only partitioned reads travel
+            state = self.state.plan([np.unique(np.concatenate([ev.src, ev.dst])) for ev in events], reads)
+        return chunk, events, routes, planned, state
 
     def _route(self, negatives: list[tuple[np.ndarray, np.ndarray]]) -> list[StepRequests]:
         """Where the negatives of steps are embedded (`served.route`; a collective)."""
