@@ -302,17 +302,17 @@ class LinkTrainer:
         # negatives (11 steps)
         window = self.neighbours.steps_ahead(self.cfg.batch_size * (2 + per_event), ks)
         chunks = [todo[w:w + window] for w in range(0, len(todo), window)]
-        ahead, serve = dist.world_size() > 1, self.serves_negatives()
+        threaded, serve = dist.world_size() > 1, self.serves_negatives()  # one process plans inline
 
         def plan(chunk: list[tuple[int, int, int]]) -> tuple:
-            with self.timers.untimed() if ahead else nullcontext():
+            with self.timers.untimed() if threaded else nullcontext():
                 return self._plan_window(chunk, negatives, ks, serve)
 
-        windows = iter(PrefetchLoader(chunks, plan, enabled=ahead, idle=True))
+        windows = iter(PrefetchLoader(chunks, plan, enabled=threaded, idle=True))
         try:
             while True:
                 # the wait for the plan: for the samples, else for the exchanges of the state's plan
-                with self.timers.phase("sample" if ks else "sync") if ahead else nullcontext():
+                with self.timers.phase("sample" if ks else "sync") if threaded else nullcontext():
                     window = next(windows, None)
                 if window is None:
                     return
