@@ -425,6 +425,12 @@ def _check(op: str, fn: Callable[[], Any]) -> Any:
     global _entered
     with _entered_lock:
         _entered += 1
+    return _failing_as_peer(op, fn)
+
+
+def _failing_as_peer(op: str, fn: Callable[[], Any]) -> Any:
+    """`fn()` (a collective or the wait for one), a timeout or a lost peer turned into one line
+    naming the rank at fault."""
     try:
         return fn()
     except (RuntimeError, dist.DistError) as e:  # gloo/nccl report peers' failures so
@@ -519,6 +525,20 @@ def all_gather_varsize(t: torch.Tensor, group: Any = None, sizes: Optional[Seque
     return [o[:s] for o, s in zip(out, sizes)]
 
 
+class Exchange:
+    """An `exchange` under way (`start_exchange`): `wait` returns what `exchange` would."""
+
+    def __init__(self, parts: list[torch.Tensor], work: Any = None, name: str = "all_to_all") -> None:
+        self._parts, self._work, self._name = parts, work, name
+
+    def wait(self) -> list[torch.Tensor]:
+        """What each rank sent here, once it has come."""
+        if self._work is not None:
+            _failing_as_peer(self._name, self._work.wait)
+            self._work = None
+        return self._parts
+
+
 def exchange(send: Sequence[torch.Tensor], group: Any = None,
              recv_sizes: Optional[Sequence[int]] = None, name: str = "all_to_all") -> list[torch.Tensor]:
     """Send `send[r]` to rank r and return what each rank sent here, in one batched
@@ -526,15 +546,28 @@ def exchange(send: Sequence[torch.Tensor], group: Any = None,
     rank sends here, where this rank knows them (a reply to its own request); else the row
     counts are exchanged first, in one more collective. `group`: a process group spanning all
     ranks (default: the default group). `name`: the collective's name in failure messages."""
+    return _exchange(send, group, recv_sizes, name, True).wait()
+
+
+def start_exchange(send: Sequence[torch.Tensor], group: Any = None, recv_sizes: Optional[Sequence[int]] = None,
+                   name: str = "all_to_all") -> Exchange:
+    """`exchange`, left under way while this rank goes on: the rows arrive in the background
+    (`Exchange.wait`). The sent tensors must stay unchanged until then; the collectives that
+    follow on `group` run after it."""
+    return _exchange(send, group, recv_sizes, name, False)
+
+
+def _exchange(send: Sequence[torch.Tensor], group: Any, recv_sizes: Optional[Sequence[int]], name: str,
+              wait: bool) -> Exchange:
     w = world_size()
     if len(send) != w:
         raise ValueError(f"exchange needs one tensor per rank ({w}), got {len(send)}")
     if w == 1:
-        return [send[0]]
+        return Exchange([send[0]])
     ref = send[0]
     _on_device(name, ref, group)
     in_split = [s.shape[0] for s in send]
-    carried = _take_carried(group)
+    carried = _take_carried(group) if wait else None
     if recv_sizes is None:
         in_sizes = torch.tensor(in_split, dtype=torch.int64)
         out_sizes = torch.empty_like(in_sizes)
@@ -543,11 +576,29 @@ def exchange(send: Sequence[torch.Tensor], group: Any = None,
         recv_sizes = out_sizes.tolist()
     out_split = [int(n) for n in recv_sizes]
     if carried is not None:
-        return _exchange_carrying(send, out_split, carried, name)
-    flat_in = torch.cat([s.reshape(s.shape[0], *ref.shape[1:]) for s in send]).contiguous()
+        return Exchange(_exchange_carrying(send, out_split, carried, name))
+    flat_in = joined([s.reshape(s.shape[0], *ref.shape[1:]) for s in send])
     flat_out = ref.new_empty((sum(out_split), *ref.shape[1:]))
-    _check(name, lambda: dist.all_to_all_single(flat_out, flat_in, out_split, in_split, group=group))
-    return list(flat_out.split(out_split))
+    work = _check(name, lambda: dist.all_to_all_single(flat_out, flat_in, out_split, in_split, group=group,
+                                                       async_op=not wait))
+    return Exchange(list(flat_out.split(out_split)), work, name)
+
+
+def joined(parts: Sequence[torch.Tensor]) -> torch.Tensor:
+    """`torch.cat(parts)` (contiguous), without the copy where the parts lie back to back in one
+    tensor, as the split of one tensor or what an exchange returns do: then a view of it."""
+    full = [p for p in parts if p.numel()]  # an empty tensor has no address
+    if not full:
+        return torch.cat(parts)
+    first, at = full[0], full[0].data_ptr()
+    for p in full:
+        if not p.is_contiguous() or p.untyped_storage().data_ptr() != first.untyped_storage().data_ptr() \
+                or p.data_ptr() != at or p.shape[1:] != first.shape[1:] or p.dtype != first.dtype:
+            return torch.cat(parts)
+        at += p.numel() * p.element_size()
+    rows = sum(p.shape[0] for p in full)
+    return first.as_strided((rows, *first.shape[1:]), (math.prod(first.shape[1:]), *first.stride()[1:]),
+                            first.storage_offset())
 
 
 def pack(cols: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -564,12 +615,25 @@ def pack(cols: Sequence[torch.Tensor]) -> torch.Tensor:
     return torch.cat(raw, 1) if raw else torch.empty((r, 0), dtype=torch.uint8)
 
 
-def unpack(buf: torch.Tensor, like: Sequence[tuple[torch.dtype, tuple[int, ...]]]) -> list[torch.Tensor]:
-    """Inverse of `pack`: columns of the given (dtype, per-row shape), in order."""
-    out, at, r = [], 0, buf.shape[0]
+def unpack_into(buf: torch.Tensor, outs: Sequence[torch.Tensor]) -> None:
+    """`unpack` into the contiguous tensors `outs` (a column each, in order, of `buf`'s rows)."""
+    at = 0
+    for o in outs:
+        width = math.prod(o.shape[1:]) * o.element_size()
+        if o.numel():
+            o.view(-1).view(torch.uint8).view(o.shape[0], width).copy_(buf[:, at:at + width])
+        at += width
+
+
+def unpack(buf: torch.Tensor, like: Sequence[tuple[torch.dtype, tuple[int, ...]]], take: Optional[torch.Tensor] = None
+           ) -> list[torch.Tensor]:
+    """Inverse of `pack`: columns of the given (dtype, per-row shape), in order; of the rows `take`
+    only, in its order, where given (as `unpack(buf[take])`, with one copy instead of two)."""
+    out, at, r = [], 0, buf.shape[0] if take is None else take.numel()
     for dtype, shape in like:
         width = math.prod(shape) * dtype.itemsize
-        col = buf[:, at:at + width].clone(memory_format=torch.contiguous_format)  # a copy, at offset 0
+        col = buf[:, at:at + width]  # made a copy at offset 0
+        col = col.clone(memory_format=torch.contiguous_format) if take is None else col.index_select(0, take)
         out.append(col.view(-1).view(dtype).view(r, *shape) if width else torch.empty((r, *shape), dtype=dtype))
         at += width
     return out

@@ -53,7 +53,7 @@ class Requests:
         parts = torch.from_numpy(np.ascontiguousarray(keys[self.order])).split(self.send_sizes)
         recv = gdist.exchange(parts, group)
         self.recv_sizes = [r.shape[0] for r in recv]
-        self.received = torch.cat(recv).numpy()
+        self.received = gdist.joined(recv).numpy()
 
     def reply(self, rows: np.ndarray) -> np.ndarray:
         """Send one row per received key back; returns the rows for this rank's keys, in
@@ -61,7 +61,7 @@ class Requests:
         back = gdist.exchange(torch.from_numpy(np.ascontiguousarray(rows)).split(self.recv_sizes), self.group,
                               recv_sizes=self.send_sizes)
         out = np.empty((self.order.size, *rows.shape[1:]), rows.dtype)
-        out[self.order] = torch.cat(back).numpy()
+        out[self.order] = gdist.joined(back).numpy()
         return out
 
     def reply_var(self, counts: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

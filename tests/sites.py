@@ -13,7 +13,7 @@ from gnndist import dist as gdist
 DEVICE_SITES = {
     "temporal/trainer.py": {"__init__", "forward", "backward", "step", "new_nodes", "_traffic",
                             "rank_figures", "selected_test_figures", "common_epoch"},
-    "temporal/dist_state.py": {"_gather", "_to_owners", "read"},
+    "temporal/dist_state.py": {"_gather", "_to_owners", "_serve"},
     "static/trainer.py": {"__init__", "min_feature", "_batches", "compute_grads", "evaluate", "_global_counters"},
 }
 

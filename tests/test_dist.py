@@ -36,7 +36,12 @@ def exchange_worker():
     # rank r sends to rank p a (r + p)-row block whose entries encode (sender, receiver)
     got = dist.exchange([torch.full((r + p, 2), 10.0 * r + p) for p in range(w)])
     gathered = dist.all_gather_varsize(torch.arange(r + 1))
-    return [g.tolist() for g in got], [g.tolist() for g in gathered], dist.agree_max(7 * r)
+    # under way while a collective after it runs: the same rows
+    under_way = dist.start_exchange([torch.full((r + p, 2), 10.0 * r + p) for p in range(w)],
+                                    recv_sizes=[s + r for s in range(w)])
+    agreed = dist.agree_max(7 * r)
+    assert [g.tolist() for g in under_way.wait()] == [g.tolist() for g in got]
+    return [g.tolist() for g in got], [g.tolist() for g in gathered], agreed
 
 
 def test_exchange_gather_and_agree_on_three_ranks():
@@ -466,3 +471,25 @@ def test_pack_then_unpack_gives_the_columns_back_of_any_dtype_and_width(rows):
     only_empty = dist.pack(cols[3:4])
     assert tuple(only_empty.shape) == (rows, 0)
     assert dist.unpack(only_empty, [(torch.long, (0,))])[0].shape == (rows, 0)
+    # some rows only, in any order, repeated: as the columns' rows
+    take = torch.randint(0, max(rows, 1), (2 * rows + 1,), generator=g) if rows else torch.zeros(0, dtype=torch.long)
+    for a, b in zip(cols, dist.unpack(buf, [(c.dtype, tuple(c.shape[1:])) for c in cols], take)):
+        assert a.dtype == b.dtype and torch.equal(a[take], b)
+    # into the rows 1.. of tensors one row longer
+    into = [torch.full((rows + 1, *c.shape[1:]), 7, dtype=c.dtype) for c in cols]
+    dist.unpack_into(buf, [t[1:] for t in into])
+    for a, b in zip(cols, into):
+        assert torch.equal(b[1:], a) and torch.equal(b[0], torch.full_like(b[0], 7))
+
+
+def test_joined_parts_equal_their_concatenation_and_are_no_copy_where_they_lie_back_to_back():
+    a = torch.arange(24.0).reshape(8, 3)
+    for sizes in ([2, 3, 3], [0, 8], [8, 0], [3, 0, 5], [8]):
+        got = dist.joined(a.split(sizes))
+        assert torch.equal(got, a) and got.data_ptr() == a.data_ptr(), sizes
+    for parts in ([a[:2], a[4:]], [a[2:4], a[:2]], [a[:2], a[2:].clone()], [a.t()[:1], a.t()[1:]],
+                  [a[:2], torch.zeros(0, 3), torch.ones(1, 3)]):
+        got = dist.joined(parts)
+        assert torch.equal(got, torch.cat(parts)) and got.is_contiguous()
+        assert all(got.data_ptr() != p.data_ptr() for p in parts if p.numel())  # a copy
+    assert dist.joined([a[:0], a[:0]]).shape == (0, 3)

@@ -26,6 +26,7 @@ from gnndist.graph import TemporalGraph
 from gnndist.launch import Outputs, launch
 from gnndist.partition import partition_graph
 from gnndist.temporal.config import LinkConfig
+from gnndist.temporal.dist_state import PartitionedNodeState
 from gnndist.dist import pack, unpack
 from gnndist.temporal.events import BatchEvents, RankEvents, even_moves, even_out
 from gnndist.temporal.models import MODELS
@@ -150,6 +151,17 @@ class RecTrainer(LinkTrainer):
     def __init__(self, *a, **kw):
         super().__init__(*a, **kw)
         self.trace, self.epochs_run, self.rng, self.scores, self.planned_on = [], [], [], {}, set()
+        self.reads = []  # partitioned: (training, collectives entered) of each read of the node state
+        st = getattr(self.state, "state", None)
+        if isinstance(st, PartitionedNodeState):
+            read = st.read
+
+            def counted(*args, **kwargs):
+                k0 = gdist.collectives_entered()
+                rows = read(*args, **kwargs)
+                self.reads.append((self.model.training, gdist.collectives_entered() - k0))
+                return rows
+            st.read = counted
 
     def _plan_window(self, *a, **kw):
         self.planned_on.add((threading.get_ident() == threading.main_thread().ident, os.sched_getscheduler(0)))
@@ -209,7 +221,8 @@ def worker(store, own_copies, tg, ckpt_root):
             held["own_rows"] = [t.shape[0] for t in (st.local.memory, st.local.mail)] == [st.hi - st.lo] * 2
             held["no_foreign"] = not any(isinstance(v, torch.Tensor) and v.is_floating_point() for v in vars(st).values())
         out[model, memory] = (tr.trace, metrics, held, tr.scores)
-        out["planned_on", model, memory] = tr.planned_on
+        out["planned_on", model, memory], out["reads", model, memory] = tr.planned_on, tr.reads
+    out["interrupted"] = interrupted(LinkTrainer(events, config("tgn", "partitioned")))
     # a rank built from a copy of the store that holds only its own part
     out["own_copy"] = fit(LinkTrainer(rank_events(own_copies[gdist.rank()]), config("tgn", "partitioned")))
     out["selection"] = fit(LinkTrainer(events, config(**SELECTION)))
@@ -235,13 +248,40 @@ def worker(store, own_copies, tg, ckpt_root):
     return out
 
 
+class Interrupt(Exception):
+    pass
+
+
+def interrupted(tr):
+    """The validation scores of `tr` after an epoch that every rank left after 3 of its 7 steps
+    (each rank's owners had sent the rows of the fourth step's read, which never came)."""
+    losses = []
+
+    def stop(loss):
+        losses.append(loss)
+        if len(losses) == 3:
+            raise Interrupt
+    tr.on_loss = stop
+    with pytest.raises(Interrupt):
+        tr.train_epoch(1)
+    tr.on_loss = None
+    return tr.evaluate(tr.train_end, tr.val_end, "val")
+
+
 _refs = {}
+
+
+def reference_trainer(model, memory="replicated", cls=LinkTrainer):
+    """A one-process trainer of the whole graph that runs each batch in one pass, as each rank
+    runs its own share."""
+    tr = cls(RankEvents.from_graph(graph()), config(model, memory))
+    tr.share_count = 1
+    return tr
 
 
 def reference(model, memory):
     if model not in _refs:
-        tr = RecTrainer(RankEvents.from_graph(graph()), config(model, memory))
-        tr.share_count = 1  # each batch in one pass, as each rank runs its own share
+        tr = reference_trainer(model, memory, RecTrainer)
         _refs[model] = (tr.trace, fit(tr), tr.scores)
     return _refs[model][:2]
 
@@ -462,6 +502,28 @@ def test_what_depends_on_the_events_only_is_exchanged_ahead_of_the_steps(launche
             ((2 - carried) * 7 + 6) / 7)
         assert out["own_copy"]["epochs"][0]["collectives_per_step"] == pytest.approx(
             ((3 - carried) * 7 + 8) / 7)  # no recorder
+
+
+def test_a_planned_read_is_answered_after_the_write_before_it(launched):
+    """Partitioned, the owners send the rows a step reads as soon as the step before has written
+    (`PartitionedNodeState._send_next_reply`): they travel while that step ends and the next
+    begins, and only the first read of a window (one window per epoch here) waits for a
+    collective of its own."""
+    for out in launched[2]:
+        for model, memory in CASES:
+            if memory == "partitioned" and model != "tgat":
+                assert [k for training, k in out["reads", model, memory] if training] == [1] + [0] * 6, model
+
+
+def test_rows_sent_ahead_of_a_read_that_never_came_are_not_read_later(launched):
+    """An epoch left mid-window leaves the reply to the next read under way; the evaluation after
+    it reads the state as one process does."""
+    ref = interrupted(reference_trainer("tgn"))
+    for out in launched[2]:
+        got = out["interrupted"]
+        at = {e: i for i, e in enumerate(ref.eid.tolist())}
+        rows = [at[e] for e in got.eid.tolist()]
+        assert np.allclose(got.pos, ref.pos[rows], atol=1e-5) and np.allclose(got.neg, ref.neg[rows], atol=1e-5)
 
 
 def test_windows_are_planned_by_a_thread_at_the_lowest_priority(launched):

@@ -2,9 +2,10 @@
 
 `ReplicatedNodeState`: every rank holds all rows; after each batch the ranks all-gather the
 rows they wrote and apply them in global event order. `PartitionedNodeState`: each rank holds
-only the rows of the nodes it owns; `read` fetches other rows from their owners in one batched
-exchange (and keeps none of them), `write` sends rows to their owners. Both are collectives:
-all ranks call `read` and `write` together, with or without rows of their own.
+only the rows of the nodes it owns; `read` takes its own rows from its table and fetches the
+others from their owners in one batched exchange (and keeps none of them), `write` sends rows
+to their owners. Both are collectives: all ranks call `read` and `write` together, with or
+without rows of their own.
 
 Several ranks may write the same node in one batch (it took part in events of each). Before
 `write`, the trainer names the batch's events on this rank with `begin_batch(src, dst, eid)`;
@@ -17,26 +18,29 @@ mailbox by (time, order), as one process does.
 
 What depends on the events only is exchanged ahead of the steps, for a window of them at once
 (`plan`): how many rows each rank writes (so a write needs no count exchange) and, partitioned,
-which rows each step reads from each owner (so a read is one reply).
+which rows each step reads from each owner (so a read is one reply, which the owners send as
+soon as the step before has written: it travels while that step ends).
 
 Rows travel as raw bytes: one uint8 row per node holding its id, key, memory, last-update time,
-mails and mail times (a delivered mail: recipient id, order, time, mail). Traffic counters (`rows_fetched`, `bytes_sent`) count what this rank sent
-to or fetched from other ranks, not what it moved to itself.
+mails and mail times (a delivered mail: recipient id, order, time, mail). Traffic counters
+(`rows_fetched`, `bytes_sent`) count what this rank sent to or fetched from other ranks, not
+what it moved to itself.
 """
 from __future__ import annotations
 
 from collections import deque
-from typing import Optional, Sequence
+from contextlib import contextmanager
+from typing import Iterator, Optional, Sequence
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from gnndist import dist as gdist
-from gnndist.dist import pack, unpack
+from gnndist.dist import joined, pack, unpack, unpack_into
 from gnndist.device import to_device
 from gnndist.graph import owners
-from gnndist.samplers.distributed import requests_per_step, sampler_group
+from gnndist.samplers.distributed import StepRequests, requests_per_step, sampler_group
 from gnndist.temporal.state import NodeState
 
 _INT = torch.int64
@@ -51,6 +55,13 @@ def last_event_rows(ids: Tensor, key: Tensor) -> tuple[Tensor, Tensor]:
     o = o[torch.argsort(ids[o], stable=True)]  # by id, then key
     at = ids[o]
     return at, o[torch.searchsorted(at, at, right=True) - 1]
+
+
+def _winning_rows(buf: Tensor, layout: list[tuple[torch.dtype, tuple[int, ...]]]) -> tuple[Tensor, list[Tensor]]:
+    """Of packed written rows (`layout`: id, key, then the row's columns), where each id's row of
+    its last event goes and the columns of that row (`last_event_rows`)."""
+    at, winner = last_event_rows(*unpack(buf, layout[:2]))
+    return at, unpack(buf, layout, take=winner)[2:]
 
 
 class _RankState:
@@ -136,27 +147,25 @@ class ReplicatedNodeState(_RankState, NodeState):
         me = gdist.rank()
         self.bytes_sent += buf.numel() * (len(parts) - 1)
         self.rows_fetched += sum(p.shape[0] for r, p in enumerate(parts) if r != me)
-        return torch.cat(parts)
+        return joined(parts)
 
     def write(self, ids: Tensor, memory: Tensor, last_update: Tensor, mail: Tensor, mail_time: Tensor,
               host_ids: Optional[np.ndarray] = None) -> None:
         """Apply this batch's rows from every rank."""
         buf = pack([ids, self.key_of(on_host(ids, host_ids)), memory.detach(), last_update, mail.detach(), mail_time])
-        ids, key, *rows = unpack(self._gather(buf, self._planned_write()), _layout(self))
-        at, winner = last_event_rows(ids, key)
-        super().write(at, *(x[winner] for x in rows))
+        at, rows = _winning_rows(self._gather(buf, self._planned_write()), _layout(self))
+        super().write(at, *rows)
 
     def deliver(self, ids: Tensor, memory: Tensor, last_update: Tensor, to: Tensor, mail: Tensor,
                 mail_time: Tensor, seq: Tensor, host_ids: Optional[np.ndarray] = None,
                 host_to: Optional[np.ndarray] = None) -> None:
         """Apply this batch's memory rows and mails from every rank."""
         key = self.key_of(on_host(ids, host_ids))
-        ids, key, memory, last_update = unpack(self._gather(pack([ids, key, memory.detach(), last_update]),
-                                                            self._planned_write()), _layout(self)[:4])
+        at, (memory, last_update) = _winning_rows(self._gather(pack([ids, key, memory.detach(), last_update]),
+                                                                  self._planned_write()), _layout(self)[:4])
         to, seq, mail_time, mail = unpack(self._gather(pack([to, seq, mail_time, mail.detach()])),
                                           _mail_layout(self))
-        at, winner = last_event_rows(ids, key)
-        super().deliver(at, memory[winner], last_update[winner], to, mail, mail_time, seq)
+        super().deliver(at, memory, last_update, to, mail, mail_time, seq)
 
 
 class PartitionedNodeState(_RankState):
@@ -175,13 +184,24 @@ class PartitionedNodeState(_RankState):
         self.num_nodes = int(self.offsets[-1])
         self.local = NodeState(self.hi - self.lo, memory_dim, mail_dim, mailbox_size, start_time, device)
         self.device = self.local.memory.device
+        self._reply: Optional[tuple[np.ndarray, gdist.Exchange]] = None  # of the next read, sent ahead
 
-    def provisional(self):
+    @contextmanager
+    def provisional(self) -> Iterator[None]:
         """The writes within the block are undone at its end (`NodeState.provisional`)."""
-        return self.local.provisional()
+        with self.local.provisional():
+            try:
+                yield
+            finally:
+                self._drop_reply()
 
     def reset(self) -> None:
+        self._drop_reply()
         self.local.reset()
+
+    def use(self, plan: tuple[deque, deque]) -> None:
+        self._drop_reply()
+        super().use(plan)
 
     def plan(self, writes: list[np.ndarray], reads: Optional[list[np.ndarray]] = None) -> tuple[deque, deque]:
         """How many rows each owner gets from each rank in each coming write, in one exchange;
@@ -193,54 +213,91 @@ class PartitionedNodeState(_RankState):
         write_sizes = deque(torch.stack(got, 1).tolist())
         if reads is None:
             return write_sizes, deque()
-        routed = requests_per_step(reads, [owners(ids, self.offsets) for ids in reads], group)
-        self.bytes_sent += 16 * sum(sum(r.send_sizes) - r.send_sizes[self.rank] for r in routed)  # id, step
+        remote = [ids[owners(ids, self.offsets) != self.rank] for ids in reads]  # this rank's own are read here
+        routed = requests_per_step(remote, [owners(ids, self.offsets) for ids in remote], group)
+        self.bytes_sent += 16 * sum(sum(r.send_sizes) for r in routed)  # id, step
         return write_sizes, deque(zip(reads, routed))
 
-    def _to_owners(self, ids: np.ndarray, rows: Tensor, recv_sizes: Optional[list[int]] = None
-                   ) -> tuple[list[Tensor], Tensor, list[int]]:
+    def _to_owners(self, ids: np.ndarray, rows: Tensor, recv_sizes: Optional[list[int]] = None) -> Tensor:
         """Send row i of `rows` to the owner of node `ids[i]` (a host array; `recv_sizes`: the
-        rows each rank sends here, if known); returns (what each rank sent here, the send order,
-        rows sent per rank). Counts the bytes that leave this rank."""
+        rows each rank sends here, if known); returns what the ranks sent here, in rank order.
+        Counts the bytes that leave this rank."""
         owner = owners(ids, self.offsets)
-        order = to_device(np.argsort(owner, kind="stable"), self.device)
         sizes = np.bincount(owner, minlength=self.offsets.size - 1).tolist()
-        recv = gdist.exchange(rows[order].split(sizes), recv_sizes=recv_sizes)
+        if np.any(owner[1:] < owner[:-1]):  # not in owner order yet (a write's ids are increasing)
+            rows = rows[to_device(np.argsort(owner, kind="stable"), self.device)]
+        recv = gdist.exchange(rows.split(sizes), recv_sizes=recv_sizes)
         per_row = rows[0].numel() * rows.element_size() if rows.shape[0] else 0
         self.bytes_sent += per_row * (sum(sizes) - sizes[self.rank])
-        return recv, order, sizes
+        return joined(recv)
 
     def read(self, ids: Tensor, host_ids: Optional[np.ndarray] = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """(memory, last_update, mail, mail_time) rows of the node ids `ids`: one reply from the
-        owners where the read was planned, else the ids are sent to them first."""
+        """(memory, last_update, mail, mail_time) rows of the node ids `ids` (distinct, increasing,
+        as `state_rows` gives them): this rank's own from its table, the others' from their
+        owners: where the read was planned, their reply (sent after the write before it,
+        `_send_next_reply`, or now), else the ids are sent to them first."""
         host_ids = on_host(ids, host_ids)
-        if self._reads:
-            planned, step = self._reads.popleft()
+        if host_ids.size > 1 and not np.all(host_ids[1:] > host_ids[:-1]):
+            raise ValueError("a partitioned read takes distinct node ids in increasing order")
+        bounds = np.searchsorted(host_ids, self.offsets)  # rank r's rows: bounds[r] .. bounds[r+1]-1
+        a, b = int(bounds[self.rank]), int(bounds[self.rank + 1])
+        reply, self._reply = self._reply, None
+        if reply is None and self._reads:
+            reply = self._send_reply(*self._reads.popleft())
+        if reply is not None:
+            planned, under_way = reply
             if not np.array_equal(planned, host_ids):
+                under_way.wait()
                 raise RuntimeError("a read of other ids than the ones planned")
-            mine, sizes, recv_sizes = (to_device(step.received[:, 0] - self.lo, self.device), step.send_sizes,
-                                       step.recv_sizes)
-            back_order = to_device(np.argsort(step.order), self.device)
         else:
-            asked, order, sizes = self._to_owners(host_ids, ids.unsqueeze(1))
-            recv_sizes = [a.shape[0] for a in asked]
-            mine, back_order = torch.cat(asked).squeeze(1) - self.lo, torch.argsort(order)
+            sizes = [0 if r == self.rank else int(n) for r, n in enumerate(np.diff(bounds))]
+            asked = gdist.exchange([ids[int(lo):int(lo) + n] for lo, n in zip(bounds, sizes)])
+            under_way = self._serve(joined(asked) - self.lo, [x.shape[0] for x in asked], sizes)
+        out = [torch.empty((host_ids.size, *shape), dtype=dtype, device=self.device)
+               for dtype, shape in _layout(self.local)[2:]]
+        self.local.read(ids[a:b] - self.lo, out=[o[a:b] for o in out])
+        got = joined(under_way.wait())  # the other ranks' rows in rank order: those before this rank's, then after
+        unpack_into(got[:a], [o[:a] for o in out])
+        unpack_into(got[a:], [o[b:] for o in out])
+        return tuple(out)
+
+    def _serve(self, mine: Tensor, asked: list[int], sizes: list[int]) -> gdist.Exchange:
+        """Send the rows `mine` (local row numbers, `asked[r]` of them asked for by rank r, in
+        rank order) to the ranks that asked, and get those this rank asked for (`sizes[r]` from
+        rank r), under way."""
         rows = pack(self.local.read(mine))
-        back = gdist.exchange(rows.split(recv_sizes), recv_sizes=sizes)
-        self.bytes_sent += rows.shape[1] * (sum(recv_sizes) - recv_sizes[self.rank])
-        self.rows_fetched += sum(sizes) - sizes[self.rank]
-        got = torch.cat(back)  # in send order: back into the order of `ids`
-        return tuple(unpack(got.index_select(0, back_order), _layout(self.local)[2:]))
+        self.bytes_sent += rows.shape[1] * sum(asked)
+        self.rows_fetched += sum(sizes)
+        return gdist.start_exchange(rows.split(asked), recv_sizes=sizes)
+
+    def _send_reply(self, planned: np.ndarray, step: StepRequests) -> tuple[np.ndarray, gdist.Exchange]:
+        """The reply to a planned read (its ids and routes, `plan`), under way: (the ids, the
+        exchange)."""
+        return planned, self._serve(to_device(step.received[:, 0] - self.lo, self.device), step.recv_sizes,
+                                    step.send_sizes)
+
+    def _send_next_reply(self) -> None:
+        """After a write: the reply to the next planned read goes now (every rank writes and
+        then reads in each step), in the background while the step ends and the next begins."""
+        self._drop_reply()  # where a step wrote twice: not a reply to this write
+        if self._reads:
+            self._reply = self._send_reply(*self._reads.popleft())
+
+    def _drop_reply(self) -> None:
+        """Forget a reply sent ahead (the rows may change before the read): wait for it to come."""
+        reply, self._reply = self._reply, None
+        if reply is not None:
+            reply[1].wait()
 
     def write(self, ids: Tensor, memory: Tensor, last_update: Tensor, mail: Tensor, mail_time: Tensor,
               host_ids: Optional[np.ndarray] = None) -> None:
         """Send each row to its owner, which keeps per node the row of the globally last event."""
         host_ids = on_host(ids, host_ids)
         buf = pack([ids, self.key_of(host_ids), memory.detach(), last_update, mail.detach(), mail_time])
-        ids, key, *rows = unpack(torch.cat(self._to_owners(host_ids, buf, self._planned_write())[0]),
-                                 _layout(self.local))
-        at, winner = last_event_rows(ids, key)
-        self.local.write(at - self.lo, *(x[winner] for x in rows))
+        at, rows = _winning_rows(self._to_owners(host_ids, buf, self._planned_write()),
+                                    _layout(self.local))
+        self.local.write(at - self.lo, *rows)
+        self._send_next_reply()
 
     def deliver(self, ids: Tensor, memory: Tensor, last_update: Tensor, to: Tensor, mail: Tensor,
                 mail_time: Tensor, seq: Tensor, host_ids: Optional[np.ndarray] = None,
@@ -249,19 +306,20 @@ class PartitionedNodeState(_RankState):
         globally last event and merges the mails into the mailbox."""
         host_ids = on_host(ids, host_ids)
         rows = pack([ids, self.key_of(host_ids), memory.detach(), last_update])
-        ids, key, memory, last_update = unpack(torch.cat(self._to_owners(host_ids, rows, self._planned_write())[0]),
-                                               _layout(self.local)[:4])
+        at, (memory, last_update) = _winning_rows(
+            self._to_owners(host_ids, rows, self._planned_write()), _layout(self.local)[:4])
         mails = pack([to, seq, mail_time, mail.detach()])
-        to, seq, mail_time, mail = unpack(torch.cat(self._to_owners(on_host(to, host_to), mails)[0]),
+        to, seq, mail_time, mail = unpack(self._to_owners(on_host(to, host_to), mails),
                                           _mail_layout(self.local))
-        at, winner = last_event_rows(ids, key)
-        self.local.deliver(at - self.lo, memory[winner], last_update[winner], to - self.lo, mail, mail_time, seq)
+        self.local.deliver(at - self.lo, memory, last_update, to - self.lo, mail, mail_time, seq)
+        self._send_next_reply()
 
     def state_dict(self) -> dict[str, Tensor]:
         """This rank's rows, with the id range they belong to."""
         return {**self.local.state_dict(), "node_range": torch.tensor([self.lo, self.hi])}
 
     def load_state_dict(self, state: dict[str, Tensor]) -> None:
+        self._drop_reply()
         state = dict(state)
         got = state.pop("node_range").tolist()
         if got != [self.lo, self.hi]:

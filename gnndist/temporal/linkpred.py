@@ -102,7 +102,7 @@ def _by_value(scores: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.nd
     bucket = np.searchsorted(cuts, scores, side="right")
     order = np.argsort(bucket, kind="stable")
     pairs = torch.from_numpy(np.stack([scores, labels], 1)[order])
-    got = torch.cat(dist.exchange(pairs.split(np.bincount(bucket, minlength=w).tolist()), group)).numpy()
+    got = dist.joined(dist.exchange(pairs.split(np.bincount(bucket, minlength=w).tolist()), group)).numpy()
     return got[:, 0], got[:, 1], me
 
 

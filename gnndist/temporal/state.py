@@ -10,7 +10,7 @@ methods.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
 import torch
@@ -61,12 +61,15 @@ class NodeState:
     def use(self, plan: Any) -> None:
         """Have the coming steps' writes and reads follow `plan`'s routes; nothing here."""
 
-    def read(self, ids: Tensor, host_ids: Optional[np.ndarray] = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """(memory, last_update, mail, mail_time) rows of the global node ids `ids`. `host_ids`
-        (here and below): the same ids as a host array, with which a distributed state routes
-        rows without reading the ids back from the device; unused here."""
-        return (self.memory.index_select(0, ids), self.last_update.index_select(0, ids),
-                self.mail.index_select(0, ids), self.mail_time.index_select(0, ids))
+    def read(self, ids: Tensor, host_ids: Optional[np.ndarray] = None, out: Optional[Sequence[Tensor]] = None
+             ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """(memory, last_update, mail, mail_time) rows of the global node ids `ids`, read into
+        `out` where given. `host_ids` (here and below): the same ids as a host array, with which a
+        distributed state routes rows without reading the ids back from the device; unused here."""
+        tables = (self.memory, self.last_update, self.mail, self.mail_time)
+        if out is None:
+            return tuple(t.index_select(0, ids) for t in tables)
+        return tuple(torch.index_select(t, 0, ids, out=o) for t, o in zip(tables, out))
 
     @contextmanager
     def provisional(self) -> Iterator[None]:

@@ -388,7 +388,7 @@ class LinkTrainer:
         served = fw.embed[2 * b:]
         with self.timers.phase("sync"):
             back = dist.exchange(served.detach().split(r.recv_sizes), recv_sizes=r.send_sizes)
-        z_neg = torch.cat(back).index_select(0, to_device(np.argsort(r.order), self.device))  # in the negatives' order
+        z_neg = dist.joined(back).index_select(0, to_device(np.argsort(r.order), self.device))  # in the negatives' order
         fw.pos, fw.neg = self.model.score(fw.embed[:b], fw.embed[b:2 * b], z_neg, n)
         return fw
 
@@ -785,7 +785,7 @@ class LinkTrainer:
             sends.append(torch.from_numpy(np.stack([ev.scored_eid[far].astype(np.float64), score[far]], 1)))
         got = dist.exchange(sends, group)
         holders = np.concatenate([np.full(g.shape[0], r, np.int64) for r, g in enumerate(got)])
-        rows = torch.cat(got).numpy()
+        rows = dist.joined(got).numpy()
         return rows[:, 0].astype(np.int64), rows[:, 1], holders
 
     def _presample_candidates(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
