@@ -528,14 +528,16 @@ def all_gather_varsize(t: torch.Tensor, group: Any = None, sizes: Optional[Seque
 class Exchange:
     """An `exchange` under way (`start_exchange`): `wait` returns what `exchange` would."""
 
-    def __init__(self, parts: list[torch.Tensor], work: Any = None, name: str = "all_to_all") -> None:
+    def __init__(self, parts: list[torch.Tensor], work: Any = None, name: str = "all_to_all",
+                 sent: Optional[torch.Tensor] = None) -> None:
         self._parts, self._work, self._name = parts, work, name
+        self._sent = sent  # held until the exchange is done
 
     def wait(self) -> list[torch.Tensor]:
         """What each rank sent here, once it has come."""
         if self._work is not None:
             _failing_as_peer(self._name, self._work.wait)
-            self._work = None
+            self._work = self._sent = None
         return self._parts
 
 
@@ -581,7 +583,7 @@ def _exchange(send: Sequence[torch.Tensor], group: Any, recv_sizes: Optional[Seq
     flat_out = ref.new_empty((sum(out_split), *ref.shape[1:]))
     work = _check(name, lambda: dist.all_to_all_single(flat_out, flat_in, out_split, in_split, group=group,
                                                        async_op=not wait))
-    return Exchange(list(flat_out.split(out_split)), work, name)
+    return Exchange(list(flat_out.split(out_split)), work, name, flat_in)
 
 
 def joined(parts: Sequence[torch.Tensor]) -> torch.Tensor:
