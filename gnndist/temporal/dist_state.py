@@ -213,8 +213,10 @@ class PartitionedNodeState(_RankState):
         write_sizes = deque(torch.stack(got, 1).tolist())
         if reads is None:
             return write_sizes, deque()
-        remote = [ids[owners(ids, self.offsets) != self.rank] for ids in reads]  # this rank's own are read here
-        routed = requests_per_step(remote, [owners(ids, self.offsets) for ids in remote], group)
+        owner = [owners(ids, self.offsets) for ids in reads]
+        other = [o != self.rank for o in owner]  # this rank's own rows are read here
+        routed = requests_per_step([ids[m] for ids, m in zip(reads, other)], [o[m] for o, m in zip(owner, other)],
+                                   group)
         self.bytes_sent += 16 * sum(sum(r.send_sizes) for r in routed)  # id, step
         return write_sizes, deque(zip(reads, routed))
 
