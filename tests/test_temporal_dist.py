@@ -28,7 +28,7 @@ from gnndist.partition import partition_graph
 from gnndist.temporal.config import LinkConfig
 from gnndist.temporal.dist_state import PartitionedNodeState
 from gnndist.dist import pack, unpack
-from gnndist.temporal.events import BatchEvents, RankEvents, even_moves, even_out
+from gnndist.temporal.events import BatchEvents, RankEvents, _receivers, even_moves, even_out
 from gnndist.temporal.models import MODELS
 from gnndist.temporal.trainer import LinkTrainer, fit, rank_events
 from sites import off_device_sites, record_sites
@@ -81,6 +81,29 @@ def test_even_moves_leave_every_rank_an_even_share_moving_only_surpluses():
             assert np.array_equal(counts[:, j] - sent + got, share)
             assert np.array_equal(sent, np.maximum(counts[:, j] - share, 0))
             assert np.array_equal(got, np.maximum(share - counts[:, j], 0))
+
+
+def test_the_events_sent_are_those_the_rule_picks_batch_by_batch():
+    """Brute force, one batch and one receiver at a time (1-5 ranks, random counts and
+    destinations): receiver q of a batch gets first the batch's events whose destination it owns,
+    in event order, then, receivers in rank order, any not yet sent, from the end of the batch."""
+    rng = np.random.default_rng(1)
+    for _ in range(300):
+        w, k = int(rng.integers(1, 6)), int(rng.integers(1, 6))
+        counts = rng.integers(0, 15, (w, k))
+        me = int(rng.integers(0, w))
+        quota = even_moves(counts)[:, me]
+        owner = [rng.integers(0, w, counts[me, j]) for j in range(k)]
+        want = []
+        for j in range(k):
+            to = np.full(counts[me, j], -1)
+            for q in np.flatnonzero(quota[j]):
+                to[np.flatnonzero(owner[j] == q)[:quota[j, q]]] = q
+            for q in np.flatnonzero(quota[j]):
+                to[np.flatnonzero(to < 0)[::-1][:quota[j, q] - np.count_nonzero(to == q)]] = q
+            want.append(to)
+        batch = np.repeat(np.arange(k), counts[me])
+        assert np.array_equal(_receivers(batch, np.concatenate(owner), quota, w), np.concatenate(want))
 
 
 def test_each_batch_is_evened_out_over_the_ranks_and_no_event_is_lost_or_changed():
