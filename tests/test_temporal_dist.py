@@ -103,7 +103,7 @@ def test_the_events_sent_are_those_the_rule_picks_batch_by_batch():
                 to[np.flatnonzero(to < 0)[::-1][:quota[j, q] - np.count_nonzero(to == q)]] = q
             want.append(to)
         batch = np.repeat(np.arange(k), counts[me])
-        assert np.array_equal(_receivers(batch, np.concatenate(owner), quota, w), np.concatenate(want))
+        assert np.array_equal(_receivers(batch, np.concatenate(owner), quota), np.concatenate(want))
 
 
 def test_each_batch_is_evened_out_over_the_ranks_and_no_event_is_lost_or_changed():

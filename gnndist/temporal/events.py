@@ -159,9 +159,10 @@ def even_out(batches: list[BatchEvents], node_offsets: np.ndarray, group: Any) -
     sizes = np.array([b.src.size for b in batches], np.int64)
     counts = torch.stack(dist.all_gather_varsize(torch.from_numpy(sizes), group, [k] * w)).numpy()
     moves = even_moves(counts)  # [k, W, W]
-    cols = [np.concatenate(c) for c in zip(*batches)]  # the window's events, batch after batch
+    window = BatchEvents(*(np.concatenate(c) for c in zip(*batches)))  # batch after batch
     batch = np.repeat(np.arange(k), sizes)
-    to = _receivers(batch, owners(cols[1], node_offsets), moves[:, me], w)
+    to = _receivers(batch, owners(window.dst, node_offsets), moves[:, me])
+    cols = list(window)
     like = [(torch.from_numpy(c).dtype, c.shape[1:]) for c in cols]
     got = dist.exchange([dist.pack([torch.from_numpy(c[at]) for c in cols])
                          for at in (np.flatnonzero(to == q) for q in range(w))], group,
@@ -170,22 +171,24 @@ def even_out(batches: list[BatchEvents], node_offsets: np.ndarray, group: Any) -
     came = [[c.numpy() for c in dist.unpack(g, like)] for g in got]
     cols = [np.concatenate([c[kept], *(r[i] for r in came)]) for i, c in enumerate(cols)]
     batch = np.concatenate([batch[kept], *(np.repeat(np.arange(k), moves[:, r, me]) for r in range(w))])
-    o = np.lexsort((cols[4], batch))  # by batch, then event id
+    window = BatchEvents(*cols)
+    o = np.lexsort((window.eid, batch))  # by batch, then event id
     cuts = np.cumsum(np.bincount(batch, minlength=k))[:-1]
-    return [BatchEvents(*parts) for parts in zip(*(np.split(c[o], cuts) for c in cols))]
+    return [BatchEvents(*parts) for parts in zip(*(np.split(c[o], cuts) for c in window))]
 
 
-def _receivers(batch: np.ndarray, dst_owner: np.ndarray, quota: np.ndarray, w: int) -> np.ndarray:
+def _receivers(batch: np.ndarray, dst_owner: np.ndarray, quota: np.ndarray) -> np.ndarray:
     """The rank each event goes to (-1: kept), given each event's batch and destination's owner,
     and how many events of each batch go to each rank (`quota`, [k, W]): per batch and receiver q
     (in rank order), first the events whose destination q owns, then any not yet sent, from the
     end of the batch."""
-    n, to = batch.size, np.full(batch.size, -1)
+    w, to = quota.shape[1], np.full(batch.size, -1)
     key = batch * w + dst_owner
     o = np.argsort(key, kind="stable")
-    first = np.arange(n) - np.searchsorted(key[o], key[o]) < quota[batch[o], dst_owner[o]]
-    to[o[first]] = dst_owner[o[first]]
-    short = quota - np.bincount(key[o[first]], minlength=quota.size).reshape(quota.shape)
+    grouped = key[o]  # by batch, then destination owner
+    sent = o[np.arange(batch.size) - np.searchsorted(grouped, grouped) < quota[batch[o], dst_owner[o]]]
+    to[sent] = dst_owner[sent]
+    short = quota - np.bincount(key[sent], minlength=quota.size).reshape(quota.shape)
     rest = np.flatnonzero(to < 0)[::-1]  # from the end of each batch (batches last to first)
     back = -batch[rest]
     pos = np.arange(rest.size) - np.searchsorted(back, back)  # 0: the batch's last event not yet sent
