@@ -162,19 +162,22 @@ def even_out(batches: list[BatchEvents], node_offsets: np.ndarray, group: Any) -
     window = BatchEvents(*(np.concatenate(c) for c in zip(*batches)))  # batch after batch
     batch = np.repeat(np.arange(k), sizes)
     to = _receivers(batch, owners(window.dst, node_offsets), moves[:, me])
-    cols = list(window)
-    like = [(torch.from_numpy(c).dtype, c.shape[1:]) for c in cols]
-    got = dist.exchange([dist.pack([torch.from_numpy(c[at]) for c in cols])
+    like = [(torch.from_numpy(c).dtype, c.shape[1:]) for c in window]
+    got = dist.exchange([dist.pack([torch.from_numpy(c[at]) for c in window])
                          for at in (np.flatnonzero(to == q) for q in range(w))], group,
                         recv_sizes=[int(moves[:, r, me].sum()) for r in range(w)])
     kept = to < 0
     came = [[c.numpy() for c in dist.unpack(g, like)] for g in got]
-    cols = [np.concatenate([c[kept], *(r[i] for r in came)]) for i, c in enumerate(cols)]
-    batch = np.concatenate([batch[kept], *(np.repeat(np.arange(k), moves[:, r, me]) for r in range(w))])
-    window = BatchEvents(*cols)
-    o = np.lexsort((window.eid, batch))  # by batch, then event id
-    cuts = np.cumsum(np.bincount(batch, minlength=k))[:-1]
-    return [BatchEvents(*parts) for parts in zip(*(np.split(c[o], cuts) for c in window))]
+    held = BatchEvents(*(np.concatenate([c[kept], *(r[i] for r in came)]) for i, c in enumerate(window)))
+    held_batch = np.concatenate([batch[kept], *(np.repeat(np.arange(k), moves[:, r, me]) for r in range(w))])
+    o = np.lexsort((held.eid, held_batch))  # by batch, then event id
+    cuts = np.cumsum(np.bincount(held_batch, minlength=k))[:-1]
+    return [BatchEvents(*parts) for parts in zip(*(np.split(c[o], cuts) for c in held))]
+
+
+def _place_in_run(sorted_keys: np.ndarray) -> np.ndarray:
+    """Each entry's position among the equal entries of `sorted_keys` (0: the first of its run)."""
+    return np.arange(sorted_keys.size) - np.searchsorted(sorted_keys, sorted_keys)
 
 
 def _receivers(batch: np.ndarray, dst_owner: np.ndarray, quota: np.ndarray) -> np.ndarray:
@@ -186,12 +189,11 @@ def _receivers(batch: np.ndarray, dst_owner: np.ndarray, quota: np.ndarray) -> n
     key = batch * w + dst_owner
     o = np.argsort(key, kind="stable")
     grouped = key[o]  # by batch, then destination owner
-    sent = o[np.arange(batch.size) - np.searchsorted(grouped, grouped) < quota[batch[o], dst_owner[o]]]
+    sent = o[_place_in_run(grouped) < quota[batch[o], dst_owner[o]]]
     to[sent] = dst_owner[sent]
     short = quota - np.bincount(key[sent], minlength=quota.size).reshape(quota.shape)
     rest = np.flatnonzero(to < 0)[::-1]  # from the end of each batch (batches last to first)
-    back = -batch[rest]
-    pos = np.arange(rest.size) - np.searchsorted(back, back)  # 0: the batch's last event not yet sent
+    pos = _place_in_run(-batch[rest])  # 0: the batch's last event not yet sent
     q = (np.cumsum(short, 1)[batch[rest]] <= pos[:, None]).sum(1)
     to[rest[q < w]] = q[q < w]
     return to
