@@ -10,8 +10,8 @@ Each side sends the other the same number of bytes: 8, 50 KB and 750 KB (about w
 replicated TGN step of `benchmarks/dist_tgnn.py`'s speed setting swaps: its gradient sum of
 175,321 float32, 701 KB, carried by its state write). Each process is pinned to a core of its
 own, as `--nproc 2` pins its ranks, and swaps back to back. Printed per swap, the median of 5
-rounds of 400: wall time, and the CPU time of the two processes (all their threads, the mean of
-the two); then `exchange`'s over shared memory's. Not a test: the figures are this machine's.
+rounds of 400: wall time (the slower side's) and CPU time (of all a process's threads, the mean
+of the two processes); then `exchange`'s over shared memory's. Not a test: the figures are this machine's.
 """
 from __future__ import annotations
 
