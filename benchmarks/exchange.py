@@ -11,7 +11,8 @@ replicated TGN step of `benchmarks/dist_tgnn.py`'s speed setting swaps: its grad
 175,321 float32, 701 KB, carried by its state write). Each process is pinned to a core of its
 own, as `--nproc 2` pins its ranks, and swaps back to back. Printed per swap, the median of 5
 rounds of 400: wall time (the slower side's) and CPU time (of all a process's threads, the mean
-of the two processes); then `exchange`'s over shared memory's. Not a test: the figures are this machine's.
+of the two processes); then `exchange`'s over shared memory's. Not a test: the figures are this
+machine's.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ import torch
 import torch.distributed as dist
 
 from gnndist import dist as gdist
+from gnndist import threads
 from gnndist.launch import launch
 
 SIZES = (8, 50_000, 750_000)
@@ -64,7 +66,7 @@ def _gloo_rank() -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
 def _shm_side(me: int, core: int, slots: list[torch.Tensor], ready: list, results) -> None:
     """One side of the shared-memory swap: write its bytes into its slot, say so, wait for the
     other's and copy them out."""
-    os.sched_setaffinity(0, {core})
+    threads.pin([core])
     torch.set_num_threads(1)
     out = []
     for size in SIZES:
@@ -82,7 +84,7 @@ def _shm_side(me: int, core: int, slots: list[torch.Tensor], ready: list, result
 
 
 def shared_memory_swaps(cores: list[int]) -> list[tuple[float, float]]:
-    """Both sides of the shared-memory swap, forked; per size (wall, CPU) as the mean of the two."""
+    """Both sides of the shared-memory swap, forked; per size (wall, CPU) as `_mean_of_sides`."""
     ctx = multiprocessing.get_context("fork")
     slots = [torch.empty(max(SIZES), dtype=torch.uint8).share_memory_() for _ in range(2)]
     ready, results = [ctx.Semaphore(0) for _ in range(2)], ctx.Queue()
@@ -107,7 +109,8 @@ def main() -> None:
     shm = shared_memory_swaps(cores)
     (ours0, torch0), (ours1, torch1) = launch(2, _gloo_rank)
     ours, torchs = _mean_of_sides(ours0, ours1), _mean_of_sides(torch0, torch1)
-    print("one swap between 2 processes on cores of their own (median of 5 rounds of 400), wall / CPU ms")
+    print(f"one swap between 2 processes on cores of their own (median of {ROUNDS} rounds of {SWAPS}), "
+          "wall / CPU ms")
     head = (f"{'bytes each way':>15}{'exchange':>16}{'all_to_all_single':>19}{'shared memory':>16}"
             f"{'exchange/shm wall':>19}{'CPU':>8}")
     print(head + "\n" + "-" * len(head))
