@@ -20,8 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from gnndist.launch import launch
-from gnndist import dist
+from gnndist.runtime.launch import launch
+from gnndist.runtime import dist
 from gnndist.datasets import load
 from gnndist.partition import load_partition, partition_graph
 from gnndist.samplers import POLICIES

@@ -1,5 +1,5 @@
 """What one swap between two processes on this machine costs: gloo's all-to-all between two
-local ranks (`gnndist.dist.exchange`, what `gnndist train --nproc 2` uses, and torch's
+local ranks (`gnndist.runtime.dist.exchange`, what `gnndist train --nproc 2` uses, and torch's
 `all_to_all_single` called directly on the same buffers each time) against a swap through shared
 memory and semaphores (what a one-process run uses with its share process,
 `gnndist/temporal/share_process.py`).
@@ -24,9 +24,9 @@ import time
 import torch
 import torch.distributed as dist
 
-from gnndist import dist as gdist
-from gnndist import threads
-from gnndist.launch import launch
+from gnndist.runtime import dist as gdist
+from gnndist.runtime import threads
+from gnndist.runtime.launch import launch
 
 SIZES = (8, 50_000, 750_000)
 ROUNDS, SWAPS, WARMUP = 5, 400, 50

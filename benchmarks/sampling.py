@@ -24,8 +24,8 @@ import time
 import numba
 import numpy as np
 
-from gnndist.launch import launch
-from gnndist import dist
+from gnndist.runtime.launch import launch
+from gnndist.runtime import dist
 from gnndist.datasets.generators import synthetic_static, synthetic_temporal
 from gnndist.graph import Graph
 from gnndist.samplers import (POLICIES, DistNeighborSampler, DistFeatures, degree_scores,

@@ -3,20 +3,23 @@
 The trainers' entry points load on first use (`gnndist.train_link` imports torch), so that
 `import gnndist` stays light.
 """
-from gnndist import threads
+from gnndist.runtime import threads
 
-threads.configure()  # before anything loads an OpenMP runtime (see gnndist.threads)
+threads.configure()  # before anything loads an OpenMP runtime (see gnndist.runtime.threads)
 
 from importlib import import_module  # noqa: E402
 from typing import Any  # noqa: E402
 
 from gnndist.errors import GnndistError  # noqa: E402
 from gnndist.graph import Graph, TemporalGraph  # noqa: E402
+from gnndist import moved  # noqa: E402
+
+moved.install()
 
 __version__ = "0.1.0"
 _LAZY = {"train_link": "gnndist.temporal.trainer", "LinkConfig": "gnndist.temporal.config",
          "train_node": "gnndist.static.trainer", "NodeConfig": "gnndist.static.config",
-         "Outputs": "gnndist.launch", "DataSource": "gnndist.datasets"}
+         "Outputs": "gnndist.runtime.launch", "DataSource": "gnndist.datasets"}
 __all__ = ["Graph", "TemporalGraph", "GnndistError", "__version__", *_LAZY]
 
 

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterator, Optional
 import numpy as np
 import torch
 
-from gnndist import dist
+from gnndist.runtime import dist
 from gnndist.errors import GnndistError, first_line
 from gnndist.io import atomic_file
 from gnndist.outputs import CHECKPOINT_FILE, RANK_FOLDER, REPLACED, checkpoint_name

@@ -4,7 +4,7 @@ is applied to (checked against the checkpoint), node ids and candidate rows read
 and prediction files written as `.npy` or `.csv`.
 
 The link task is in `gnndist.temporal.predict`, the node task in `gnndist.static.predict`; the
-command is `gnndist predict CHECKPOINT DATA` (`gnndist.predict_cli`).
+command is `gnndist predict CHECKPOINT DATA` (`gnndist.cli.predict_cli`).
 """
 from __future__ import annotations
 
@@ -18,13 +18,14 @@ from typing import Any, Iterator, Optional, Sequence, Union
 import numpy as np
 import torch
 
-from gnndist import checkpoint, dist
+from gnndist import checkpoint
+from gnndist.runtime import dist
 from gnndist.datasets import DataSource
 from gnndist.datasets.text import check_finite, check_ids, read_table
 from gnndist.errors import GnndistError
 from gnndist.graph import Graph, TemporalGraph, as_node_ids
 from gnndist.io import atomic_file
-from gnndist.launch import Data, kind_of
+from gnndist.runtime.launch import Data, kind_of
 from gnndist.outputs import CHECKPOINT_FILE, REPLACED, check_output
 from gnndist.partition import is_store
 from gnndist.validate import TASK_OF_KIND

@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 import torch
 
-from gnndist import dist as gdist
+from gnndist.runtime import dist as gdist
 from gnndist.errors import GnndistError
 from gnndist.graph import as_node_ids, owners, tcsr_rows
 from gnndist.samplers.kernels import load_tcsr_kernels

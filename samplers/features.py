@@ -16,7 +16,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import torch
 
-from gnndist import dist as gdist
+from gnndist.runtime import dist as gdist
 from gnndist.errors import GnndistError
 from gnndist.samplers.cache import capacity_rows, make_cache
 from gnndist.graph import owners

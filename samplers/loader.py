@@ -16,7 +16,7 @@ import queue
 import threading
 from typing import Any, Callable, Iterable, Iterator
 
-from gnndist.threads import torch_threads_here
+from gnndist.runtime.threads import torch_threads_here
 
 _DONE = object()
 

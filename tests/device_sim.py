@@ -18,7 +18,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
 
-import gnndist.device
+import gnndist.runtime.device
 
 READS = {"item", "tolist", "cpu", "numpy", "__bool__", "__int__", "__float__", "__index__", "equal", "allclose"}
 DATA_SIZED = {"unique", "unique_consecutive", "nonzero", "argwhere", "masked_select", "bincount"}
@@ -54,12 +54,12 @@ class SimulatedDevice(TorchFunctionMode):
 
     # ------------------------------------------------------------------ the mode
     def __enter__(self):
-        """The library takes its device path: no CPU-only code paths (see `gnndist.device.on_cpu_paths`)."""
-        self._kernels, gnndist.device.CPU_PATHS = gnndist.device.CPU_PATHS, False
+        """The library takes its device path: no CPU-only code paths (see `gnndist.runtime.device.on_cpu_paths`)."""
+        self._kernels, gnndist.runtime.device.CPU_PATHS = gnndist.runtime.device.CPU_PATHS, False
         return super().__enter__()
 
     def __exit__(self, *exc):
-        gnndist.device.CPU_PATHS = self._kernels
+        gnndist.runtime.device.CPU_PATHS = self._kernels
         return super().__exit__(*exc)
 
     def _site(self) -> str:

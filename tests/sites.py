@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch.distributed as tdist
 
-from gnndist import dist as gdist
+from gnndist.runtime import dist as gdist
 
 DEVICE_SITES = {
     "temporal/trainer.py": {"__init__", "forward", "backward", "step", "new_nodes", "_traffic",
@@ -20,7 +20,7 @@ DEVICE_SITES = {
 
 def record_sites() -> list[tuple[str, bool]]:
     """From now on in this process, record every collective as (site, on the default group),
-    the site being "folder/file.py:function" of the code that called `gnndist.dist`."""
+    the site being "folder/file.py:function" of the code that called `gnndist.runtime.dist`."""
     seen, check, here = [], gdist._on_device, gdist.__file__
 
     def recording(op, t, group):

@@ -36,7 +36,7 @@ import torch
 
 from gnndist import checkpoint
 from gnndist import Graph
-from gnndist import launch as glaunch
+from gnndist.runtime import launch as glaunch
 from gnndist.cli import main
 from gnndist.datasets import FORMATS, GENERATORS, load
 from gnndist.errors import GnndistError
@@ -961,7 +961,7 @@ def _library_calls():
     """(id, call, expected message part): library calls a script can get wrong, each refused
     with a GnndistError before any work (a part count of 1.5 used to end the process by SIGFPE)."""
     from gnndist import LinkConfig, NodeConfig
-    from gnndist.launch import Outputs
+    from gnndist.runtime.launch import Outputs
     from gnndist.static.trainer import train_node
     from gnndist.temporal.trainer import train_link
     g, tg = load(STATIC[0], num_nodes=200, num_edges=600), load(TEMPORAL[0], num_nodes=80, num_events=800)

@@ -101,7 +101,7 @@ def test_a_reader_that_goes_away_stops_the_output_quietly():
 def test_another_broken_pipe_is_an_error_line(monkeypatch, capsys):
     """Only stdout's reader going away is quiet: a broken pipe elsewhere (e.g. to a rank being
     started) is one error line, status 2."""
-    import gnndist.datasets.cli as datasets_cli
+    import gnndist.cli.datasets_cli as datasets_cli
 
     def broken(args):
         raise BrokenPipeError(32, "Broken pipe")

@@ -14,7 +14,7 @@ import pytest
 
 import gnndist.datasets.text as text
 from gnndist.cli import main
-from gnndist.datasets.cli import add_data_args, source_from_args
+from gnndist.cli.datasets_cli import add_data_args, source_from_args
 from gnndist.datasets import (FORMATS, GENERATORS, chronological_split, load,
                               new_nodes_after)
 from gnndist.datasets.generators import synthetic_static, synthetic_temporal

@@ -16,11 +16,12 @@ import pytest
 import torch
 
 import gnndist
-from gnndist import GnndistError, dist, threads
-from gnndist import launch as glaunch
+from gnndist import GnndistError
+from gnndist.runtime import dist, threads
+from gnndist.runtime import launch as glaunch
 from gnndist.cli import main
 from gnndist.datasets import load
-from gnndist.launch import check_own_part, check_same_job, launch
+from gnndist.runtime.launch import check_own_part, check_same_job, launch
 from gnndist.predict import SavedModel
 from gnndist.partition import partition_graph
 

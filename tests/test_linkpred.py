@@ -4,7 +4,7 @@ import pytest
 
 from gnndist.errors import GnndistError
 from gnndist.graph import TemporalGraph
-from gnndist.launch import launch
+from gnndist.runtime.launch import launch
 from gnndist.temporal.linkpred import (EvalNegatives, average_precision, link_metrics, mrr, roc_auc,
                                        train_negatives)
 
@@ -136,7 +136,7 @@ def test_eval_negatives_of_a_rank_equal_one_process_rows():
 
 
 def _ranked_worker(pos, neg):
-    from gnndist import dist
+    from gnndist.runtime import dist
 
     dist.setup("cpu")
     r, w = dist.rank(), dist.world_size()

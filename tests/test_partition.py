@@ -580,7 +580,7 @@ def test_the_cache_of_a_graph_split_for_training_tells_apart_every_array_it_hold
     features, so a graph that differs in any of them gets a store of its own (a store made
     from the same structure with other labels used to be reused)."""
     import dataclasses
-    from gnndist.launch import Split, store_dir
+    from gnndist.runtime.launch import Split, store_dir
     g, tg = load("synthetic-static", num_nodes=100, num_edges=300), load("synthetic-temporal", num_nodes=50, num_events=300)
     split = Split("static", "metis")
     same = dataclasses.replace(g)

@@ -23,7 +23,7 @@ from gnndist.cli import main
 from gnndist.datasets import load
 from gnndist.errors import GnndistError
 from gnndist.graph import TemporalGraph
-from gnndist.launch import Outputs, launch
+from gnndist.runtime.launch import Outputs, launch
 from gnndist.predict import SavedModel, read_candidates
 from gnndist.temporal.config import LinkConfig
 from gnndist.temporal.events import RankEvents

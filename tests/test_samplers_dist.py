@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from gnndist.launch import launch
-from gnndist import dist
+from gnndist.runtime.launch import launch
+from gnndist.runtime import dist
 from gnndist.samplers import (POLICIES, DistNeighborSampler, DistTemporalSampler, DistFeatures, PrefetchLoader,
                               degree_scores, sample_neighbors, sample_temporal_multihop,
                               sample_temporal_neighbors, visit_scores)

@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 import torch
 
-from gnndist.launch import launch
-from gnndist import dist
+from gnndist.runtime.launch import launch
+from gnndist.runtime import dist
 from gnndist.graph import Graph
 from gnndist.partition import load_partition, partition_graph
 from gnndist.static.trainer import WholeGraph, NodeConfig, NodeTrainer, PartGraph

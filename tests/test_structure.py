@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = {"gnndist": "gnndist", "partition": "gnndist.partition", "samplers": "gnndist.samplers",
            "datasets": "gnndist.datasets"}
 LOWER = ("gnndist.partition", "gnndist.samplers", "gnndist.datasets")
-HIGH = ("gnndist.temporal", "gnndist.static", "gnndist.launch", "gnndist.cli", "gnndist.train", "gnndist.demo")
+HIGH = ("gnndist.temporal", "gnndist.static", "gnndist.runtime.launch", "gnndist.cli")
 
 
 def glue(module: str) -> bool:

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from device_sim import SimulatedDevice
-from gnndist import dist as gdist
+from gnndist.runtime import dist as gdist
 from gnndist.datasets import load
-from gnndist.launch import launch
+from gnndist.runtime.launch import launch
 from gnndist.partition import partition_graph
 from gnndist.temporal.config import MEMORY_MODES, LinkConfig
 from gnndist.temporal.events import RankEvents

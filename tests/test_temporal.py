@@ -20,7 +20,7 @@ from gnndist.temporal.config import LinkConfig
 from gnndist.temporal.events import RankEvents
 from gnndist.temporal.share_process import Placement
 from gnndist.temporal.linkpred import EvalNegatives, train_negatives
-import gnndist.device
+import gnndist.runtime.device
 from gnndist.temporal.models import MODELS, state_rows
 from gnndist.temporal.keys import attend
 from gnndist.temporal.modules import CellUpdater, LinkPredictor, TemporalAttention, last_per_node, update_memory
@@ -29,7 +29,7 @@ from gnndist.temporal.time_encoding import time_encoder
 from gnndist.temporal.timers import Timers
 from gnndist.temporal import neighbours
 from gnndist.temporal.trainer import LinkTrainer, TimedState, batch_loss
-from gnndist.threads import job_threads
+from gnndist.runtime.threads import job_threads
 
 MEMORY_MODELS = [m for m in MODELS if m != "tgat"]
 
@@ -562,7 +562,7 @@ def test_temporal_attention_matches_projecting_every_key(queries, kernels, monke
     """Against every key projected (brute force), forward and parameter gradients: a query input
     per row, one shared by all rows (TGAT's zero inputs, with a one-row table), or rows of a
     smaller query table by index (`query_inputs`' distinct rows)."""
-    monkeypatch.setattr(gnndist.device, "CPU_PATHS", kernels)
+    monkeypatch.setattr(gnndist.runtime.device, "CPU_PATHS", kernels)
     torch.manual_seed(0)
     r, k, dq, dc = 7, 5, 6, 4
     att = TemporalAttention(dq, dq, dc, 8, heads=2)
@@ -591,7 +591,7 @@ def test_attend_and_its_gradients_equal_softmax_attention_over_the_gathered_keys
     its inputs, against softmax attention written out over the gathered keys (float64): rows
     picked several times from the table, masked keys, a row without a valid key, keys without
     a node part."""
-    monkeypatch.setattr(gnndist.device, "CPU_PATHS", kernels)
+    monkeypatch.setattr(gnndist.runtime.device, "CPU_PATHS", kernels)
     torch.manual_seed(1)
     k, h, cc, ck, scale = 4, 3, 5, 6, 0.7
     u_c = torch.randn(h, rows, cc, dtype=torch.float64, requires_grad=True)
@@ -630,7 +630,7 @@ def test_attend_gives_no_gradient_to_what_moves_all_scores_of_a_row_alike(kernel
     the keys apart; a row's keys all the same neighbour) shifts every score of a row alike,
     which softmax ignores: its part of u gets a zero gradient, exactly on the CPU path (float
     noise there would become Adam steps)."""
-    monkeypatch.setattr(gnndist.device, "CPU_PATHS", kernels)
+    monkeypatch.setattr(gnndist.runtime.device, "CPU_PATHS", kernels)
     torch.manual_seed(2)
     context, table = torch.randn(50, 10, 8), torch.randn(30, 6)
     context[:, :, 3] = 1.0
@@ -653,7 +653,7 @@ def test_time_encoder_is_the_cosine_of_the_true_argument(kernels, monkeypatch):
     """cos(w t + b) against numpy's float64 cosine, for deltas up to 1e9 s (where a float32
     argument is off by tens of radians), in the input's shape; for small deltas, where float32
     arguments are exact enough, PyG's own encoder with the same parameters agrees."""
-    monkeypatch.setattr(gnndist.device, "CPU_PATHS", kernels)
+    monkeypatch.setattr(gnndist.runtime.device, "CPU_PATHS", kernels)
     enc = time_encoder(16)
     with torch.no_grad():
         enc.lin.bias.copy_(torch.linspace(-3, 3, 16))  # a phase too, not only the fixed zero
@@ -676,7 +676,7 @@ def test_update_memory_folds_the_mail_of_rows_that_have_one(kernels, monkeypatch
     """Each row with a mail gets the updater's output for that row alone (and its gradient),
     a row without one keeps its memory and time; on the CPU only the rows with a mail reach
     the updater."""
-    monkeypatch.setattr(gnndist.device, "CPU_PATHS", kernels)
+    monkeypatch.setattr(gnndist.runtime.device, "CPU_PATHS", kernels)
     torch.manual_seed(0)
     updater = CellUpdater(torch.nn.GRUCell, 5, time_encoder(4), 3)
     seen = []

@@ -20,14 +20,14 @@ import pytest
 import torch
 
 from gnndist import cli
-from gnndist import dist as gdist
+from gnndist.runtime import dist as gdist
 from gnndist.errors import GnndistError
 from gnndist.graph import TemporalGraph
-from gnndist.launch import Outputs, launch
+from gnndist.runtime.launch import Outputs, launch
 from gnndist.partition import partition_graph
 from gnndist.temporal.config import LinkConfig
 from gnndist.temporal.dist_state import PartitionedNodeState
-from gnndist.dist import pack, unpack
+from gnndist.runtime.dist import pack, unpack
 from gnndist.temporal.events import BatchEvents, RankEvents, _receivers, even_moves, even_out
 from gnndist.temporal.models import MODELS
 from gnndist.temporal.trainer import LinkTrainer, fit, rank_events

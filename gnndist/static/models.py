@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.nn import GATConv, GCNConv, SAGEConv
 
-from gnndist.device import to_device
+from gnndist.runtime.device import to_device
 from gnndist.errors import GnndistError
 from gnndist.static.config import MODELS
 

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from gnndist.graph import Graph, as_node_ids
-from gnndist.launch import Data, run_job
+from gnndist.runtime.launch import Data, run_job
 from gnndist.predict import Checkpoint, SavedModel, gather_rows, joined, saved_model, source_of, to_positions
 from gnndist.static.trainer import (SPLIT, NodeConfig, NodeTrainer, PartGraph, RankGraph, check_node_graph,
                                     rank_graph)

@@ -29,7 +29,8 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from gnndist import checkpoint, dist, threads
+from gnndist import checkpoint
+from gnndist.runtime import dist, threads
 from gnndist.errors import GnndistError
 from gnndist.footprint import memory_checked, node_footprint
 from gnndist.graph import MASKS, Graph, TemporalGraph
@@ -41,7 +42,7 @@ from gnndist.samplers import (Blocks, DistNeighborSampler, DistFeatures, Prefetc
                               sample_neighbors, sampler_group, visit_scores)
 from gnndist.static.config import NodeConfig
 from gnndist.static.models import MiniBatch, StaticGNN
-from gnndist.launch import Data, Outputs, Split, run_job
+from gnndist.runtime.launch import Data, Outputs, Split, run_job
 from gnndist.validate import cache_capacity, check_type
 
 

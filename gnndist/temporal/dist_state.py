@@ -36,9 +36,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from gnndist import dist as gdist
-from gnndist.dist import joined, pack, unpack, unpack_into
-from gnndist.device import to_device
+from gnndist.runtime import dist as gdist
+from gnndist.runtime.dist import joined, pack, unpack, unpack_into
+from gnndist.runtime.device import to_device
 from gnndist.graph import owners
 from gnndist.samplers.distributed import StepRequests, requests_per_step, sampler_group
 from gnndist.temporal.state import NodeState

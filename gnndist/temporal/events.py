@@ -25,7 +25,7 @@ from typing import Any, NamedTuple, Optional
 import numpy as np
 import torch
 
-from gnndist import dist
+from gnndist.runtime import dist
 from gnndist.graph import TemporalGraph, owners, tcsr_rows
 from gnndist.partition import Partition
 

@@ -12,7 +12,7 @@ are never written out) and the table's gradient is added in place. In their plac
 and the sums as kernels of their own, with torch's masking, softmax and sums between them
 (about ten more operations forward and fifteen backward, each writing its output out), ran a
 UCI TGN epoch at 0.91x the events/s (README). On other devices, or with
-`gnndist.device.CPU_PATHS` off (as the host-sync tests do, to follow the GPU path on the CPU),
+`gnndist.runtime.device.CPU_PATHS` off (as the host-sync tests do, to follow the GPU path on the CPU),
 `attend` runs as torch operations on the gathered keys: batched products, softmax, batched
 products.
 """
@@ -26,7 +26,7 @@ from numba import njit
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from gnndist.device import on_cpu_paths
+from gnndist.runtime.device import on_cpu_paths
 
 MASKED = -1e30  # the score of a masked key, before scaling (the torch path's)
 

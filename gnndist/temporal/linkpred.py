@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from gnndist import dist
+from gnndist.runtime import dist
 from gnndist.errors import GnndistError
 from gnndist.graph import indptr_of, unique_ints
 from gnndist.samplers import sampler_group

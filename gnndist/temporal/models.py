@@ -35,7 +35,7 @@ import torch
 from numba import njit
 from torch import Tensor, nn
 
-from gnndist.device import to_device
+from gnndist.runtime.device import to_device
 from gnndist.temporal.config import MODELS
 from gnndist.temporal.modules import (CellUpdater, GraphAttention, LinkPredictor, MailboxUpdater, TimeProjection,
                                       last_per_node, update_memory)

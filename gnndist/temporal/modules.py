@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from gnndist.device import on_cpu_paths
+from gnndist.runtime.device import on_cpu_paths
 from gnndist.temporal.keys import attend
 
 

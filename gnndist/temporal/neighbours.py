@@ -14,7 +14,7 @@ from collections import deque
 import numpy as np
 import torch
 
-from gnndist.device import to_device
+from gnndist.runtime.device import to_device
 from gnndist.graph import owners
 from gnndist.samplers import DistFeatures, DistTemporalSampler
 from gnndist.samplers.temporal import TemporalSample, multihop

@@ -33,12 +33,12 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from gnndist import dist
+from gnndist.runtime import dist
 from gnndist.datasets import DataSource
 from gnndist.errors import GnndistError
 from gnndist.graph import TemporalGraph, as_node_ids, as_numbers, owners
 from gnndist.io import show_progress
-from gnndist.launch import Data, run_job
+from gnndist.runtime.launch import Data, run_job
 from gnndist.predict import Checkpoint, SavedModel, gather_rows, joined, saved_model, source_of, to_positions
 from gnndist.temporal.config import LinkConfig
 from gnndist.temporal.events import RankEvents

@@ -1,6 +1,6 @@
 """A one-process batch run as contiguous shares of its events, the second in a process of its
 own (`gnndist.temporal.share_process`): how a rank uses a second core without an OpenMP team,
-whose every operation would wait for a thread that another job may hold (`gnndist.threads`).
+whose every operation would wait for a thread that another job may hold (`gnndist.runtime.threads`).
 
 Each share embeds and scores its events from the node state as the batch found it, with its
 loss the sum over its events divided by the whole batch's size, and runs its own backward
@@ -16,7 +16,7 @@ import math
 import numpy as np
 import torch
 
-from gnndist.device import to_device
+from gnndist.runtime.device import to_device
 from gnndist.temporal.models import Batch, Hop
 
 

@@ -7,7 +7,7 @@ radian: PyG's float32 encoder gives noise in its fastest dimensions, this one th
 true argument (within 1e-6). On the CPU a numba kernel does it (the cosine an even polynomial
 on [-pi, pi], vectorized): about 5x faster than torch's cosine of a TGN batch's [6000, 100]
 arguments, which takes its slow path for large ones. Elsewhere, or with
-`gnndist.device.CPU_PATHS` off, torch operations compute the same.
+`gnndist.runtime.device.CPU_PATHS` off, torch operations compute the same.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from numba import njit
 from torch import Tensor
 from torch_geometric.nn.models.tgn import TimeEncoder
 
-from gnndist import device
+from gnndist.runtime import device
 
 # cos(y) = sum_n (-1)^n y^(2n) / (2n)!, highest term first: within 4e-9 on [-pi, pi]
 _COS_TERMS = np.array([(-1) ** n / math.factorial(2 * n) for n in range(9, -1, -1)], np.float32)

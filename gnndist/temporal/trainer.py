@@ -43,15 +43,16 @@ import torch.nn.functional as F
 from torch import Tensor
 from tqdm import tqdm
 
-from gnndist import checkpoint, dist, threads
+from gnndist import checkpoint
+from gnndist.runtime import dist, threads
 from gnndist.datasets import chronological_split
-from gnndist.device import to_device
+from gnndist.runtime.device import to_device
 from gnndist.errors import GnndistError
 from gnndist.footprint import link_footprint, memory_checked
 from gnndist.graph import TemporalGraph, owners
 from gnndist.io import show_progress
 from gnndist.outputs import write_metrics
-from gnndist.launch import Data, Outputs, Split, run_job
+from gnndist.runtime.launch import Data, Outputs, Split, run_job
 from gnndist.validate import check_type
 from gnndist.partition import load_id_maps, load_partition
 from gnndist.runlog import RunLog

@@ -16,7 +16,7 @@ import argparse
 import json
 import sys
 
-from gnndist.datasets.cli import add_data_args, source_from_args
+from gnndist.cli.datasets_cli import add_data_args, source_from_args
 from gnndist.errors import GnndistError
 from gnndist.graph import Graph
 from gnndist.io import show_progress

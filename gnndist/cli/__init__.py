@@ -38,14 +38,14 @@ EPILOG = """examples:
 
 # subcommand -> (module that implements it, one-line help)
 SUBCOMMANDS = {
-    "datasets": ("gnndist.datasets.cli", "list the built-in datasets and the file formats gnndist reads"),
-    "partition": ("gnndist.partition.cli", "split a graph into partitions written as an on-disk store"),
-    "info": ("gnndist.info_cli", "describe a partition store, a checkpoint folder, or a dataset before partitioning or training it"),
-    "train": ("gnndist.train", "train a temporal (link) or static (node) GNN, on one or many ranks"),
-    "predict": ("gnndist.predict_cli", "use a trained model: test figures, link scores, embeddings, class "
+    "datasets": ("gnndist.cli.datasets_cli", "list the built-in datasets and the file formats gnndist reads"),
+    "partition": ("gnndist.cli.partition_cli", "split a graph into partitions written as an on-disk store"),
+    "info": ("gnndist.cli.info_cli", "describe a partition store, a checkpoint folder, or a dataset before partitioning or training it"),
+    "train": ("gnndist.cli.train", "train a temporal (link) or static (node) GNN, on one or many ranks"),
+    "predict": ("gnndist.cli.predict_cli", "use a trained model: test figures, link scores, embeddings, class "
                 "probabilities"),
-    "plot": ("gnndist.plot_cli", "draw a training run's metrics JSON as one PNG"),
-    "demo": ("gnndist.demo", "a short TGN training on built-in synthetic data"),
+    "plot": ("gnndist.cli.plot_cli", "draw a training run's metrics JSON as one PNG"),
+    "demo": ("gnndist.cli.demo", "a short TGN training on built-in synthetic data"),
 }
 
 

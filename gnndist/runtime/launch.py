@@ -28,7 +28,8 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from gnndist import __version__, checkpoint, dist, threads
+from gnndist import __version__, checkpoint
+from gnndist.runtime import dist, threads
 from gnndist.datasets import DataSource
 from gnndist.errors import GnndistError, first_line
 from gnndist.graph import MASKS, Graph, TemporalGraph

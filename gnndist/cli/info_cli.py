@@ -25,7 +25,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from gnndist.datasets.cli import add_data_args, refuse_dataset_flags, source_from_args
+from gnndist.cli.datasets_cli import add_data_args, refuse_dataset_flags, source_from_args
 from gnndist.datasets.describe import MEMORY_DIM, MEMORY_FORMULA, facts, format_facts, memory
 from gnndist.datasets.registry import FORMATS, GENERATORS, detect_format, refuse_gnndist_output
 from gnndist.errors import GnndistError

@@ -28,9 +28,9 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     cfg = LinkConfig(model="tgn", epochs=args.epochs, seed=args.seed, quiet=args.quiet)  # checks the flags
 
-    from gnndist import dist
+    from gnndist.runtime import dist
     from gnndist.datasets import load
-    from gnndist.launch import Outputs
+    from gnndist.runtime.launch import Outputs
     from gnndist.temporal.trainer import train_link
 
     dist.timeout_s()  # a bad GNNDIST_TIMEOUT is told before the data is made

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from gnndist.datasets.cli import add_data_args, refuse_dataset_flags, source_from_args
+from gnndist.cli.datasets_cli import add_data_args, refuse_dataset_flags, source_from_args
 from gnndist.datasets.registry import data_kind
 from gnndist.errors import GnndistError
 from gnndist.static.config import MODELS as STATIC_MODELS, NodeConfig
@@ -160,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = node_config(args) if args.task == "node" else link_config(args)
 
     from gnndist.errors import allocating
-    from gnndist.launch import Outputs, over_seeds
+    from gnndist.runtime.launch import Outputs, over_seeds
     from gnndist.partition import is_store
 
     if args.task == "node":

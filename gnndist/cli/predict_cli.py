@@ -26,7 +26,7 @@ import argparse
 
 import numpy as np
 
-from gnndist.datasets.cli import add_data_args, source_from_args
+from gnndist.cli.datasets_cli import add_data_args, source_from_args
 from gnndist.errors import GnndistError
 from gnndist.outputs import check_output, write_metrics
 from gnndist.validate import DEVICES, Int, check
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the subcommand; the exit status."""
     check("nproc", args.nproc, Int())
     from gnndist.partition import is_store
-    from gnndist.dist import writes_outputs
+    from gnndist.runtime.dist import writes_outputs
     from gnndist.predict import SavedModel, check_predictions_out, read_candidates, read_ids, write_predictions
 
     saved = SavedModel.load(args.checkpoint)

@@ -35,7 +35,7 @@ the first one starts numba's thread pool without touching torch's thread count. 
 layer the pool's start sets the runtime's thread count, which is torch's too: a rank given
 OMP_NUM_THREADS=1 by the launcher ran torch on 2 threads after its first sampling.
 
-A job (`gnndist.launch.run_job`: training, prediction) runs torch on OMP_NUM_THREADS threads
+A job (`gnndist.runtime.launch.run_job`: training, prediction) runs torch on OMP_NUM_THREADS threads
 where it is set, else on one (`job_threads`), whichever was imported first; so do the trainers'
 epochs and evaluations (`job_threads` as their decorator), and a temporal trainer's shares are
 chosen for that count, also where a script builds the trainer and runs them itself (with torch
@@ -172,7 +172,7 @@ def job_thread_count() -> int:
 def job_threads() -> Iterator[None]:
     """Torch on `job_thread_count()` threads while a job runs in this process; the count before
     it afterwards. Also a decorator: the trainers' epochs and evaluations run as in a job where a
-    script calls them itself, without `gnndist.launch.run_job`."""
+    script calls them itself, without `gnndist.runtime.launch.run_job`."""
     import torch
 
     before = torch.get_num_threads()
