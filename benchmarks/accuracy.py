@@ -25,7 +25,7 @@ DATA = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
 LINK = {"uci": DATA / "uci_collegemsg" / "CollegeMsg.txt.gz",
         "bitcoin-otc": DATA / "bitcoin_otc" / "soc-sign-bitcoinotc.csv.gz"}
 NODE = {"cora": DATA / "cora", "citeseer": DATA / "citeseer"}
-# published test figures (AP for link prediction on UCI, random negatives; accuracy for node)
+# published test metrics (AP for link prediction on UCI, random negatives; accuracy for node)
 PUBLISHED = {("uci", "tgn"): 0.923, ("uci", "jodie"): 0.894, ("uci", "tgat"): 0.796, ("uci", "dyrep"): 0.651,
              ("cora", "gcn"): 0.815, ("cora", "gat"): 0.830, ("citeseer", "gcn"): 0.703, ("citeseer", "gat"): 0.725}
 

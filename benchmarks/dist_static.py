@@ -10,7 +10,7 @@ remote feature bytes per epoch, with ratios against peers measured in the same r
 Partitions are METIS with balanced nodes and training nodes (`gnndist.partition`), made once
 per rank count (their time is printed). `--steps S` keeps each rank's first S x (its share of
 a global batch) training nodes (the same nodes for every policy), so that an epoch is about S
-global batches: figures are then per S steps. The
+global batches: metrics are then per S steps. The
 `presample` cache counts visits over one earlier sampling epoch (other order and seed).
 """
 from __future__ import annotations
@@ -25,13 +25,13 @@ from gnndist.runtime import dist
 from gnndist.datasets import load
 from gnndist.partition import load_partition, partition_graph
 from gnndist.samplers import POLICIES
-from gnndist.static.trainer import WholeGraph, NodeConfig, NodeTrainer, PartGraph, local_share
+from gnndist.static.trainer import WholeGraph, NodeConfig, NodeTrainer, PartGraph, local_portion
 
 
 def capped(graph, cfg: NodeConfig, steps: int):
     """`graph` with its training nodes cut to `steps` shares of a global batch (0: all)."""
     if steps:
-        graph.train_ids = graph.train_ids[: steps * max(local_share(cfg.batch_size), 1)]
+        graph.train_ids = graph.train_ids[: steps * max(local_portion(cfg.batch_size), 1)]
     return graph
 
 
@@ -46,7 +46,7 @@ def one_epoch(graph, cfg: NodeConfig) -> dict:
 
 def bench_rank(store: str, cfgs: list[NodeConfig], steps: int) -> list[dict]:
     """One epoch per config (cache policy) on this rank's part, after a 2-step warm-up (JIT,
-    first-call costs); the global figures."""
+    first-call costs); the global metrics."""
     dist.setup("cpu")
     part = load_partition(store, dist.rank(), dist.world_size())
     one_epoch(capped(PartGraph(part, cfgs[0]), cfgs[0], 2), cfgs[0])
@@ -95,7 +95,7 @@ def main() -> None:
     base = next((r["nodes_per_s"] for w, _, r in rows if w == 1), None)
     nocache = {w: r["remote_bytes"] for w, pol, r in rows if pol == "none"}
     unit = f"per {a.steps} steps/rank" if a.steps else "per epoch"
-    print(f"\nGraphSAGE, fanouts {a.fanouts}, global batch {a.batch_size}, cache {a.cache_size}; figures {unit}")
+    print(f"\nGraphSAGE, fanouts {a.fanouts}, global batch {a.batch_size}, cache {a.cache_size}; metrics {unit}")
     print(f"{'ranks':>5} {'cache':>10} {'nodes/s':>10} {'vs 1 rank':>9} {'hit rate':>8} {'remote MiB':>11} "
           f"{'vs none':>8} {'setup s':>8} {'epoch s':>8}")
     for w, pol, r in rows:

@@ -22,7 +22,7 @@ process's. The ranks score each batch's events evened out over them (`--share ev
 default); two more rows score each event at its source's owner (`--share owner`), the peer of
 that choice in the same run. One process runs first as `gnndist train` runs it (torch on one thread, each batch
 run as 2 shares of its events where it has 2 cores, the second in a process of its own:
-`gnndist/temporal/shares.py`)
+`gnndist/temporal/split_step.py`)
 and with torch on every core (`OMP_NUM_THREADS` = the core count, one share; run only on a
 machine of more than one core with the variable unset); the faster
 of the two is the reference, run again after every setting, and each setting's ratio is over

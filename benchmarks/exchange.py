@@ -2,7 +2,7 @@
 local ranks (`gnndist.runtime.dist.exchange`, what `gnndist train --nproc 2` uses, and torch's
 `all_to_all_single` called directly on the same buffers each time) against a swap through shared
 memory and semaphores (what a one-process run uses with its share process,
-`gnndist/temporal/share_process.py`).
+`gnndist/temporal/half_process.py`).
 
     python benchmarks/exchange.py
 
@@ -11,7 +11,7 @@ replicated TGN step of `benchmarks/dist_tgnn.py`'s speed setting swaps: its grad
 175,321 float32, 701 KB, carried by its state write). Each process is pinned to a core of its
 own, as `--nproc 2` pins its ranks, and swaps back to back. Printed per swap, the median of 5
 rounds of 400: wall time (the slower side's) and CPU time (of all a process's threads, the mean
-of the two processes); then `exchange`'s over shared memory's. Not a test: the figures are this
+of the two processes); then `exchange`'s over shared memory's. Not a test: the metrics are this
 machine's.
 """
 from __future__ import annotations

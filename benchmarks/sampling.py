@@ -1,4 +1,4 @@
-"""Sampling and feature-traffic benchmark: prints figures and ratios against peers measured
+"""Sampling and feature-traffic benchmark: prints metrics and ratios against peers measured
 in the same run (not pass/fail).
 
 1. static uniform sampling, fanouts [15, 10] without replacement, on a generated power-law

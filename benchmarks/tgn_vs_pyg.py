@@ -159,7 +159,7 @@ def busy(n: int):
 
 
 def on_gpu_peak(side, tg, lr: float, seed: int, device: str) -> dict:
-    """`side`'s figures, with its peak of allocated GPU memory on `--device cuda`."""
+    """`side`'s metrics, with its peak of allocated GPU memory on `--device cuda`."""
     if device != "cuda":
         return side(tg, lr, seed, device)
     torch.cuda.reset_peak_memory_stats()

@@ -5,7 +5,7 @@ checkpoint folders, TensorBoard folders, plots, predictions), and how gnndist ma
 - a path that is one of the run's `inputs`, contains one, or lies inside an input folder
   (compared after resolving symlinks, and by inode, so a hard link counts as the same file);
 - an existing file or folder that gnndist did not write: a metrics file without the
-  `"gnndist"` stamp that `write_metrics` puts in (and, for `gnndist predict`'s test figures,
+  `"gnndist"` stamp that `write_metrics` puts in (and, for `gnndist predict`'s test metrics,
   a training run's metrics file), a store folder holding files its meta.json
   does not list, a checkpoint folder holding anything but checkpoint files, a TensorBoard
   folder holding anything but event files, a PNG without gnndist's Software text chunk;
@@ -30,7 +30,7 @@ from gnndist.io import write_json
 PathLike = Union[str, os.PathLike]
 # kind -> (what it is, in messages; the flag that names it; True for a folder)
 KINDS = {"store": ("partition store", "--out", True), "metrics": ("metrics file", "--metrics-out", False),
-         "test_figures": ("test figures", "-o", False),
+         "test_metrics": ("test metrics", "-o", False),
          "checkpoint": ("checkpoint folder", "--checkpoint", True), "log_dir": ("log folder", "--log-dir", True),
          "plot": ("plot", "output path", False), "predictions": ("predictions", "-o", False)}
 SOFTWARE = f"gnndist {gnndist.__version__}"  # the PNG tEXt "Software" value of gnndist's plots
@@ -60,7 +60,7 @@ def plot_metadata() -> dict[str, str]:
 def write_metrics(path: PathLike, obj: dict[str, Any], flag: Optional[str] = None, kind: str = "metrics") -> Path:
     """Write `obj` as the metrics JSON file `path` (atomically), stamped with a top-level
     `"gnndist": {"version", "kind": "metrics"}` key; refused as `check_output(path, kind, flag=flag)`
-    (`kind` "test_figures": `gnndist predict --split test`'s, which replace no training run's)."""
+    (`kind` "test_metrics": `gnndist predict --split test`'s, which replace no training run's)."""
     path = check_output(path, kind, flag=flag)
     write_json(path, {"gnndist": {"version": gnndist.__version__, "kind": "metrics"}, **obj})
     return path
@@ -185,14 +185,14 @@ def _foreign_metrics(out: Path) -> Optional[str]:
         "it exists and is not a metrics file gnndist wrote (no \"gnndist\" stamp)"
 
 
-def _foreign_test_figures(out: Path) -> Optional[str]:
-    """Why the existing file `out` may not be replaced by test figures, or None: it must be a
-    metrics file gnndist wrote, and not a training run's (whose per-epoch figures would be lost)."""
+def _foreign_test_metrics(out: Path) -> Optional[str]:
+    """Why the existing file `out` may not be replaced by test metrics, or None: it must be a
+    metrics file gnndist wrote, and not a training run's (whose per-epoch metrics would be lost)."""
     obj = _stamped_metrics(out)
     if obj is None:
         return _foreign_metrics(out)
     if "epochs" in obj or "runs" in obj:
-        return "it holds a training run's metrics (per-epoch figures), which the test figures would replace"
+        return "it holds a training run's metrics (per-epoch metrics), which the test metrics would replace"
     return None
 
 
@@ -208,7 +208,7 @@ def is_checkpoint_folder(path: PathLike) -> bool:
 
 def gnndist_output(path: PathLike) -> Optional[str]:
     """What gnndist output `path` is, as a phrase for messages (a checkpoint folder or file, a
-    partition store, a metrics file, test figures, a plot), or None: for telling a user who
+    partition store, a metrics file, test metrics, a plot), or None: for telling a user who
     gives one where a dataset is read what it is."""
     p = Path(path)
     if is_checkpoint_folder(p):
@@ -222,7 +222,7 @@ def gnndist_output(path: PathLike) -> Optional[str]:
     metrics = _stamped_metrics(p) if p.suffix.lower() == ".json" else None
     if metrics is not None:
         return ("a gnndist metrics file (gnndist plot draws it)" if "epochs" in metrics or "runs" in metrics else
-                "the test figures of gnndist predict")
+                "the test metrics of gnndist predict")
     if p.suffix.lower() == ".png" and _png_software(p) == SOFTWARE:
         return "a plot gnndist drew"
     return None
@@ -260,7 +260,7 @@ def _existing_predictions(out: Path) -> str:
     return "it exists, and a predictions file is never replaced (nothing marks it as gnndist's); delete it"
 
 
-_FOREIGN = {"store": _foreign_store, "metrics": _foreign_metrics, "test_figures": _foreign_test_figures,
+_FOREIGN = {"store": _foreign_store, "metrics": _foreign_metrics, "test_metrics": _foreign_test_metrics,
             "plot": _foreign_plot,
             "predictions": _existing_predictions,
             "checkpoint": _foreign_checkpoint,

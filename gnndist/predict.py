@@ -108,7 +108,7 @@ class SavedModel:
 
 def describe_checkpoint(directory: PathLike) -> dict[str, Any]:
     """What `gnndist info CHECKPOINT` shows of a checkpoint folder: the run's task, model and
-    ranks, the epochs it ran and those kept, the selected epoch with its validation figures, and
+    ranks, the epochs it ran and those kept, the selected epoch with its validation metrics, and
     the run's settings (`config`)."""
     saved = SavedModel.load(directory)
     folder = Path(directory)

@@ -5,7 +5,7 @@ rank 0 with `torch.utils.tensorboard`:
   epoch's first step, so a resumed run continues the curve);
 - `epoch/KEY`: every number of the epoch's record (the one the metrics JSON lists under
   "epochs"; x: the epoch);
-- `test/KEY`: every number of the test figures (x: the selected epoch).
+- `test/KEY`: every number of the test metrics (x: the selected epoch).
 
 Needs the `tensorboard` package (`pip install 'gnndist[plot]'`). A run adds one event file to
 DIR; give each run its own folder to see them apart in TensorBoard.
@@ -63,9 +63,9 @@ class RunLog:
         """Log every number of an epoch's record (its "epoch" key is the x value)."""
         self._scalars("epoch", {k: v for k, v in record.items() if k != "epoch"}, record["epoch"])
 
-    def test(self, figures: dict[str, Any], epoch: int) -> None:
-        """Log the test figures of the parameters selected at `epoch`, and close the file."""
-        self._scalars("test", figures, epoch)
+    def test(self, metrics: dict[str, Any], epoch: int) -> None:
+        """Log the test metrics of the parameters selected at `epoch`, and close the file."""
+        self._scalars("test", metrics, epoch)
         self.close()
 
     def close(self) -> None:

@@ -1,4 +1,4 @@
-"""A partition store's figures as `gnndist info STORE` shows them: `summary(meta)` (the JSON
+"""A partition store's metrics as `gnndist info STORE` shows them: `summary(meta)` (the JSON
 object: num_parts, method, nodes_per_part, edges_per_part or events_per_part, imbalance,
 edge_cut_fraction, cross_partition_event_fraction (temporal), halo_nodes_per_part,
 replication_factor, partition_time_s, peak_memory_bytes, ...) and `format_summary` (text)."""
@@ -8,7 +8,7 @@ from gnndist.partition.stats import fmt_bytes
 
 
 def summary(meta: dict) -> dict:
-    """The figures `info --json` prints: store description, parameters, and stats."""
+    """The metrics `info --json` prints: store description, parameters, and stats."""
     keys = ("kind", "method", "num_parts", "num_nodes", "num_edges", "num_events", "format_version")
     out = {k: meta[k] for k in keys if k in meta}
     out.update(meta["stats"])

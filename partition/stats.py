@@ -1,6 +1,6 @@
-"""Partition quality figures, memory estimates and measurements.
+"""Partition quality metrics, memory estimates and measurements.
 
-All figures are computed from `membership` (the part of every original node id). Static:
+All metrics are computed from `membership` (the part of every original node id). Static:
 a part owns the CSR rows of its nodes, so `edges_per_part` counts CSR entries by row owner
 and the edge cut is the fraction of CSR entries whose neighbour has another owner. Temporal:
 an event is owned by the part of its source node; an event crosses parts when its endpoints
@@ -55,7 +55,7 @@ def _cut_and_halo(indptr, indices, membership, rows_by_part, node_offsets):  # p
     return cut, halo
 
 
-def static_figures(graph: Graph, membership: np.ndarray, num_parts: int, halo: int) -> dict:
+def static_quality(graph: Graph, membership: np.ndarray, num_parts: int, halo: int) -> dict:
     """Nodes, edges and training nodes per part, imbalances, edge cut, halo, replication."""
     n = graph.num_nodes
     deg = graph.degrees()
@@ -79,7 +79,7 @@ def static_figures(graph: Graph, membership: np.ndarray, num_parts: int, halo: i
     return fig
 
 
-def temporal_figures(graph: TemporalGraph, membership: np.ndarray, num_parts: int, halo: int,
+def temporal_quality(graph: TemporalGraph, membership: np.ndarray, num_parts: int, halo: int,
                      hubs: np.ndarray, num_windows: int) -> dict:
     """Events per part (owned by source), imbalances overall and per time window, cross-part
     event fraction (with and without hub replicas), pair cut, halo, replication."""
@@ -115,12 +115,12 @@ def temporal_figures(graph: TemporalGraph, membership: np.ndarray, num_parts: in
     }
 
 
-def figures(graph: Union[Graph, TemporalGraph], membership: np.ndarray, num_parts: int, halo: int = 0,
+def quality(graph: Union[Graph, TemporalGraph], membership: np.ndarray, num_parts: int, halo: int = 0,
             hubs: Optional[np.ndarray] = None, num_windows: int = 1) -> dict:
-    """The quality figures of a partition of `graph` (see the module docstring)."""
+    """The quality metrics of a partition of `graph` (see the module docstring)."""
     if isinstance(graph, Graph):
-        return static_figures(graph, membership, num_parts, halo)
-    return temporal_figures(graph, membership, num_parts, halo,
+        return static_quality(graph, membership, num_parts, halo)
+    return temporal_quality(graph, membership, num_parts, halo,
                             np.zeros(0, np.int64) if hubs is None else hubs, num_windows)
 
 
@@ -162,7 +162,7 @@ _FIXED = 128 << 20  # numba/LLVM and METIS start-up
 
 def estimate_extra_bytes(graph: Union[Graph, TemporalGraph], method: str) -> int:
     """Estimated peak memory of partitioning `graph` with `method` and writing the store,
-    beyond the loaded graph: METIS's graph and coarsening levels, sort keys, figures, and one
+    beyond the loaded graph: METIS's graph and coarsening levels, sort keys, metrics, and one
     part's copies while it is written."""
     kind = "static" if isinstance(graph, Graph) else "temporal"
     per_edge, per_node = _PER_ITEM[kind, method]

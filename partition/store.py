@@ -2,7 +2,7 @@
 
 Layout of a store folder (written atomically: temp folder, then one rename):
 
-    meta.json              format version, method, parts, node_offsets, figures, dtype and
+    meta.json              format version, method, parts, node_offsets, metrics, dtype and
                            trailing shape of each per-part array, sha256 per file, and
                            meta_sha256: the sha256 of meta.json's own canonical contents
     orig_to_new.npy        int64 [num_nodes]: new id of every original node id
@@ -153,11 +153,11 @@ def _save_array(path: Path, a: np.ndarray, store: Path) -> None:
 
 
 class PartitionStore:
-    """A computed partition of a graph: renumbering, figures, and each part on demand
+    """A computed partition of a graph: renumbering, metrics, and each part on demand
     (`part(p)`), written to disk with `save(dir)`."""
 
     def __init__(self, graph: Union[Graph, TemporalGraph], membership: np.ndarray, num_parts: int,
-                 method: str, params: dict, figures: dict, hubs: np.ndarray) -> None:
+                 method: str, params: dict, stats: dict, hubs: np.ndarray) -> None:
         self.graph, self.num_parts, self.method, self.params = graph, num_parts, method, params
         self.kind = "static" if isinstance(graph, Graph) else "temporal"
         self.membership = membership
@@ -165,7 +165,7 @@ class PartitionStore:
         self.orig_to_new = invert_permutation(self.new_to_orig)
         self.node_offsets = indptr_of(membership, num_parts)
         self.hubs = hubs  # original ids
-        self.figures = figures
+        self.stats = stats
 
     @property
     def num_nodes(self) -> int:
@@ -179,7 +179,7 @@ class PartitionStore:
                 "method": self.method, "num_parts": self.num_parts, "num_nodes": self.num_nodes, **size,
                 "node_offsets": self.node_offsets.tolist(), "params": self.params,
                 "replicated_hubs": np.sort(self.orig_to_new[self.hubs]).tolist(),
-                "arrays": self.array_specs(), "stats": self.figures}
+                "arrays": self.array_specs(), "stats": self.stats}
 
     def array_specs(self) -> dict[str, dict]:
         """dtype and trailing shape (all but the row count) of each array that every part stores."""
@@ -298,7 +298,7 @@ def partition_graph(graph: Union[Graph, TemporalGraph], num_parts: int, method: 
     weight METIS aims for (its ufactor; default 1.03). `halo`: 1 to store 1-hop halo ids (and features). Temporal graphs only:
     `replicate_hubs` top-degree nodes replicated into every part, `time_windows` (default 4, or
     as many as the events fill, `methods.most_time_windows`; the temporal method balances each,
-    the figures of any method count events in each) and `recency` (temporal method only, default
+    the metrics of any method count events in each) and `recency` (temporal method only, default
     1). An option the method would ignore is refused.
     """
     if not isinstance(graph, (Graph, TemporalGraph)):
@@ -363,13 +363,13 @@ def partition_graph(graph: Union[Graph, TemporalGraph], num_parts: int, method: 
     if temporal:
         params["replicate_hubs"] = replicate_hubs
     bar.update()
-    bar.set_postfix_str("figures")
-    figures = stats.figures(graph, membership, num_parts, halo, hubs, time_windows if temporal else 1)
-    figures["partition_time_s"] = time.perf_counter() - t0
-    figures["peak_memory_bytes"] = stats.peak_memory_bytes()
+    bar.set_postfix_str("metrics")
+    metrics = stats.quality(graph, membership, num_parts, halo, hubs, time_windows if temporal else 1)
+    metrics["partition_time_s"] = time.perf_counter() - t0
+    metrics["peak_memory_bytes"] = stats.peak_memory_bytes()
     bar.update()
     bar.close()
-    store = PartitionStore(graph, membership, num_parts, method, params, figures, hubs)
+    store = PartitionStore(graph, membership, num_parts, method, params, metrics, hubs)
     if out is not None:
         store.save(out, progress)
     return store

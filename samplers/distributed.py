@@ -117,15 +117,15 @@ class DistNeighborSampler:
     """Uniform multi-hop sampling over a static partition.
 
     `indptr`, `indices`: CSR rows of the nodes this rank owns (ids node_offsets[r] ..
-    node_offsets[r+1]-1), neighbours as global ids. Random streams are keyed by `keys[v - lo]`
+    node_offsets[r+1]-1), neighbours as global ids. Random streams are keyed by `streams[v - lo]`
     for owned node v (default: v itself; a partition store's original ids make a sample
     independent of the renumbering). Results equal `sample_neighbors` with the same seed on the
-    whole graph numbered by the keys (with a store's original ids: the original graph, its
+    whole graph numbered by the stream ids (with a store's original ids: the original graph, its
     neighbours renumbered).
     """
 
     def __init__(self, indptr: np.ndarray, indices: np.ndarray, node_offsets: Sequence[int],
-                 keys: Optional[np.ndarray] = None, group: Any = None) -> None:
+                 streams: Optional[np.ndarray] = None, group: Any = None) -> None:
         self.group = sampler_group() if group is None else group
         self.rank = gdist.rank()
         self.node_offsets = check_offsets(node_offsets)
@@ -135,10 +135,10 @@ class DistNeighborSampler:
         n_own = int(self.node_offsets[self.rank + 1]) - self.lo
         if self.indptr.size != n_own + 1 or self.indptr[-1] != self.indices.size:
             raise GnndistError(f"rank {self.rank}: CSR has {self.indptr.size - 1} rows, its id range has {n_own}")
-        self.keys = (np.arange(self.lo, self.lo + n_own, dtype=np.int64) if keys is None
-                     else np.asarray(keys, np.int64))
-        if self.keys.size != n_own:
-            raise GnndistError(f"rank {self.rank}: {self.keys.size} sampling keys, its id range has {n_own}")
+        self.streams = (np.arange(self.lo, self.lo + n_own, dtype=np.int64) if streams is None
+                        else np.asarray(streams, np.int64))
+        if self.streams.size != n_own:
+            raise GnndistError(f"rank {self.rank}: {self.streams.size} random streams, its id range has {n_own}")
 
     @classmethod
     def from_partition(cls, part: Any, group: Any = None) -> "DistNeighborSampler":
@@ -153,7 +153,7 @@ class DistNeighborSampler:
     def _hop(self, targets: np.ndarray, fanout: int, h: int, replace: bool, seed: int) -> tuple[np.ndarray, np.ndarray]:
         req = Requests(targets, owners(targets, self.node_offsets), self.group)
         rows = req.received - self.lo
-        counts, edges = sample_rows(self.indptr, self.indices, rows, self.keys[rows], fanout, replace, seed, h)
+        counts, edges = sample_rows(self.indptr, self.indices, rows, self.streams[rows], fanout, replace, seed, h)
         counts, nbrs = req.reply_var(counts, edges[0])
         edges = np.empty((2, nbrs.size), np.int64)
         edges[0] = nbrs
@@ -169,12 +169,12 @@ class DistNeighborSampler:
 class DistTemporalSampler:
     """Temporal sampling over a temporal partition: `indptr, nbr, eid, ts` is the T-CSR of the
     nodes this rank owns (rows in id order; nbr and eid global). Random streams are keyed by
-    `keys[v - lo]` for owned node v (default: v itself; a partition store's original ids make a
+    `streams[v - lo]` for owned node v (default: v itself; a partition store's original ids make a
     sample independent of the renumbering). Results equal `sample_temporal_neighbors` on the
-    whole graph with the same seed (and keys)."""
+    whole graph with the same seed (and stream ids)."""
 
     def __init__(self, indptr: np.ndarray, nbr: np.ndarray, eid: np.ndarray, ts: np.ndarray,
-                 node_offsets: Sequence[int], keys: Optional[np.ndarray] = None, group: Any = None) -> None:
+                 node_offsets: Sequence[int], streams: Optional[np.ndarray] = None, group: Any = None) -> None:
         self.group = sampler_group() if group is None else group
         self.rank = gdist.rank()
         self.node_offsets = check_offsets(node_offsets)
@@ -184,13 +184,13 @@ class DistTemporalSampler:
         n_own = int(self.node_offsets[self.rank + 1]) - self.lo
         if self.tcsr[0].size != n_own + 1:
             raise GnndistError(f"rank {self.rank}: T-CSR has {self.tcsr[0].size - 1} rows, its id range has {n_own}")
-        self.keys = (np.arange(self.lo, self.lo + n_own, dtype=np.int64) if keys is None
-                     else np.asarray(keys, np.int64))
-        if self.keys.size != n_own:
-            raise GnndistError(f"rank {self.rank}: {self.keys.size} sampling keys, its id range has {n_own}")
+        self.streams = (np.arange(self.lo, self.lo + n_own, dtype=np.int64) if streams is None
+                        else np.asarray(streams, np.int64))
+        if self.streams.size != n_own:
+            raise GnndistError(f"rank {self.rank}: {self.streams.size} random streams, its id range has {n_own}")
 
     @classmethod
-    def from_events(cls, src, dst, t, eid, node_offsets: Sequence[int], keys: Optional[np.ndarray] = None,
+    def from_events(cls, src, dst, t, eid, node_offsets: Sequence[int], streams: Optional[np.ndarray] = None,
                     group: Any = None) -> "DistTemporalSampler":
         """From the events touching this rank's nodes (global node and event ids; event ids
         number events in time order)."""
@@ -200,7 +200,7 @@ class DistTemporalSampler:
         tcsr = tcsr_rows(np.asarray(src, np.int64)[order], np.asarray(dst, np.int64)[order],
                          np.asarray(t, np.float64)[order], eid[order], int(off[gdist.rank()]),
                          int(off[gdist.rank() + 1]))
-        return cls(*tcsr, off, keys, group)
+        return cls(*tcsr, off, streams, group)
 
     @classmethod
     def from_partition(cls, part: Any, group: Any = None) -> "DistTemporalSampler":
@@ -259,7 +259,7 @@ class DistTemporalSampler:
                      features: Optional[Callable[[np.ndarray], np.ndarray]]) -> TemporalSample:
         """The sample of queries for nodes this rank owns (`ids`, global), with the sampled
         events' feature rows (`feat`, zero in padding) where `features` is given."""
-        s = sample_tcsr(*self.tcsr, self.keys[ids - self.lo], times, k, strategy, seed, hop, rows=ids - self.lo)
+        s = sample_tcsr(*self.tcsr, self.streams[ids - self.lo], times, k, strategy, seed, hop, rows=ids - self.lo)
         if features is not None:
             held = features(s.eid[s.mask])
             s.feat = np.zeros((ids.size, k, held.shape[1]), held.dtype)

@@ -383,9 +383,9 @@ CASES = [
     Case("datasets-of-a-store", lambda c: ["datasets", str(c.store("static"))],
          ["is a gnndist partition store (gnndist train and predict take it as DATA; gnndist info describes it), "
           "not a dataset"]),
-    Case("info-of-test-figures", lambda c: ["info", c.file("t.json", json.dumps(
+    Case("info-of-test-metrics", lambda c: ["info", c.file("t.json", json.dumps(
         {"gnndist": {"version": "0", "kind": "metrics"}, "test": {"ap": 0.5}}))],
-         ["t.json is the test figures of gnndist predict, not a dataset"]),
+         ["t.json is the test metrics of gnndist predict, not a dataset"]),
     # ---- checkpoints
     Case("resume-empty-checkpoint", _resume(lambda b: b""),
          ["ckpt/epoch-0001.pt", "cannot read checkpoint", "it is empty (0 bytes)"]),

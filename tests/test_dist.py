@@ -172,7 +172,7 @@ def test_an_entry_put_by_one_rank_is_read_at_once_by_another(monkeypatch):
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     monkeypatch.setenv("MASTER_PORT", str(store.port))
     here = dist.Host("test", "127.0.0.1", None)
-    writer, reader = dist.Watch(0, 2, here), dist.Watch(1, 2, here)
+    writer, reader = dist.Heartbeat(0, 2, here), dist.Heartbeat(1, 2, here)
     try:
         missed = [i for i in range(2000) if (writer.put(f"entry{i}", "x"), reader.get(f"entry{i}", 0))[1] != "x"]
         assert missed == []

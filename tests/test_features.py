@@ -19,7 +19,7 @@ def test_single_rank_store_reads_rows_in_place():
     assert torch.equal(store.fetch(ids), torch.from_numpy(x[ids]))
     s = store.stats()
     assert s["requests"] == s["hits"] == s["misses"] == s["bytes_fetched"] == 0 and s["local"] == 5
-    assert s["hit_rate"] is None  # no remote request: no rate (as the trainers' figures say it)
+    assert s["hit_rate"] is None  # no remote request: no rate (as the trainers' metrics say it)
     store.set_cache("degree", 0.5, np.ones(50))  # nothing is remote: an empty cache
     assert store.stats()["cached_rows"] == 0
     store.reset_counters()

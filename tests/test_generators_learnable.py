@@ -13,7 +13,7 @@ from gnndist.datasets import load
 
 
 def _train(tmp_path, data: str, *flags: str) -> dict:
-    """`gnndist train DATA flags...` through the CLI; the test figures it writes."""
+    """`gnndist train DATA flags...` through the CLI; the test metrics it writes."""
     out = tmp_path / "metrics.json"
     assert main(["train", data, *flags, "--metrics-out", str(out), "--quiet"]) == 0
     return json.loads(out.read_text())["test"]

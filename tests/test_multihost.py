@@ -177,7 +177,7 @@ def _clean_failure(err: str) -> None:
 
 @pytest.fixture(scope="module")
 def stores(tmp_path_factory):
-    """A 2-part static and temporal store, and the `--nproc 2` figures on each."""
+    """A 2-part static and temporal store, and the `--nproc 2` metrics on each."""
     tmp = tmp_path_factory.mktemp("stores")
     out = {}
     for kind, data, argv in (("static", STATIC, SAGE), ("temporal", TEMPORAL, TGN)):
@@ -189,11 +189,11 @@ def stores(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def nproc_figures(stores, tmp_path_factory):
-    """`nproc_figures(kind)`: the figures of `--nproc 2` on that store (2 epochs), run once."""
+def nproc_metrics(stores, tmp_path_factory):
+    """`nproc_metrics(kind)`: the metrics of `--nproc 2` on that store (2 epochs), run once."""
     done = {}
 
-    def figures(kind: str) -> dict:
+    def metrics(kind: str) -> dict:
         if kind not in done:
             tmp = tmp_path_factory.mktemp(f"nproc-{kind}")
             with pytest.MonkeyPatch.context() as mp:
@@ -206,17 +206,17 @@ def nproc_figures(stores, tmp_path_factory):
             done[kind] = json.loads((tmp / "nproc.json").read_text())
         return done[kind]
 
-    return figures
+    return metrics
 
 
-def _same_figures(got: dict, want: dict) -> None:
+def _same_metrics(got: dict, want: dict) -> None:
     assert got["world_size"] == want["world_size"] == 2
     assert got["test"] == pytest.approx(want["test"], abs=1e-6)
     assert [e["loss"] for e in got["epochs"]] == pytest.approx([e["loss"] for e in want["epochs"]], abs=1e-6)
 
 
 def _two_hosts_own_parts(hosts, store: Path, argv: list[str], tmp: Path, want: Callable[[], dict]) -> None:
-    """Each host holds only its own part; the run ends with the figures of `--nproc 2`."""
+    """Each host holds only its own part; the run ends with the metrics of `--nproc 2`."""
     local = [_own_part_store(store, tmp / f"host{i}" / "store", i) for i in range(2)]
     before = hosts.link_bytes()
     rcs = hosts.run(([str(local[0]), *argv, "--epochs", "2", "--metrics-out", str(tmp / "hosts.json")],
@@ -226,20 +226,20 @@ def _two_hosts_own_parts(hosts, store: Path, argv: list[str], tmp: Path, want: C
     got = json.loads((tmp / "hosts.json").read_text())
     assert f"GLOO_SOCKET_IFNAME={hosts.dev[0]} ({ADDRS[0]}" in hosts.err(0)  # chosen, and said
     assert f"rank 1 (host {os.uname().nodename}, {ADDRS[1]}): running on part 1" in hosts.err(1)
-    _same_figures(got, want())
+    _same_metrics(got, want())
     remote = sum(e.get("remote_bytes", e.get("bytes", 0)) for e in got["epochs"])
     assert min(moved) > 0 and sum(moved) >= remote, (moved, remote)
 
 
-def test_sage_on_two_hosts_each_holding_its_own_part_equals_nproc(hosts, stores, nproc_figures, tmp_path):
-    _two_hosts_own_parts(hosts, stores["static"], SAGE, tmp_path, lambda: nproc_figures("static"))
+def test_sage_on_two_hosts_each_holding_its_own_part_equals_nproc(hosts, stores, nproc_metrics, tmp_path):
+    _two_hosts_own_parts(hosts, stores["static"], SAGE, tmp_path, lambda: nproc_metrics("static"))
 
 
-def test_tgn_on_two_hosts_each_holding_its_own_part_equals_nproc(hosts, stores, nproc_figures, tmp_path):
-    _two_hosts_own_parts(hosts, stores["temporal"], TGN, tmp_path, lambda: nproc_figures("temporal"))
+def test_tgn_on_two_hosts_each_holding_its_own_part_equals_nproc(hosts, stores, nproc_metrics, tmp_path):
+    _two_hosts_own_parts(hosts, stores["temporal"], TGN, tmp_path, lambda: nproc_metrics("temporal"))
 
 
-def test_raw_data_on_two_hosts_joined_by_c10d_partitions_alike_on_each(hosts, stores, nproc_figures, tmp_path):
+def test_raw_data_on_two_hosts_joined_by_c10d_partitions_alike_on_each(hosts, stores, nproc_metrics, tmp_path):
     """Given the generator, each host partitions into its own cache (the same store as
     `gnndist partition` writes) and the run equals `--nproc 2` on that store; whichever host
     the rendezvous makes rank 0 writes --metrics-out, the other does not."""
@@ -254,7 +254,7 @@ def test_raw_data_on_two_hosts_joined_by_c10d_partitions_alike_on_each(hosts, st
         assert re.search(rf"^rank \d \(host [^,]+, {ADDRS[i]}\): partitioning into 2 parts", hosts.err(i), re.M)
     (written,) = [f for f in out if f.exists()]
     got = json.loads(written.read_text())
-    _same_figures(got, nproc_figures("static"))
+    _same_metrics(got, nproc_metrics("static"))
 
 
 def _start_long_run(hosts, stores, tmp: Path, timeout: str) -> None:

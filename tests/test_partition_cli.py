@@ -40,7 +40,7 @@ def test_partition_temporal_then_info(tmp_path, capsys):
     assert s["num_parts"] == 3 and s["method"] == "temporal" and s["replicated_hubs"] == 4
     assert sum(s["events_per_part"]) == 3000 and sum(s["nodes_per_part"]) == 200
     stored = read_store_meta(out)["stats"]
-    assert {k: s[k] for k in stored} == stored  # info prints the figures kept in meta.json
+    assert {k: s[k] for k in stored} == stored  # info prints the metrics kept in meta.json
     g = load("synthetic-temporal", num_nodes=200, num_events=3000)
     p = load_partition(out, 2)
     assert np.array_equal(p.t, g.t[p.eid])

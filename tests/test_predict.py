@@ -150,7 +150,7 @@ def predict(*argv) -> None:
     assert main(["predict", *map(str, argv), "--quiet"]) == 0, argv
 
 
-def test_predict_split_test_prints_and_writes_the_trained_figures(runs, cache, tmp_path, capfd):
+def test_predict_split_test_prints_and_writes_the_trained_metrics(runs, cache, tmp_path, capfd):
     for name, nproc in (("link1", 1), ("link2", 2)):
         capfd.readouterr()
         predict(runs[name]["ckpt"], *LINK_DATA, "--split", "test", "-o", tmp_path / f"{name}.json", "--nproc", nproc)
@@ -158,7 +158,7 @@ def test_predict_split_test_prints_and_writes_the_trained_figures(runs, cache, t
         trained = metrics(runs[name])["test"]
         assert json.loads((tmp_path / f"{name}.json").read_text())["test"] == trained
         assert f"test{'':26}{trained['ap']:>8.4f}{trained['auc']:>8.4f}{trained['mrr']:>8.4f}" in out
-    # one process on the 2-rank checkpoint: the same figures up to float summation order
+    # one process on the 2-rank checkpoint: the same metrics up to float summation order
     got = json.loads(_run_json(runs["link2"]["ckpt"], tmp_path / "one.json"))
     assert all(abs(got["test"][k] - metrics(runs["link2"])["test"][k]) < 2e-3 for k in ("ap", "auc", "mrr"))
 
@@ -365,7 +365,7 @@ def test_predict_progress_bars_only_on_a_terminal(runs, tmp_path, capsys, monkey
      "refusing to write the predictions to {tmp}/exists.npy: it exists"),
     (["{link1}", *LINK_DATA, "--candidates", "{tmp}/bad.csv", "-o", "{tmp}/x.csv"], "node id 80 is not a node of DATA"),
     (["{link1}", *LINK_DATA, "--split", "test", "-o", "{tmp}/x.npy"],
-     "--split writes its figures as JSON: give -o a .json path, not {tmp}/x.npy"),
+     "--split writes its metrics as JSON: give -o a .json path, not {tmp}/x.npy"),
     (["{link1}", *LINK_DATA, "--candidates", "{tmp}/nope.csv", "-o", "{tmp}/x.csv"], "{tmp}/nope.csv: no such file or directory"),
     (["{link1}", *LINK_DATA, "--candidates", "{tmp}/wide.csv", "-o", "{tmp}/x.csv"],
      "wide.csv:2: expected 3 fields (one per header name), got 4"),
@@ -384,7 +384,7 @@ def test_predict_progress_bars_only_on_a_terminal(runs, tmp_path, capsys, monkey
     (["{link2}", "{store}", "--split", "test"], "has 2 parts but 1 rank(s) run; use --nproc 2"),
     (["{link1}", *LINK_DATA, "--split", "test", "-o", "{link1}/t.json"], "it is inside the input folder"),
     (["{link1}", *LINK_DATA, "--split", "test", "-o", "{tmp}/exists.json"],
-     "refusing to write the test figures to {tmp}/exists.json: it exists and is not a metrics file gnndist wrote"),
+     "refusing to write the test metrics to {tmp}/exists.json: it exists and is not a metrics file gnndist wrote"),
     (["{link1}", *LINK_DATA, "--split", "test", "-o", "{tmp}/exists.json"], "; choose another -o"),
 ])
 def test_predict_errors_are_one_line(runs, cache, tmp_path, capsys, args, message):
@@ -404,14 +404,14 @@ def test_predict_errors_are_one_line(runs, cache, tmp_path, capsys, args, messag
 
 
 def test_predict_test_figures_replace_no_training_metrics(runs, tmp_path, capsys):
-    """`--split test -o` refuses a training run's metrics file (its per-epoch figures would be
-    lost), and replaces test figures it wrote before."""
+    """`--split test -o` refuses a training run's metrics file (its per-epoch metrics would be
+    lost), and replaces test metrics it wrote before."""
     trained = tmp_path / "run.json"
     trained.write_bytes(runs["link1"]["metrics"].read_bytes())
     err = one_line_error(["predict", str(runs["link1"]["ckpt"]), *LINK_DATA, "--split", "test", "-o", str(trained),
                           "--quiet"], capsys)
-    assert err.strip() == (f"gnndist predict: error: refusing to write the test figures to {trained}: it holds a "
-                           f"training run's metrics (per-epoch figures), which the test figures would replace; "
+    assert err.strip() == (f"gnndist predict: error: refusing to write the test metrics to {trained}: it holds a "
+                           f"training run's metrics (per-epoch metrics), which the test metrics would replace; "
                            f"choose another -o")
     assert trained.read_bytes() == runs["link1"]["metrics"].read_bytes()
     out = tmp_path / "test.json"
@@ -424,7 +424,7 @@ def test_predict_test_figures_replace_no_training_metrics(runs, tmp_path, capsys
 @pytest.mark.parametrize("name", ["link2", "node1"])
 def test_info_describes_a_checkpoint_as_its_run_recorded_it(runs, name, capsys, tmp_path):
     """`gnndist info CHECKPOINT`: the task, model, ranks, epochs and selected epoch's validation
-    figures are those of the run's metrics JSON; the settings, its checkpoint's config."""
+    metrics are those of the run's metrics JSON; the settings, its checkpoint's config."""
     m, ck = metrics(runs[name]), runs[name]["ckpt"]
     assert main(["info", str(ck), "--json"]) == 0
     c = json.loads(capsys.readouterr().out)

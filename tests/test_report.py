@@ -129,7 +129,7 @@ def test_a_one_epoch_run_has_one_whole_epoch_tick():
 
 @needs_matplotlib
 def test_run_figure_tolerates_absent_and_coming_keys():
-    """Epochs missing figures, a recorded selected epoch and stop reason, an edge cache."""
+    """Epochs missing metrics, a recorded selected epoch and stop reason, an edge cache."""
     m = {"task": "link", "model": "jodie", "world_size": 3, "data": "UCI", "selected_epoch": 2,
          "stop_reason": "no validation gain for 2 epochs",
          "epochs": [{"epoch": 1, "loss": 0.9, "val_ap": 0.5, "edge_cache": {"hit_rate": 0.25}, "bytes": 2**20},
@@ -170,7 +170,7 @@ def test_plot_of_seeds_draws_each_run(tmp_path, capsys):
     assert [(ln.get_xdata()[0], ln.get_ydata()[0]) for ln in val if ln.get_marker() == "*"] == [(2, 0.8), (3, 0.9)]
     for change, message in (({"seeds": [3]}, "holds no runs of --seeds"), ({"runs": []}, "holds no runs of --seeds"),
                             ({"seeds": 5}, "holds no runs of --seeds"),
-                            ({"runs": [m["runs"][0], {"model": "gcn"}]}, "(run 2) holds no per-epoch figures")):
+                            ({"runs": [m["runs"][0], {"model": "gcn"}]}, "(run 2) holds no per-epoch metrics")):
         src.write_text(json.dumps({"gnndist": {"version": "x", "kind": "metrics"}, **m, **change}))
         assert f"{src} {message}" in one_line_error(["plot", str(src), "-o", str(out)], capsys)
 
@@ -206,8 +206,8 @@ def test_plot_bad_metrics_files_are_one_line_errors(tmp_path, capsys):
     out = tmp_path / "x.png"
     cases = {"missing.json": None, "bad.json": "{", "list.json": "[1, 2]", "none.json": '{"epochs": []}',
              "odd.json": '{"epochs": [1]}'}
-    msgs = {"missing.json": "no such file", "bad.json": "not valid JSON", "list.json": "no per-epoch figures",
-            "none.json": "holds no epochs", "odd.json": "no per-epoch figures"}
+    msgs = {"missing.json": "no such file", "bad.json": "not valid JSON", "list.json": "no per-epoch metrics",
+            "none.json": "holds no epochs", "odd.json": "no per-epoch metrics"}
     for name, text in cases.items():
         if text is not None:
             (tmp_path / name).write_text(text)
@@ -228,7 +228,7 @@ def test_missing_matplotlib_is_a_one_line_error(runs, tmp_path, monkeypatch, cap
 
 @needs_matplotlib
 @pytest.mark.parametrize("kind", ["temporal", "static"])
-def test_partition_figure_shows_the_store_figures(kind, tmp_path, capsys):
+def test_partition_figure_shows_the_store_metrics(kind, tmp_path, capsys):
     store, png = tmp_path / "s", tmp_path / "parts.png"
     if kind == "temporal":
         data = ["synthetic-temporal", "--num-nodes", "200", "--num-events", "3000", "--replicate-hubs", "3"]
@@ -387,7 +387,7 @@ def test_random_partition_crosses_about_one_minus_one_over_w():
     of 6 seeds is within about 3 standard errors of the expectation."""
     tg = load(str(UCI))
     for w in (2, 4):
-        measured = np.mean([partition_graph(tg, w, method="random", seed=s).figures["cross_partition_event_fraction"]
+        measured = np.mean([partition_graph(tg, w, method="random", seed=s).metrics["cross_partition_event_fraction"]
                             for s in range(6)])
         assert abs(measured - random_cross_fraction(w)) < 0.015, (w, measured)
 

@@ -1,5 +1,5 @@
 """Model selection: early stopping on a scripted validation curve stops at the right epoch, the
-test figures are the best-validation parameters', and the learning-rate schedule and gradient
+test metrics are the best-validation parameters', and the learning-rate schedule and gradient
 clipping do what they say."""
 import math
 

@@ -49,7 +49,7 @@ def test_one_and_two_ranks_write_metrics(tmp_path, capsys):
     assert len(stores) == 1 and (stores[0] / "meta.json").is_file()
     assert f"at {stores[0]}" in capsys.readouterr().err
 
-    # the store is a valid DATA argument of its own; the same run again gives the same figures
+    # the store is a valid DATA argument of its own; the same run again gives the same metrics
     out = tmp_path / "again.json"
     assert main(["train", str(stores[0]), "--task", "node", "--epochs", "3", "--quiet", "--nproc", "2",
                  "--cache", "degree", "--cache-size", "0.2", "--metrics-out", str(out)]) == 0

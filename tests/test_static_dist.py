@@ -134,7 +134,7 @@ def test_two_ranks_with_full_fanout_match_one_rank(store, ranks):
 def test_without_dropout_two_ranks_train_as_one_process(ranks, model):
     """The same global batches (the epoch's order of the training nodes' original ids, cut
     every batch_size), the same samples (streams keyed by original ids): the parameters after
-    every step and the epochs' figures are one process's, up to float summation order."""
+    every step and the epochs' metrics are one process's, up to float summation order."""
     one, records = trace(None, EXACT_CFGS[model])
     (t0, rec0), (t1, _) = (r[3][model] for r in ranks)
     assert len(t0) == len(one)

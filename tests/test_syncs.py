@@ -28,7 +28,7 @@ def simulated(trainer: LinkTrainer) -> SimulatedDevice:
     steps (batch construction, forward, backward, optimizer step, state write), the phase
     timers' waits for the device included."""
     sim = SimulatedDevice(trainer.device)
-    trainer.share_count = 1  # as on a device: each batch in one share
+    trainer.halves = 1  # as on a device: each batch in one half
     wait = trainer.timers.wait
 
     def counted_wait():

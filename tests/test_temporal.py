@@ -18,11 +18,11 @@ from gnndist.graph import TemporalGraph
 from gnndist.errors import GnndistError
 from gnndist.temporal.config import LinkConfig
 from gnndist.temporal.events import RankEvents
-from gnndist.temporal.share_process import Placement
+from gnndist.temporal.half_process import Placement
 from gnndist.temporal.linkpred import EvalNegatives, train_negatives
 import gnndist.runtime.device
 from gnndist.temporal.models import MODELS, state_rows
-from gnndist.temporal.keys import attend
+from gnndist.temporal.attention import attend
 from gnndist.temporal.modules import CellUpdater, LinkPredictor, TemporalAttention, last_per_node, update_memory
 from gnndist.temporal.state import NodeState, merge_mailbox
 from gnndist.temporal.time_encoding import time_encoder
@@ -42,11 +42,11 @@ def random_graph(seed=0, n=30, e=400, edge_dim=3, ties=True) -> TemporalGraph:
 
 
 def trainer(name, tg, batch_size=40, lr=1e-2, **kw) -> LinkTrainer:
-    """A one-process trainer with small dimensions, running each batch as one share (the tests
-    of two shares set `share_count` themselves)."""
+    """A one-process trainer with small dimensions, running each batch as one half (the tests
+    of two halves set `halves` themselves)."""
     cfg = LinkConfig(model=name, memory_dim=16, time_dim=8, num_neighbors=4, batch_size=batch_size, lr=lr, **kw)
     tr = LinkTrainer(RankEvents.from_graph(tg), cfg)
-    tr.share_count = 1
+    tr.halves = 1
     return tr
 
 
@@ -60,7 +60,7 @@ def run(name, tg, batch_size=40, train=True, state=None, tr=None, lr=1e-2, **kw)
     for index, s, e in tr.batches(0, tg.num_events):
         batch = tr.batch(s, e, lambda rows, src, dst: train_negatives(0, 1, index, e - s, rows, dst, tg.num_nodes))
         if train:
-            fw = tr.step(batch, e - s)[1][0].fw  # one share
+            fw = tr.step(batch, e - s)[1][0].fw  # one half
         else:
             with torch.no_grad():
                 fw = tr.forward(batch)
@@ -94,16 +94,16 @@ def test_an_epoch_sampled_ahead_trains_as_one_sampled_step_by_step(name, cache, 
 
 
 @pytest.mark.parametrize("name", MODELS)
-def test_a_batch_run_as_shares_in_two_processes_trains_and_scores_as_the_whole_batch(name):
-    """Each batch run as two shares of its events, the second in the share process
-    (`gnndist.temporal.shares`, `gnndist.temporal.share_process`), against the whole batch in
+def test_a_batch_run_as_halves_in_two_processes_trains_and_scores_as_the_whole_batch(name):
+    """Each batch run as two halves of its events, the second in the half process
+    (`gnndist.temporal.split_step`, `gnndist.temporal.half_process`), against the whole batch in
     one: at every step the same loss, summed gradient, parameters and node state, then the same
     validation scores, up to float summation order. Nodes recur
-    within batches (30 nodes, 40 events a batch), so both shares read and write the same rows.
-    Torch on one thread, as where a step runs as two shares (`threads.step_shares`)."""
+    within batches (30 nodes, 40 events a batch), so both halves read and write the same rows.
+    Torch on one thread, as where a step runs as two halves (`threads.step_halves`)."""
     tg = random_graph(e=600)
     whole, split = trainer(name, tg, lr=1e-3), trainer(name, tg, lr=1e-3)
-    whole.share_count, split.share_count = 1, 2
+    whole.halves, split.halves = 1, 2
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -143,7 +143,7 @@ def _steps_and_scores_agree(tg, whole, split, exact=False):
 
 
 class Always(Placement):
-    """A placement that runs every second share the one way."""
+    """A placement that runs every second half the one way."""
 
     def __init__(self, remote: bool) -> None:
         super().__init__()
@@ -154,12 +154,12 @@ class Always(Placement):
 
 
 @pytest.mark.parametrize("name", MODELS)
-def test_a_second_share_gives_the_same_bits_in_the_share_process_and_here(name):
-    """Where a step's second share runs (`share_process.Placement`) changes no bit of the loss,
+def test_a_second_half_gives_the_same_bits_in_the_half_process_and_here(name):
+    """Where a step's second half runs (`half_process.Placement`) changes no bit of the loss,
     gradients, parameters, node state or scores: both ways run the same operations on one thread."""
     tg = random_graph(e=600)
     there, here = trainer(name, tg, lr=1e-3), trainer(name, tg, lr=1e-3)
-    there.share_count = here.share_count = 2
+    there.halves = here.halves = 2
     there.placements = {True: Always(True), False: Always(True)}
     here.placements = {True: Always(False), False: Always(False)}
     threads = torch.get_num_threads()
@@ -168,11 +168,11 @@ def test_a_second_share_gives_the_same_bits_in_the_share_process_and_here(name):
         _steps_and_scores_agree(tg, there, here, exact=True)
     finally:
         torch.set_num_threads(threads)
-    assert there.share_process is not None and here.share_process is None
+    assert there.half_process is not None and here.half_process is None
 
 
 class TwoInThree(Placement):
-    """A placement that runs two second shares of three in the share process."""
+    """A placement that runs two second halves of three in the half process."""
 
     def remote(self) -> bool:
         self.steps += 1
@@ -182,13 +182,13 @@ class TwoInThree(Placement):
 @pytest.mark.parametrize("name", ["tgn", "tgat", "apan"])
 def test_an_epoch_with_the_next_batch_staged_gives_the_same_bits_as_one_without(name, monkeypatch):
     """`train_epoch` and `evaluate` make each next batch, sampled ahead in windows of 3 steps,
-    while the share process runs, and send its second share ahead where it runs there too
+    while the half process runs, and send its second half ahead where it runs there too
     (`run_batch`'s `ahead`): the same bits of parameters, node state and scores as steps that
-    stage nothing, with second shares in the process and here in turn."""
+    stage nothing, with second halves in the process and here in turn."""
     monkeypatch.setattr(neighbours, "PLAN_STEPS", 3)
     tg = random_graph(e=600)
     staged, ref = trainer(name, tg, lr=1e-3), trainer(name, tg, lr=1e-3)
-    staged.share_count = ref.share_count = 2
+    staged.halves = ref.halves = 2
     staged.placements = {True: TwoInThree(), False: TwoInThree()}
     ref.placements = {True: Always(False), False: Always(False)}  # never stages: nothing runs in the process
     sent, stage = [], staged._stage
@@ -216,14 +216,14 @@ def test_an_epoch_with_the_next_batch_staged_gives_the_same_bits_as_one_without(
         assert np.array_equal(a, b)
 
 
-def test_a_step_whose_share_process_died_is_named_and_the_next_one_forks_another():
-    """The share process killed between two steps: the next step raises naming it, having changed
-    nothing, and run again (in a new share process) gives what it gives in a run where nothing
+def test_a_step_whose_half_process_died_is_named_and_the_next_one_forks_another():
+    """The half process killed between two steps: the next step raises naming it, having changed
+    nothing, and run again (in a new half process) gives what it gives in a run where nothing
     happened."""
     tg = random_graph(e=600)
     runs = [trainer("tgn", tg, lr=1e-3) for _ in range(2)]
     for tr in runs:
-        tr.share_count = 2
+        tr.halves = 2
         tr.placements = {True: Always(True), False: Always(True)}
     killed = None
     threads = torch.get_num_threads()
@@ -234,21 +234,21 @@ def test_a_step_whose_share_process_died_is_named_and_the_next_one_forks_another
                 tr.model.train()
                 batch = tr.batch(s, e, lambda rows, src, dst: train_negatives(0, 1, index, e - s, rows, dst, tg.num_nodes))
                 if tr is runs[1] and index == 3:
-                    killed = tr.share_process.pid
+                    killed = tr.half_process.pid
                     os.kill(killed, signal.SIGKILL)
                     with pytest.raises(GnndistError, match=rf"\(pid {killed}\) ended: killed by SIGKILL$"):
                         tr.step(batch, e - s)
-                    assert tr.share_process is None
+                    assert tr.half_process is None
                 tr.step(batch, e - s)
             assert all(torch.equal(a, b) for a, b in zip(runs[0].params, runs[1].params)), index
             assert all(torch.equal(a, b) for a, b in zip(runs[0].state.state_dict().values(),
                                                          runs[1].state.state_dict().values())), index
     finally:
         torch.set_num_threads(threads)
-    assert killed is not None and runs[1].share_process.pid != killed
+    assert killed is not None and runs[1].half_process.pid != killed
 
 
-def _two_share_steps(tr, tg, batches, before_step=lambda index: None):
+def _two_half_steps(tr, tg, batches, before_step=lambda index: None):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -261,12 +261,12 @@ def _two_share_steps(tr, tg, batches, before_step=lambda index: None):
         torch.set_num_threads(threads)
 
 
-def test_a_step_interrupted_after_its_shares_ran_leaves_the_next_ones_in_step():
-    """Ctrl-C in the optimizer step, after the share process was told to write: the next steps
+def test_a_step_interrupted_after_its_halves_ran_leaves_the_next_ones_in_step():
+    """Ctrl-C in the optimizer step, after the half process was told to write: the next steps
     run on with the same process (it was not left with an unread reply)."""
     tg = random_graph(e=600)
     tr = trainer("tgn", tg, lr=1e-3)
-    tr.share_count = 2
+    tr.halves = 2
     tr.placements = {True: Always(True), False: Always(True)}
     adam = tr.optimizer.step
 
@@ -279,28 +279,28 @@ def test_a_step_interrupted_after_its_shares_ran_leaves_the_next_ones_in_step():
             tr.optimizer.step = interrupted
 
     with pytest.raises(KeyboardInterrupt):
-        _two_share_steps(tr, tg, 4, before)
-    pid = tr.share_process.pid
-    _two_share_steps(tr, tg, 4)
-    assert tr.share_process.pid == pid
+        _two_half_steps(tr, tg, 4, before)
+    pid = tr.half_process.pid
+    _two_half_steps(tr, tg, 4)
+    assert tr.half_process.pid == pid
 
 
-def test_where_no_process_can_be_forked_the_rank_runs_both_shares(monkeypatch, capfd):
+def test_where_no_process_can_be_forked_the_rank_runs_both_halves(monkeypatch, capfd):
     tg = random_graph(e=600)
     tr, ref = trainer("tgn", tg, lr=1e-3), trainer("tgn", tg, lr=1e-3)
     for t in (tr, ref):
-        t.share_count = 2
+        t.halves = 2
     ref.placements = {True: Always(False), False: Always(False)}
 
     def no_fork():
         raise BlockingIOError(11, "Resource temporarily unavailable")
 
     monkeypatch.setattr(os, "fork", no_fork)
-    _two_share_steps(tr, tg, 4)
-    _two_share_steps(ref, tg, 4)
-    assert tr.share_process is None and signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    _two_half_steps(tr, tg, 4)
+    _two_half_steps(ref, tg, 4)
+    assert tr.half_process is None and signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
     assert all(torch.equal(a, b) for a, b in zip(tr.params, ref.params))
-    assert capfd.readouterr().err.count("this rank runs both shares") == 1
+    assert capfd.readouterr().err.count("this rank runs both halves") == 1
 
 
 def test_placement_takes_the_faster_way_and_tries_the_other_every_probe():
@@ -318,7 +318,7 @@ def test_placement_takes_the_faster_way_and_tries_the_other_every_probe():
 
 
 def test_a_probe_replaces_the_other_ways_time_though_the_next_way_was_chosen_first():
-    """Where the next step's way is chosen while a step runs (its share staged), before the step's
+    """Where the next step's way is chosen while a step runs (its half staged), before the step's
     time is in: the process is the faster way until the other job ends after step 60, then the
     rank alone; the first probe after that (step 100) finds it out, and the steps after the
     next (chosen before step 100's time was in) run on the rank (a probe's time averaged in like
@@ -340,11 +340,11 @@ KERNELS = r"""
 import json
 from gnndist.datasets.generators import synthetic_temporal
 from gnndist.samplers import kernels
-from gnndist.temporal import keys, time_encoding
+from gnndist.temporal import attention, time_encoding
 from gnndist.temporal.config import LinkConfig
 from gnndist.temporal.events import RankEvents
 from gnndist.temporal.trainer import LinkTrainer
-every = {"attend": keys._attend, "attend_grad": keys._attend_grad, "cos": time_encoding._cos_encode,
+every = {"attend": attention._attend, "attend_grad": attention._attend_grad, "cos": time_encoding._cos_encode,
          "tcsr_serial": kernels._tcsr_serial, "tcsr_parallel": kernels._tcsr_parallel}
 count = lambda: {name: len(kernel.signatures) for name, kernel in every.items()}
 tr = LinkTrainer(RankEvents.from_graph(synthetic_temporal(200, 8000, 4, seed=0)), LinkConfig(batch_size=100))

@@ -44,7 +44,7 @@ def test_metrics_json_has_the_documented_keys(tmp_path, capsys):
     assert "AP" in table and "MRR" in table and "test" in table
 
 
-def test_resume_ends_with_the_same_figures(tmp_path):
+def test_resume_ends_with_the_same_metrics(tmp_path):
     full = train(tmp_path, "full", "--model", "dyrep", "--epochs", "2", "--checkpoint", str(tmp_path / "a"))
     train(tmp_path, "half", "--model", "dyrep", "--epochs", "1", "--checkpoint", str(tmp_path / "b"))
     resumed = train(tmp_path, "resumed", "--model", "dyrep", "--epochs", "2", "--checkpoint", str(tmp_path / "b"),
@@ -165,7 +165,7 @@ def test_the_footprint_is_what_a_link_trainer_allocates(model, monkeypatch):
     events, cfg = small_events(), small_config(model)
     parts = {p.label: p.nbytes for p in link_footprint(events, cfg).parts}
     tr = LinkTrainer(events, cfg)
-    tr.share_count = 1  # the whole batch's tensors made in this process
+    tr.halves = 1  # the whole batch's tensors made in this process
     tr.train_epoch(1)
     held = optimizer_bytes(list(tr.model.parameters()), tr.optimizer)
     # DyRep's attention and the key weights of TGAT's first layer (whose keys are all the zero

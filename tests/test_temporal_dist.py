@@ -1,6 +1,6 @@
 """Distributed temporal training on 2 and 3 local gloo ranks, each holding only its part of the
 events, against one process (same global batch, same seed): node state after every training
-step, the summed gradient of every step, parameters, evaluation figures; resume; a rank built
+step, the summed gradient of every step, parameters, evaluation metrics; resume; a rank built
 from a copy of the store holding only its own part; edge features fetched behind a cache against
 features sent with the samples; and no rank holding an array with one entry per event of the
 whole graph.
@@ -298,7 +298,7 @@ def reference_trainer(model, memory="replicated", cls=LinkTrainer):
     """A one-process trainer of the whole graph that runs each batch in one pass, as each rank
     runs its own share."""
     tr = cls(RankEvents.from_graph(graph()), config(model, memory))
-    tr.share_count = 1
+    tr.halves = 1
     return tr
 
 
@@ -395,7 +395,7 @@ def test_parameters_identical_across_ranks_and_equal_one_process(launched):
 
 
 def test_evaluation_scores_and_figures_equal_one_process(launched):
-    """Every event's scores equal one process's up to float noise, and so do the figures; where
+    """Every event's scores equal one process's up to float noise, and so do the metrics; where
     the reference has exactly tied scores, which float noise of another batch layout can break,
     AP, AUC and MRR may move by at most the tied share of the positives."""
     w, _, results = launched
@@ -418,12 +418,12 @@ def test_evaluation_scores_and_figures_equal_one_process(launched):
             tied = values.size - np.unique(values).size
             for out in results:
                 m = out[case][1]
-                figures = m["epochs"][0] if phase == "val" else m["test"]
-                reference_figures = ref["epochs"][0] if phase == "val" else ref["test"]
+                metrics = m["epochs"][0] if phase == "val" else m["test"]
+                reference_metrics = ref["epochs"][0] if phase == "val" else ref["test"]
                 for k in ("ap", "auc", "mrr"):
-                    delta = abs(figures[prefix + k] - reference_figures[prefix + k])
+                    delta = abs(metrics[prefix + k] - reference_metrics[prefix + k])
                     assert delta < 1e-6 + 2 * tied / pos.size, (case, phase, k, delta, tied)
-    for out in results:  # most cases have no ties: then the figures agree to 1e-6
+    for out in results:  # most cases have no ties: then the metrics agree to 1e-6
         m, ref = out["tgn", "partitioned"][1], reference("tgn", "partitioned")[1]
         assert all(abs(m["test"][k] - ref["test"][k]) < 1e-6 for k in ("ap", "auc", "mrr", "inductive_ap"))
 
@@ -468,7 +468,7 @@ def test_no_rank_holds_an_array_per_event_of_the_whole_graph(launched):
         assert held["own_rows"] and held["no_foreign"]
 
 
-def test_a_rank_with_only_its_own_part_trains_to_the_same_figures(launched):
+def test_a_rank_with_only_its_own_part_trains_to_the_same_metrics(launched):
     w, _, results = launched
     for out in results:
         assert out["own_copy"]["test"] == out["tgn", "partitioned"][1]["test"]
@@ -487,7 +487,7 @@ def test_features_fetched_behind_a_cache_train_as_features_sent_with_the_samples
 
 def test_model_selection_under_w_ranks_equals_one_process(launched):
     """Early stopping picks the same epoch, stops for the same reason and reports the same
-    test figures (from the replayed best model) under W ranks as in one process."""
+    test metrics (from the replayed best model) under W ranks as in one process."""
     ref = fit(LinkTrainer(RankEvents.from_graph(graph()), config(**SELECTION)))
     assert ref["selected_epoch"] < len(ref["epochs"])  # the best model is not the last one: replayed
     w, _, results = launched
@@ -551,7 +551,7 @@ def test_rows_sent_ahead_of_a_read_that_never_came_are_not_read_later(launched):
 
 def test_windows_are_planned_by_a_thread_at_the_lowest_priority(launched):
     """Every window's plan (training and evaluation) is made off the main thread, under
-    SCHED_IDLE: it runs while the steps wait for the other ranks (the figures above equal one
+    SCHED_IDLE: it runs while the steps wait for the other ranks (the metrics above equal one
     process's all the same)."""
     _, _, results = launched
     for out in results:

@@ -177,7 +177,7 @@ def test_tgn_steps_match_pyg_tgn_components(monkeypatch):
     tg = graph()
     tr = LinkTrainer(RankEvents.from_graph(tg), LinkConfig(memory_dim=DIM, time_dim=TIME_DIM, num_neighbors=K,
                                                            batch_size=BATCH, quiet=True))
-    tr.share_count = 1  # the whole batch in this process
+    tr.halves = 1  # the whole batch in this process
     for group in tr.optimizer.param_groups:
         group["lr"] = 0.0
     model = tr.model

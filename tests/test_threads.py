@@ -127,11 +127,11 @@ from gnndist.temporal.config import LinkConfig
 from gnndist.temporal.trainer import LinkTrainer, rank_events
 torch.set_num_threads(2)
 tr = LinkTrainer(rank_events(synthetic_temporal(200, 3000, 4, seed=0)), LinkConfig(epochs=1, quiet=True))
-seen = set()  # torch's count at each forward pass run here (the share process's are its own)
+seen = set()  # torch's count at each forward pass run here (the half process's are its own)
 tr.model.register_forward_pre_hook(lambda module, args: seen.add(torch.get_num_threads()))
 tr.train_epoch(1)
 tr.evaluate(tr.train_end, tr.val_end, "val")
-print(json.dumps({"shares": tr.share_count, "in_epochs": sorted(seen), "after": torch.get_num_threads()}))
+print(json.dumps({"halves": tr.halves, "in_epochs": sorted(seen), "after": torch.get_num_threads()}))
 """
 
 
@@ -153,11 +153,11 @@ print(json.dumps({"in_epochs": sorted(seen), "after": torch.get_num_threads()}))
 def test_a_trainer_a_script_runs_itself_runs_as_in_a_job(plain, mode):
     """A script that builds `LinkTrainer` (or `NodeTrainer`) and runs its epochs without
     `train_link` gets what a job gets: torch on one thread in its epochs and evaluations (unless
-    OMP_NUM_THREADS says otherwise), its count back afterwards, and two shares a step where 2
+    OMP_NUM_THREADS says otherwise), its count back afterwards, and two halves a step where 2
     cores are there."""
     two = len(os.sched_getaffinity(0)) >= 2
-    assert run(mode, DIRECT) == {"shares": 2 if two else 1, "in_epochs": [1], "after": 2}
-    assert run(mode, DIRECT, OMP_NUM_THREADS="2") == {"shares": 1, "in_epochs": [2], "after": 2}
+    assert run(mode, DIRECT) == {"halves": 2 if two else 1, "in_epochs": [1], "after": 2}
+    assert run(mode, DIRECT, OMP_NUM_THREADS="2") == {"halves": 1, "in_epochs": [2], "after": 2}
     assert run(mode, STATIC_DIRECT) == {"in_epochs": [1], "after": 2}  # the static trainer's too
 
 
@@ -179,7 +179,7 @@ print(json.dumps(out))
 def test_threads_gnndist_starts_run_torch_on_its_thread_count():
     """OpenMP's thread count is per thread: a thread started plainly gets the runtime's default
     (every core) for its matrix products whatever torch was set to; the prefetch thread takes
-    torch's count (a step's share process: `test_share_process`)."""
+    torch's count (a step's half process: `test_half_process`)."""
     got = run("gnndist-first", THREADS_SCRIPT)
     assert got["prefetch"] == 1
     if len(os.sched_getaffinity(0)) > 1:

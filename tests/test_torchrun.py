@@ -1,5 +1,5 @@
 """`torchrun ... -m gnndist train` joins the world torchrun describes: on raw data rank 0
-partitions once (the others wait and take its store), and the run ends with the figures of the
+partitions once (the others wait and take its store), and the run ends with the metrics of the
 same training started by `--nproc`. (Node classification under torchrun is in
 tests/test_multihost.py: one rank per host, on a store and on raw data.)"""
 import json
@@ -37,7 +37,7 @@ def test_torchrun_equals_nproc(tmp_path, monkeypatch):
     assert got["epochs"][0]["loss"] == pytest.approx(want["epochs"][0]["loss"], abs=1e-6)
 
     # predict under torchrun from the per-rank checkpoint (each rank's history has its own
-    # timings: the same model): the test figures of training, written by rank 0 alone
+    # timings: the same model): the test metrics of training, written by rank 0 alone
     store = str(stores[0])
     p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                         "-m", "gnndist", "predict", str(tmp_path / "ck"), store, "--split", "test", "-o",

@@ -42,7 +42,7 @@ SUBCOMMANDS = {
     "partition": ("gnndist.cli.partition_cli", "split a graph into partitions written as an on-disk store"),
     "info": ("gnndist.cli.info_cli", "describe a partition store, a checkpoint folder, or a dataset before partitioning or training it"),
     "train": ("gnndist.cli.train", "train a temporal (link) or static (node) GNN, on one or many ranks"),
-    "predict": ("gnndist.cli.predict_cli", "use a trained model: test figures, link scores, embeddings, class "
+    "predict": ("gnndist.cli.predict_cli", "use a trained model: test metrics, link scores, embeddings, class "
                 "probabilities"),
     "plot": ("gnndist.cli.plot_cli", "draw a training run's metrics JSON as one PNG"),
     "demo": ("gnndist.cli.demo", "a short TGN training on built-in synthetic data"),

@@ -1,7 +1,7 @@
 """A short TGN training on built-in synthetic data (`synthetic-temporal`), in one process.
 
 Trains a few epochs of link prediction on a generated interaction graph and prints the
-validation and test figures (AP, ROC-AUC, MRR; random negatives), like
+validation and test metrics (AP, ROC-AUC, MRR; random negatives), like
 `gnndist train synthetic-temporal --task link --model tgn` does.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--num-nodes", type=int, default=1000, help="nodes to generate (default 1000)")
     p.add_argument("--num-events", type=int, default=20000, help="events to generate (default 20000)")
     p.add_argument("--seed", type=int, default=0, help="random seed of data and training")
-    p.add_argument("--metrics-out", default=None, metavar="FILE", help="write the figures as JSON")
+    p.add_argument("--metrics-out", default=None, metavar="FILE", help="write the metrics as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bars or per-epoch lines")
 
 

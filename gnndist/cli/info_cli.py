@@ -1,14 +1,14 @@
 """Describe a partition store, a checkpoint folder, or a dataset before partitioning or training it.
 
   gnndist info STORE [--json] [--verify] [--plot parts.png]
-      a store's quality figures (computed when it was written): nodes, events or edges,
+      a store's quality metrics (computed when it was written): nodes, events or edges,
       training and halo nodes per part, imbalance, edge cut, cross-partition events, ...;
       --verify checks every file's sha256; --plot draws them as one PNG (needs matplotlib:
       pip install 'gnndist[plot]').
   gnndist info CHECKPOINT [--json]
       a checkpoint folder (gnndist train --checkpoint): the run's task, model and ranks, the
       data it was trained on, the epochs run and kept, the selected epoch and its validation
-      figures, the settings, and how `gnndist predict` uses it.
+      metrics, the settings, and how `gnndist predict` uses it.
   gnndist info DATA [--nproc W] [--memory-dim D] [--json]
       DATA is a file, folder or built-in generator name: kind, nodes, edges or events, time
       span and resolution (smallest positive gap between distinct times), feature dims,
@@ -54,7 +54,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     store = p.add_argument_group("partition store")
     store.add_argument("--verify", action="store_true", help="check every file's sha256")
-    store.add_argument("--plot", default=None, metavar="PNG", help="draw the per-part figures as one PNG")
+    store.add_argument("--plot", default=None, metavar="PNG", help="draw the per-part metrics as one PNG")
     data = p.add_argument_group("dataset")
     data.add_argument("--nproc", type=_positive_int, default=None, metavar="W",
                       help="training ranks to estimate per-rank memory for (default: 1)")
@@ -102,7 +102,7 @@ def _dataset_summary(args: argparse.Namespace) -> dict[str, Any]:
             raise GnndistError(f"--memory-dim is the node memory of the link models; {args.data} is a static graph: "
                                f"leave it out")
         bar.update()
-        bar.set_postfix_str("figures")
+        bar.set_postfix_str("metrics")
         source = args.format or ("generator" if args.data in GENERATORS else detect_format(args.data))
         out = {"data": args.data, "format": source, **facts(graph)}
         bar.update()

@@ -8,7 +8,7 @@ DATA is a built-in dataset name or a file path. Methods: `metis` (default for st
 graphs) balances the --balance weights within --imbalance-tol; `random` hashes node ids;
 `temporal` (default for temporal graphs) cuts few events, weighting recent ones more, and
 balances the events each part owns (an event belongs to its source node's part) in each of
---time-windows windows. The figures are printed and kept in DIR/meta.json (`gnndist info DIR`).
+--time-windows windows. The metrics are printed and kept in DIR/meta.json (`gnndist info DIR`).
 """
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def configure(p: argparse.ArgumentParser) -> None:
                    "which the metis and temporal methods run, draws alike for seeds 0 and 1)")
     p.add_argument("--force", action="store_true", help="partition even if the memory estimate exceeds "
                    "the available memory")
-    p.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    p.add_argument("--json", action="store_true", help="print the metrics as one JSON object")
     p.add_argument("--quiet", action="store_true", help="no progress bars or notes")
 
 

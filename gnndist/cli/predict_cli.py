@@ -3,7 +3,7 @@ by `gnndist train ... --checkpoint DIR`.
 
 link models (temporal DATA):
   gnndist predict CKPT DATA --split test [-o test.json]
-      the test figures, as `gnndist train` printed them (and its metrics JSON's "test")
+      the test metrics, as `gnndist train` printed them (and its metrics JSON's "test")
   gnndist predict CKPT DATA --candidates links.csv -o scores.csv
       each candidate link (CSV columns src,dst,t; the data's original node ids) scored after
       replaying every event before its time: columns src,dst,t,score,prob (score: the logit the
@@ -17,7 +17,7 @@ node models (static DATA):
       neighbourhoods (.csv: columns node,p0,p1,...)
 
 --nproc W runs W local ranks, each on its part of a partition store of W parts (raw DATA is
-split as `gnndist train --nproc W` splits it); the figures are those of one process. -o never
+split as `gnndist train --nproc W` splits it); the metrics are those of one process. -o never
 replaces an existing .npy or .csv, nor an input.
 """
 from __future__ import annotations
@@ -39,7 +39,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("checkpoint", metavar="CHECKPOINT", help="a checkpoint folder from `gnndist train --checkpoint`")
     add_data_args(p)
     link = p.add_argument_group("link models")
-    link.add_argument("--split", choices=("test",), default=None, help="the test figures of the training data")
+    link.add_argument("--split", choices=("test",), default=None, help="the test metrics of the training data")
     link.add_argument("--candidates", default=None, metavar="FILE.csv",
                       help="score these links (columns src,dst,t) after replaying the events before each t")
     link.add_argument("--embed-at", type=float, default=None, metavar="T",
@@ -91,14 +91,14 @@ def run(args: argparse.Namespace) -> int:
 
     if args.split:
         if args.out and not args.out.lower().endswith(".json"):
-            raise GnndistError(f"--split writes its figures as JSON: give -o a .json path, not {args.out}")
+            raise GnndistError(f"--split writes its metrics as JSON: give -o a .json path, not {args.out}")
         if args.out:
-            check_output(args.out, "test_figures", inputs, flag="-o")
+            check_output(args.out, "test_metrics", inputs, flag="-o")
         test = link.link_test(saved, data, **run_opts)
         if args.out and writes_outputs():
             path = write_metrics(args.out, {"task": "link", "model": saved.config.get("model"),
                                             "checkpoint": args.checkpoint, "selected_epoch": saved.selected_epoch,
-                                            "world_size": args.nproc, "test": test}, flag="-o", kind="test_figures")
+                                            "world_size": args.nproc, "test": test}, flag="-o", kind="test_metrics")
             print(f"wrote {path}")
         return 0
     if not args.out:

@@ -72,12 +72,12 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="train once per seed and report the mean and standard deviation (replaces --seed)")
     p.add_argument("--device", choices=DEVICES, default="cpu", help="cpu (gloo) or cuda (NCCL)")
     p.add_argument("--nproc", type=int, default=1, help="local ranks to start")
-    p.add_argument("--metrics-out", default=None, metavar="FILE", help="write per-epoch and test figures as JSON "
+    p.add_argument("--metrics-out", default=None, metavar="FILE", help="write per-epoch and test metrics as JSON "
                    "(rank 0 writes it)")
     p.add_argument("--quiet", action="store_true", help="no progress bars or per-epoch lines")
     p.add_argument("--log-dir", default=None, metavar="DIR",
                    help="write TensorBoard event files here: the loss of every step, every figure of every epoch, "
-                        "the test figures (rank 0; needs the tensorboard package)")
+                        "the test metrics (rank 0; needs the tensorboard package)")
     p.add_argument("--checkpoint", default=None, metavar="DIR",
                    help="write a checkpoint each epoch here (for --resume, and for `gnndist predict`)")
     p.add_argument("--cache", choices=CACHE_POLICIES, default=None,

@@ -145,19 +145,19 @@ def _choose_interfaces(host: Host, backend: str) -> Optional[str]:
 # The watch: heartbeats, hosts and failures in the job's store
 
 
-def _store(timeout: float) -> dist.TCPStore:
+def _tcp_store(timeout: float) -> dist.TCPStore:
     """A new client of the job's store (MASTER_ADDR:MASTER_PORT)."""
     return dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
                          timeout=datetime.timedelta(seconds=timeout), wait_for_workers=False)
 
 
-def _probe_store() -> None:
+def _probe_tcp_store() -> None:
     """OSError unless the job's store accepts a connection within STORE_S (a store op on a dead
     link would block past the store's own timeout)."""
     socket.create_connection((os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])), STORE_S).close()
 
 
-class Watch:
+class Heartbeat:
     """This rank's entries in the job's store, `gnndist/<restart>/<kind>/<rank>`: its host, a
     heartbeat (a thread sets `beat` to "<beats> <collectives entered>" every BEAT_S) and, when it
     fails with its own error, that error's line (`failed`). `diagnose` reads the others' entries
@@ -167,10 +167,10 @@ class Watch:
         self.rank, self.world, self.host = rank, world, host
         self.prefix = f"gnndist/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
         self._lock, self._verdict = threading.Lock(), None  # why the first failed collective failed
-        self._query = _store(timeout_s())  # the first connection waits as long as a collective would
+        self._query = _tcp_store(timeout_s())  # the first connection waits as long as a collective would
         self._query.set_timeout(datetime.timedelta(seconds=STORE_S))
         self.put("host", str(host))
-        self._beat = _store(STORE_S)  # the heartbeat thread's own connection
+        self._beat = _tcp_store(STORE_S)  # the heartbeat thread's own connection
         self._beat.set(self._key("beat", rank), "0 0")
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beating, name="gnndist-heartbeat", daemon=True)
@@ -221,7 +221,7 @@ class Watch:
     def post_failure(self, line: str) -> None:
         """Leave this rank's own error line where the survivors will read it."""
         try:
-            _probe_store()
+            _probe_tcp_store()
             self.put("failed", line)
         except Exception:  # the store is unreachable; this rank's own output still has the line
             pass
@@ -238,7 +238,7 @@ class Watch:
     def _find_cause(self, op: str, error: BaseException) -> str:
         me, others = self.rank, [r for r in range(self.world) if r != self.rank]
         try:
-            _probe_store()
+            _probe_tcp_store()
             failed, start = self._entries("failed", others), self._entries("beat", others)
             now, alive, deadline = start, set(), time.monotonic() + GONE_S
             while not failed and len(alive) < len(others) and time.monotonic() < deadline:
@@ -271,29 +271,29 @@ class Watch:
         return f"collective {op} failed on rank {me} (host {self.host}) while every rank is alive: {first_line(error)}"
 
 
-_watch: Optional[Watch] = None
+_heartbeat: Optional[Heartbeat] = None
 
 
-def watch() -> Optional[Watch]:
-    """This process's `Watch` (None outside a torchrun world)."""
-    return _watch
+def heartbeat() -> Optional[Heartbeat]:
+    """This process's `Heartbeat` (None outside a torchrun world)."""
+    return _heartbeat
 
 
 @contextlib.contextmanager
 def busy(doing: str) -> Iterator[None]:
     """Tell the other ranks what this one does meanwhile, for their diagnosis should they give up
     on it (partitioning holds the interpreter, and so the heartbeat, for longer than GONE_S)."""
-    if _watch is not None:
-        _watch.put("busy", doing)
+    if _heartbeat is not None:
+        _heartbeat.put("busy", doing)
     yield
-    if _watch is not None:
-        _watch.put("busy", "")
+    if _heartbeat is not None:
+        _heartbeat.put("busy", "")
 
 
 def post_failure(e: BaseException) -> None:
     """Tell the other ranks that this rank stops on its own error `e` (not a peer's failure)."""
-    if _watch is not None and not isinstance(e, PeerFailure):
-        _watch.post_failure(first_line(e))
+    if _heartbeat is not None and not isinstance(e, PeerFailure):
+        _heartbeat.post_failure(first_line(e))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -306,7 +306,7 @@ def setup(device: str = "cpu") -> torch.device:
     Outside torchrun this is a no-op and the world is one process. Returns the device this
     rank computes on.
     """
-    global _watch, _entered
+    global _heartbeat, _entered
     _entered = 0  # the ranks' counts are compared when a collective fails
     if device.startswith("cuda"):
         dev = rank_gpu(int(os.environ.get("LOCAL_RANK", "0")))
@@ -318,15 +318,15 @@ def setup(device: str = "cpu") -> torch.device:
         r, w = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         host = this_host(os.environ["MASTER_ADDR"])
         said = _choose_interfaces(host, backend)
-        if _watch is None:
-            _watch = _join_store(r, w, host)
+        if _heartbeat is None:
+            _heartbeat = _join_heartbeat(r, w, host)
         if said and r == 0 and _several_nodes(w):
             print(said, file=sys.stderr, flush=True)
         try:
             dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s()),
                                     **({"device_id": dev} if dev.type == "cuda" else {}))
         except (RuntimeError, dist.DistError) as e:
-            raise PeerFailure(_join_failure(_watch, e)) from None
+            raise PeerFailure(_join_failure(_heartbeat, e)) from None
         # the host groups are made here, where every rank is, not at a first use: a rank that
         # stops before it would leave the others in torch's group creation, which no failure check watches
         host_group("samplers")
@@ -352,12 +352,12 @@ def _several_nodes(world: int) -> bool:
     return world > int(os.environ.get("LOCAL_WORLD_SIZE", world))
 
 
-def _join_store(rank: int, world: int, host: Host) -> Watch:
-    """This rank's `Watch`; a one-line error at once when the job's store does not answer."""
+def _join_heartbeat(rank: int, world: int, host: Host) -> Heartbeat:
+    """This rank's `Heartbeat`; a one-line error at once when the job's store does not answer."""
     addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
     try:
-        _probe_store()  # fails at once where TCPStore would retry for the whole timeout
-        return Watch(rank, world, host)
+        _probe_tcp_store()  # fails at once where TCPStore would retry for the whole timeout
+        return Heartbeat(rank, world, host)
     except (OSError, RuntimeError, dist.DistError) as e:
         hint = ""
         if ipaddress.ip_address(host.address.split("%")[0]).is_loopback and _several_nodes(world):
@@ -368,9 +368,9 @@ def _join_store(rank: int, world: int, host: Host) -> Watch:
                            f"(MASTER_ADDR:MASTER_PORT): {first_line(e)}{hint}") from None
 
 
-def _join_failure(w: Watch, e: BaseException) -> str:
+def _join_failure(w: Heartbeat, e: BaseException) -> str:
     """Why joining the process group failed: the ranks that never reached the store, or else
-    what `Watch.diagnose` finds."""
+    what `Heartbeat.diagnose` finds."""
     try:
         missing = [r for r in range(w.world) if w.get("host", r) is None]
     except Exception:
@@ -434,10 +434,10 @@ def _failing_as_peer(op: str, fn: Callable[[], Any]) -> Any:
     try:
         return fn()
     except (RuntimeError, dist.DistError) as e:  # gloo/nccl report peers' failures so
-        if _watch is None:
+        if _heartbeat is None:
             raise PeerFailure(f"rank {rank()}: collective {op} failed (a peer rank died or stalled past "
                               f"{timeout_s():.0f}s): {first_line(e)}") from None
-        raise PeerFailure(_watch.diagnose(op, e)) from None
+        raise PeerFailure(_heartbeat.diagnose(op, e)) from None
 
 
 _host_groups: dict[str, Any] = {}
@@ -765,7 +765,7 @@ def _exchange_carrying(send: Sequence[torch.Tensor], recv_sizes: list[int], s: G
 def line_prefix() -> str:
     """What this rank's lines start with in a torchrun world: its rank and host, as in
     `rank 1 (host node2, 10.0.0.2): `; nothing outside one."""
-    return f"rank {_watch.rank} (host {_watch.host}): " if _watch is not None else ""
+    return f"rank {_heartbeat.rank} (host {_heartbeat.host}): " if _heartbeat is not None else ""
 
 
 def say(msg: str) -> None:

@@ -209,7 +209,7 @@ def check_own_part(path: Union[str, os.PathLike], rank: int) -> None:
     missing = files_missing(path, meta) + files_missing(path, meta, rank)
     if missing:
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
-        host = dist.watch().host if dist.watch() else socket.gethostname()
+        host = dist.heartbeat().host if dist.heartbeat() else socket.gethostname()
         raise GnndistError(f"rank {rank} (host {host}): the partition store "
                            f"{path} on this host lacks {missing[0]}{more}: copy meta.json, orig_to_new.npy and "
                            f"part{rank}/ there from the host that partitioned (a host needs the id maps and the "
@@ -274,7 +274,7 @@ def _difference(mine: dict, first: dict, r: int, hosts: Callable[[int], str]) ->
 def check_same_job(store: str, args: tuple) -> None:
     """A start-up collective: every rank compares its `_fingerprint` with rank 0's; if one
     differs, every rank raises the same one-line error naming the first rank that differs."""
-    w, me = dist.watch(), dist.rank()
+    w, me = dist.heartbeat(), dist.rank()
     mine = _fingerprint(store, args)
     w.put("job", json.dumps(mine))
     dist.agree_max(0)  # every rank has posted
@@ -372,7 +372,7 @@ def _torchrun_rank(data: Data, split: Split, rank_fn: Callable[..., dict], args:
             check_own_part(source, dist.rank())
         if world > 1:
             check_same_job(source, args)
-            rank0_host = dist.watch().host_of(0)
+            rank0_host = dist.heartbeat().host_of(0)
             dist.say(f"running on part {dist.rank()} of {source} ({world} ranks)")
         result = rank_fn(source, *args)
     except Exception as e:

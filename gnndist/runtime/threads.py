@@ -48,9 +48,9 @@ every operation costs more than it brings. Local ranks (`--nproc W`) get OMP_NUM
 cores / W from the launcher (torchrun gives 1 where it starts several per host).
 
 The second core of a one-rank temporal job is used by splitting work, not operations: each
-batch runs as `step_shares()` shares of its events, the second in a process forked from the
-rank, each with its own forward and backward pass (`gnndist.temporal.shares`,
-`gnndist.temporal.share_process`). A share's operations run on one thread of their own, so none
+batch runs as `step_halves()` shares of its events, the second in a process forked from the
+rank, each with its own forward and backward pass (`gnndist.temporal.split_step`,
+`gnndist.temporal.half_process`). A share's operations run on one thread of their own, so none
 waits at a barrier for a thread that another job holds; the two meet a few times per step.
 (Shares on two threads of one process, as before, waited for each other's GIL at each of their
 small operations: 24,100-30,400 events/s on UCI where one share ran 21,600-22,900.)
@@ -129,9 +129,9 @@ def torch_threads_here() -> None:
     torch.set_num_threads(torch.get_num_threads())
 
 
-def step_shares() -> int:
+def step_halves() -> int:
     """How many shares a one-process temporal training step runs its batch as
-    (`gnndist.temporal.shares`): 2 where a job runs torch on one thread (`job_thread_count`) and
+    (`gnndist.temporal.split_step`): 2 where a job runs torch on one thread (`job_thread_count`) and
     the process may use 2 cores or more (the second share's process runs torch on one thread
     too), else 1."""
     return 2 if job_thread_count() == 1 and len(os.sched_getaffinity(0)) >= 2 else 1

@@ -2,7 +2,7 @@
 given ids) with the selected (best-validation) parameters of a checkpoint, over full
 neighbourhoods, through the trainer's own evaluation path (`NodeTrainer.eval_logits`). On one
 process, or on the W ranks of a store of W parts, each rank classifying the nodes it owns; the
-figures are the same. Node ids are those of the data's graph (a store's original ids).
+metrics are the same. Node ids are those of the data's graph (a store's original ids).
 """
 from __future__ import annotations
 

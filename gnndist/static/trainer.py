@@ -11,7 +11,7 @@ batches run empty steps that still join every collective.
 
 Evaluation is distributed the same way (each rank classifies the val/test nodes it owns; the
 counts are summed), over full neighbourhoods unless --eval-fanouts says otherwise. The test
-accuracy is that of the parameters with the best validation accuracy. Cache figures (hit
+accuracy is that of the parameters with the best validation accuracy. Cache metrics (hit
 rate, remote bytes, counters) cover the remote feature rows of training steps. Features that
 are never negative (bag-of-words) are row-normalised per batch unless --row-norm off.
 """
@@ -46,9 +46,9 @@ from gnndist.runtime.launch import Data, Outputs, Split, run_job
 from gnndist.validate import cache_capacity, check_type
 
 
-def step_seed(*keys: int) -> int:
-    """A 63-bit sampling seed from integer keys (run seed, epoch, step, phase)."""
-    return int(np.random.SeedSequence([k & 0xFFFFFFFF for k in keys]).generate_state(2, np.uint64)[0] >> 1)
+def step_seed(*parts: int) -> int:
+    """A 63-bit sampling seed from integers (run seed, epoch, step, phase)."""
+    return int(np.random.SeedSequence([k & 0xFFFFFFFF for k in parts]).generate_state(2, np.uint64)[0] >> 1)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -143,7 +143,7 @@ class PartGraph(RankGraph):
             raise GnndistError("partition store has no node features, labels or split masks; --task node needs them")
         self.part, self.offset, self.device = part, part.start, device
         self.sampler = DistNeighborSampler.from_partition(part)
-        self.store = DistFeatures.from_partition(part)
+        self.dist_features = DistFeatures.from_partition(part)
         self.num_features = int(part.x.shape[1])
         self.num_classes = dist.agree_max(int(part.y.max(initial=-1)) + 1, device)
         self.train_ids, self.val_ids, self.test_ids = (np.flatnonzero(m) + self.offset for m in
@@ -158,13 +158,13 @@ class PartGraph(RankGraph):
             return
         n = self.part.num_nodes
         scores = visit_scores(visits(), n) if policy == "presample" else degree_scores(self.part.indices, n)
-        self.store.set_cache(policy, capacity, scores)
+        self.dist_features.set_cache(policy, capacity, scores)
 
     def sample(self, seeds: np.ndarray, fanouts: list[int], seed: int) -> Blocks:
         return self.sampler.sample(seeds, fanouts, seed=seed)
 
     def features(self, ids: np.ndarray) -> torch.Tensor:
-        return self.store.fetch(ids)
+        return self.dist_features.fetch(ids)
 
     def labels(self, ids: np.ndarray) -> np.ndarray:
         return self.part.y[ids - self.offset]
@@ -177,10 +177,10 @@ class PartGraph(RankGraph):
         return float(dist.all_reduce(local, "min"))
 
     def counters(self) -> dict[str, int]:
-        return dict(self.store.counters)
+        return dict(self.dist_features.counters)
 
     def reset_counters(self) -> None:
-        self.store.reset_counters()
+        self.dist_features.reset_counters()
 
 
 def check_node_graph(graph) -> None:
@@ -216,7 +216,7 @@ def check_training_graph(graph) -> None:
 COUNTERS = ("requests", "hits", "misses", "bytes_fetched", "bytes_saved")
 
 
-def epoch_keys(ids: np.ndarray, salt: int) -> np.ndarray:
+def shuffle_values(ids: np.ndarray, salt: int) -> np.ndarray:
     """A 62-bit hash of each id with `salt` (splitmix64): the epoch's order of the training nodes."""
     x = ids.astype(np.uint64) ^ np.uint64(salt)
     for shift, mult in ((30, 0xBF58476D1CE4E5B9), (27, 0x94D049BB133111EB)):
@@ -241,7 +241,7 @@ def global_quantiles(keys: np.ndarray, ranks: np.ndarray, bits: int = 8) -> np.n
     return hi
 
 
-def local_share(total: int) -> int:
+def local_portion(total: int) -> int:
     """This rank's part of a global batch of `total` seeds."""
     w, r = dist.world_size(), dist.rank()
     return total // w + (r < total % w)
@@ -304,11 +304,11 @@ class NodeTrainer:
         time, whatever the ranks: each rank takes the ones it owns, and no rank holds more ids
         than its own."""
         ids = self.graph.train_ids
-        keys = epoch_keys(self.graph.original_ids(ids), step_seed(self.cfg.seed, epoch, 3))
-        order = np.argsort(keys, kind="stable")
+        values = shuffle_values(self.graph.original_ids(ids), step_seed(self.cfg.seed, epoch, 3))
+        order = np.argsort(values, kind="stable")
         steps = -(-self.split_sizes[0] // self.cfg.batch_size)
-        firsts = global_quantiles(keys[order], np.arange(1, steps) * self.cfg.batch_size)
-        return np.split(ids[order], np.searchsorted(keys[order], firsts))
+        firsts = global_quantiles(values[order], np.arange(1, steps) * self.cfg.batch_size)
+        return np.split(ids[order], np.searchsorted(values[order], firsts))
 
     def _presample(self) -> list[np.ndarray]:
         """The node ids one training epoch samples on this rank (the `presample` cache's visits)."""
@@ -342,7 +342,7 @@ class NodeTrainer:
     @threads.job_threads()
     def train_epoch(self, epoch: int, on_step: Optional[Callable[[int, np.ndarray], None]] = None) -> dict:
         """One epoch: this rank's share of each global batch (epochs count from 1); returns the
-        epoch's global figures. `on_step(step, seeds)` runs after each optimizer step."""
+        epoch's global metrics. `on_step(step, seeds)` runs after each optimizer step."""
         self.graph.reset_counters()
         totals = torch.zeros(3, dtype=torch.float64)
         t0 = time.perf_counter()
@@ -375,7 +375,7 @@ class NodeTrainer:
         self.model.eval()
         out = [torch.zeros((0, self.graph.num_classes), device=self.device)]
         with torch.no_grad():
-            b = max(local_share(self.cfg.eval_batch_size), 1)
+            b = max(local_portion(self.cfg.eval_batch_size), 1)
             steps, batches = self._batches([ids[i:i + b] for i in range(0, ids.size, b)], self.cfg.eval_fanouts,
                                            (phase, 2))
             for _, batch in tqdm(batches, total=steps, desc="evaluate", unit="step", leave=False,
@@ -464,7 +464,7 @@ def rank_graph(source: Union[Graph, str], cfg: NodeConfig, device: torch.device)
 
 def node_rank(source: Union[Graph, str], cfg: NodeConfig, outputs: Outputs = Outputs()) -> dict:
     """Train on this rank: `source` is the whole graph (one rank) or a partition store folder
-    (one part per rank). Rank 0 prints the figures and writes `outputs.metrics_out`."""
+    (one part per rank). Rank 0 prints the metrics and writes `outputs.metrics_out`."""
     device = dist.setup(cfg.device)
     try:
         with checkpoint.run(outputs.checkpoint if dist.rank() == 0 else None, resume=False):

@@ -9,11 +9,11 @@ without rows of their own.
 
 Several ranks may write the same node in one batch (it took part in events of each). Before
 `write`, the trainer names the batch's events on this rank with `begin_batch(src, dst, eid)`;
-each written row is keyed by its node's last event there (`2 * eid + side`), and the row with
-the largest key over all ranks wins: the node's globally last event, as in one process.
+each written row is ordered by its node's last event there (`2 * eid + side`), and the row with
+the largest order over all ranks wins: the node's globally last event, as in one process.
 
 APAN's mails go to more nodes than the batch's endpoints (`deliver`): each mail travels alone,
-with its global order `2 * eid + side`, and the holder of the node's row merges it into the
+with its global order `2 * eid + side`, and the owner of the node's row merges it into the
 mailbox by (time, order), as one process does.
 
 What depends on the events only is exchanged ahead of the steps, for a window of them at once
@@ -71,7 +71,7 @@ class _RankState:
 
     device: torch.device
     _nodes: Optional[np.ndarray] = None  # this batch's endpoints, sorted (host)
-    _keys: Optional[Tensor] = None  # their keys (device)
+    _order: Optional[Tensor] = None  # their order (device)
     _write_sizes: Optional[deque] = None  # of the coming steps' writes: the rows each rank sends here
     _reads: Optional[deque] = None  # of the coming steps' reads, where they travel: (ids, their routes)
     rows_fetched = 0  # rows received from other ranks
@@ -91,14 +91,14 @@ class _RankState:
 
     def begin_batch(self, src: np.ndarray, dst: np.ndarray, eid: np.ndarray) -> None:
         """Name the events this rank processes in the current batch (host arrays; global event
-        ids): each endpoint's key is that of its last event here."""
+        ids): each endpoint's order is that of its last event here."""
         ends = np.stack([src, dst], 1).reshape(-1)
-        keys = np.stack([2 * eid, 2 * eid + 1], 1).reshape(-1)
-        o = np.lexsort((keys, ends))  # by node, then key
-        ends, keys = ends[o], keys[o]
+        order = np.stack([2 * eid, 2 * eid + 1], 1).reshape(-1)
+        o = np.lexsort((order, ends))  # by node, then order
+        ends, order = ends[o], order[o]
         last = np.ones(ends.size, bool)
         last[:-1] = ends[1:] != ends[:-1]
-        self._nodes, self._keys = ends[last], to_device(keys[last], self.device)
+        self._nodes, self._order = ends[last], to_device(order[last], self.device)
 
     def key_of(self, ids: np.ndarray) -> Tensor:
         """The key of each written id (a host array of endpoints named by `begin_batch`)."""
@@ -107,7 +107,7 @@ class _RankState:
         pos = np.searchsorted(self._nodes, ids).clip(max=max(self._nodes.size - 1, 0))
         if ids.size and (self._nodes.size == 0 or not np.array_equal(self._nodes[pos], ids)):
             raise RuntimeError("write of a node that is no endpoint of this rank's events")
-        return self._keys[to_device(pos, self.device)]
+        return self._order[to_device(pos, self.device)]
 
 
 def on_host(ids: Tensor, host: Optional[np.ndarray]) -> np.ndarray:

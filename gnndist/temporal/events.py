@@ -39,10 +39,10 @@ class RankEvents:
     num_nodes: int  # of the whole graph
     num_events: int  # of the whole graph
     node_offsets: np.ndarray  # [W + 1]: rank r owns node ids node_offsets[r] .. node_offsets[r+1]-1
-    orig_to_new: np.ndarray  # [N] store id of every original node id
+    orig_to_new: np.ndarray  # [N] new id of every original node id
     new_to_orig: np.ndarray  # [N]
     eid: np.ndarray  # held events: global ids, increasing
-    src: np.ndarray  # store ids
+    src: np.ndarray  # new ids
     dst: np.ndarray
     t: np.ndarray
     edge_feat: Optional[np.ndarray] = None
@@ -107,7 +107,7 @@ class RankEvents:
             self._tcsr = tcsr_rows(self.src, self.dst, self.t, self.eid, self.lo, self.hi, progress)
         return self._tcsr
 
-    def share(self, start: int, stop: int) -> np.ndarray:
+    def scored_in(self, start: int, stop: int) -> np.ndarray:
         """Positions (in the held arrays) of the events this rank scores among the global events
         [start, stop), in event order."""
         own = self.scored_eid

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from gnndist.runtime.device import on_cpu_paths
-from gnndist.temporal.keys import attend
+from gnndist.temporal.attention import attend
 
 
 class TemporalAttention(nn.Module):
@@ -23,7 +23,7 @@ class TemporalAttention(nn.Module):
     Keys are never projected one by one: a head's score is (W_k^T q) . key and its value
     W_v (sum_j a_j key_j) + b_v, the same algebra as projecting every key first, with k times
     fewer multiplications; the scores, their softmax and the weighted sums are one step
-    (`gnndist.temporal.keys.attend`), which reads the keys' node part from the table by index.
+    (`gnndist.temporal.attention.attend`), which reads the keys' node part from the table by index.
     (A key bias would add the same amount to all of a query's
     scores, which softmax ignores, so there is none.) Rows with no valid key get a zero
     attended value.

@@ -35,7 +35,7 @@ class Neighbours:
     def __init__(self, events: RankEvents, strategy: str, seed: int, timers: Timers, device: torch.device,
                  progress: bool = False, cache: str = "none") -> None:
         self.events, self.strategy, self.seed, self.timers, self.device = events, strategy, seed, timers, device
-        self.sampler = DistTemporalSampler(*events.tcsr(progress), events.node_offsets, keys=events.orig_ids)
+        self.sampler = DistTemporalSampler(*events.tcsr(progress), events.node_offsets, streams=events.orig_ids)
         rows = events.edge_feat if events.edge_feat is not None else np.zeros((events.num_held, 0), np.float32)
         self.features = DistFeatures.for_events(rows, events.eid, events.num_events)
         self.carry = cache == "none" and events.edge_dim > 0  # features come with the samples

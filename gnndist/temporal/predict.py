@@ -2,8 +2,8 @@
 checkpoint on the temporal graph they were trained on (or one with the same nodes and more
 events).
 
-- `link_test`: the test figures exactly as `gnndist train` printed them (the trainer's own
-  `selected_test_figures`: the training and validation events replayed through the memory
+- `link_test`: the test metrics exactly as `gnndist train` printed them (the trainer's own
+  `selected_test_metrics`: the training and validation events replayed through the memory
   from event 0, then the test events scored against their fixed negatives);
 - `link_scores`: the score of candidate links (src, dst, t), each after replaying every event
   with a time before t;
@@ -19,7 +19,7 @@ its own time), by the rank that owns their source node.
 Candidate and embedding rows name nodes by the data's original ids (the ids in the file);
 a partition store knows its graph's numbering only (0 .. N-1, ascending original id), and
 a generated graph has no other. Everything runs on one process or on W ranks, each holding its
-part of the events as in training, with the same figures.
+part of the events as in training, with the same metrics.
 """
 from __future__ import annotations
 
@@ -43,12 +43,12 @@ from gnndist.predict import Checkpoint, SavedModel, gather_rows, joined, saved_m
 from gnndist.temporal.config import LinkConfig
 from gnndist.temporal.events import RankEvents
 from gnndist.temporal.models import Batch
-from gnndist.temporal.trainer import SPLIT, LinkTrainer, rank_events, selected_test_figures
+from gnndist.temporal.trainer import SPLIT, LinkTrainer, rank_events, selected_test_metrics
 
 
 def link_test(checkpoint: Checkpoint, data: Data, nproc: int = 1, device: str = "cpu", quiet: bool = False
               ) -> dict[str, Any]:
-    """The test figures of the checkpoint's selected parameters on `data` (the training data),
+    """The test metrics of the checkpoint's selected parameters on `data` (the training data),
     as `gnndist train` printed them (rank 0 prints the same table); the keys of the metrics
     JSON's "test"."""
     saved = saved_model(checkpoint, "link")
@@ -192,7 +192,7 @@ def events_before(trainer: LinkTrainer, times: np.ndarray) -> np.ndarray:
 def _test_rank(source, saved: SavedModel, device: str, quiet: bool) -> dict[str, Any]:
     with joined(device) as dev:
         trainer = _trainer(source, saved, dev, quiet, same_events=True)
-        return selected_test_figures(trainer, {"epoch": saved.selected_epoch, "model": saved.params},
+        return selected_test_metrics(trainer, {"epoch": saved.selected_epoch, "model": saved.params},
                                      saved.history)
 
 

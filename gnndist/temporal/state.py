@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from gnndist.errors import GnndistError
-from gnndist.temporal.share_process import shared
+from gnndist.temporal.half_process import in_shared_memory
 
 EMPTY = float("-inf")
 
@@ -37,9 +37,9 @@ class NodeState:
 
     def move_to_shared_memory(self) -> None:
         """Its tables moved to memory that processes forked afterwards share
-        (`gnndist.temporal.share_process`)."""
+        (`gnndist.temporal.half_process`)."""
         self.memory, self.last_update, self.mail, self.mail_time = (
-            shared(t) for t in (self.memory, self.last_update, self.mail, self.mail_time))
+            in_shared_memory(t) for t in (self.memory, self.last_update, self.mail, self.mail_time))
 
     def reset(self) -> None:
         """Zero memory, no mails; every node last updated at `start_time`."""

@@ -15,7 +15,7 @@ place for held events, else fetched from the owner that sampled them, behind the
 samples of a window of steps are taken at once, ahead of them: one exchange per hop per window.
 Node state is replicated (all rows on every rank) or partitioned (rows at their owners, read in
 one planned exchange per step); with partitioned memory, evaluation has the negatives embedded
-by their nodes' owners (`serves_negatives`).
+by their nodes' owners (`owners_embed_negatives`).
 
 Chronological 70/15/15 split. Each epoch resets the node state, trains on the training events,
 then validates while the memory keeps absorbing the true events. Training stops after `epochs`
@@ -59,16 +59,16 @@ from gnndist.runlog import RunLog
 from gnndist.samplers import PrefetchLoader, hit_rate, sampler_group
 from gnndist.samplers.distributed import Requests
 from gnndist.samplers.distributed import StepRequests
-from gnndist.temporal import keys, models, time_encoding
+from gnndist.temporal import attention, models, time_encoding
 from gnndist.temporal.config import LinkConfig
 from gnndist.temporal.dist_state import PartitionedNodeState, ReplicatedNodeState
 from gnndist.temporal.events import BatchEvents, RankEvents, even_out
 from gnndist.temporal.linkpred import EvalNegatives, link_metrics, train_negatives
 from gnndist.temporal.models import Batch, Forward, Hop, build_model, query_rows, state_rows
 from gnndist.temporal.neighbours import Neighbours
-from gnndist.temporal.served import route, served_rows
-from gnndist.temporal.share_process import Placement, ShareProcess, shared
-from gnndist.temporal.shares import bounds, from_wire, query_positions, share_batch, share_hops, to_wire
+from gnndist.temporal.remote_negatives import embedded_rows, route_negatives
+from gnndist.temporal.half_process import Placement, HalfProcess, in_shared_memory
+from gnndist.temporal.split_step import bounds, from_wire, query_positions, half_batch, half_hops, to_wire
 from gnndist.temporal.state import NodeState
 from gnndist.temporal.timers import PHASES, Timers
 
@@ -84,7 +84,7 @@ def batch_loss(fw: Forward, global_batch: int) -> Tensor:
 
 class Scores(NamedTuple):
     """A rank's scores of a period's events (`LinkTrainer.evaluate`): of the events [P] and of
-    their negatives [P, n], with the events' global ids and endpoints (store ids)."""
+    their negatives [P, n], with the events' global ids and endpoints (new ids)."""
 
     pos: np.ndarray
     neg: np.ndarray
@@ -93,7 +93,7 @@ class Scores(NamedTuple):
     dst: np.ndarray
 
 
-class ShareRun(NamedTuple):
+class HalfRun(NamedTuple):
     """A share of a batch run (`LinkTrainer.run_batch`): its events, its `Forward` (of a share
     run in its own process: the scores and query embeddings only) and, in training, its loss and
     gradients (None where a parameter has none; after `LinkTrainer.step`, the first share's are
@@ -132,7 +132,7 @@ class Lookahead:
 class Staged(NamedTuple):
     """The next batch and its neighbours, made during a step (`LinkTrainer.run_batch`), and, where
     its second share is to run in the share process, that share's work (else None; sent ahead to
-    the process running then, which says whether it still holds it: `ShareProcess.staged`)."""
+    the process running then, which says whether it still holds it: `HalfProcess.staged`)."""
     batch: Batch
     hops: list[Hop]
     second: Optional[tuple]
@@ -177,7 +177,7 @@ def summed_grads(shares: list[tuple[Optional[Tensor], ...]]) -> list[Optional[Te
 
 
 def _wired(work: tuple) -> tuple:
-    """A share's work (`LinkTrainer._share_work`) as the share process is sent it (`to_wire`)."""
+    """A share's work (`LinkTrainer._half_work`) as the share process is sent it (`to_wire`)."""
     (share, hops), global_batch, training = work
     return to_wire(share, hops), global_batch, training
 
@@ -225,15 +225,15 @@ class LinkTrainer:
         self.neighbours.sampler.load_kernels()
         models.load_kernel()
         if device.type == "cpu":
-            keys.load_kernels()
+            attention.load_kernels()
             time_encoding.load_kernel()
         start = float(events.t.min(initial=np.inf))
         start = -float(dist.all_reduce(torch.tensor([-start], dtype=torch.float64, device=device), "max"))
         state = new_state(self.model, events, cfg.memory, start, device)
         self.state = None if state is None else TimedState(state, self.timers)
         self.partitioned = cfg.memory == "partitioned" and state is not None and events.num_parts > 1
-        self.share_count = threads.step_shares() if device.type == "cpu" and events.num_parts == 1 else 1
-        self.share_process: Optional[ShareProcess] = None  # forked by the first step run as two shares
+        self.halves = threads.step_halves() if device.type == "cpu" and events.num_parts == 1 else 1
+        self.half_process: Optional[HalfProcess] = None  # forked by the first step run as two shares
         self._writing = False  # whether the share process is making state writes
         self._fork_failed = False  # then this rank runs both shares of each step
         self._dropped_cpu = 0.0  # CPU time of share processes dropped after an error
@@ -264,7 +264,7 @@ class LinkTrainer:
         `negatives(rows, src, dst)` [B, n] of them (positions in the global batch and endpoints,
         all in original ids; None: no negatives)."""
         ev = self.events
-        pos = ev.share(start, stop)
+        pos = ev.scored_in(start, stop)
         if negatives is None:
             neg = np.zeros((pos.size, 0), np.int64)
         else:
@@ -303,7 +303,7 @@ class LinkTrainer:
         # negatives (11 steps)
         window = self.neighbours.steps_ahead(self.cfg.batch_size * (2 + per_event), ks)
         chunks = [todo[w:w + window] for w in range(0, len(todo), window)]
-        threaded, serve = dist.world_size() > 1, self.serves_negatives()  # one process plans inline
+        threaded, serve = dist.world_size() > 1, self.owners_embed_negatives()  # one process plans inline
 
         def plan(chunk: list[tuple[int, int, int]]) -> tuple:
             with self.timers.untimed() if threaded else nullcontext():
@@ -341,7 +341,7 @@ class LinkTrainer:
         routes = deque()
         if serve:
             routes = deque(self._route([(ev.neg, ev.t) for ev in events]))
-            rows = [served_rows(ev.src, ev.dst, ev.t, r) for ev, r in zip(events, routes)]
+            rows = [embedded_rows(ev.src, ev.dst, ev.t, r) for ev, r in zip(events, routes)]
         planned, hops = deque(), [[]] * len(events)
         if ks:
             planned = self.neighbours.plan([model.neighbour_queries(*r, 2 * ev.src.size)[:2]
@@ -357,11 +357,11 @@ class LinkTrainer:
     def _route(self, negatives: list[tuple[np.ndarray, np.ndarray]]) -> list[StepRequests]:
         """Where the negatives of steps are embedded (`served.route`; a collective)."""
         with self.timers.phase("sync"):
-            return route(negatives, self.events.node_offsets, sampler_group())
+            return route_negatives(negatives, self.events.node_offsets, sampler_group())
 
     # ------------------------------------------------------------------------------ one step
 
-    def serves_negatives(self) -> bool:
+    def owners_embed_negatives(self) -> bool:
         """Whether `forward` has the negatives embedded by their nodes' owners: with partitioned
         memory, outside training. A training step embeds its negatives itself: their state rows
         and their neighbours' rows come in the step's one read, planned ahead, while served
@@ -373,17 +373,17 @@ class LinkTrainer:
 
     def forward(self, batch: Batch) -> Forward:
         """Scores of this rank's events of the batch (a collective). Served negatives
-        (`serves_negatives`) are embedded by their nodes' owners, where their rows and most of
+        (`owners_embed_negatives`) are embedded by their nodes' owners, where their rows and most of
         their neighbours' rows live, in the same pass as the owners' own events: only the
         queries and the embeddings travel."""
-        if not self.serves_negatives():
+        if not self.owners_embed_negatives():
             return self.model(self.state, batch, self.neighbours)
         b, n = batch.neg.shape
         src, dst, t, neg = batch.on_host()  # the queries travel as host data, on the gloo group
         r = self._routes.popleft() if self._routes else self._route([(neg, t)])[0]  # routed ahead by `steps`
         if r.order.size != neg.size:
             raise RuntimeError("the batch's negatives are not the ones routed for it")
-        host = served_rows(src, dst, t, r)
+        host = embedded_rows(src, dst, t, r)
         fw = self.model.embed(self.state, to_device(host[0], self.device), to_device(host[1], self.device), 2 * b,
                               self.neighbours, host)
         served = fw.embed[2 * b:]
@@ -394,11 +394,11 @@ class LinkTrainer:
         return fw
 
     def run_batch(self, batch: Batch, global_batch: Optional[int] = None, ahead: Optional[Lookahead] = None
-                  ) -> list[ShareRun]:
+                  ) -> list[HalfRun]:
         """Forward pass of the batch and, given the size of the global batch, the loss and its
-        gradients, as the batch's shares (`gnndist.temporal.shares`) in time order. Run as one
+        gradients, as the batch's shares (`gnndist.temporal.split_step`) in time order. Run as one
         share, its state writes are left to `write`. Run as two, the second share runs in the
-        share process (`gnndist.temporal.share_process`) or after the first, as `placements` has
+        share process (`gnndist.temporal.half_process`) or after the first, as `placements` has
         it, and both shares' state writes are made (in the share process's case, its own left
         under way: `settle` waits for it). Within a `provisional` block of the node state, one
         share: the block undoes the writes made here only. Given `ahead` (the coming (size,
@@ -408,47 +408,47 @@ class LinkTrainer:
         staged, self._staged = self._staged, None
         staged = staged if staged is not None and staged.batch is batch else None
         b, n = batch.neg.shape
-        provisional = self.share_count > 1 and self.state is not None and self.state.provisional_open
-        cuts = bounds(b, 1 if provisional else self.share_count)
+        provisional = self.halves > 1 and self.state is not None and self.state.provisional_open
+        cuts = bounds(b, 1 if provisional else self.halves)
         if len(cuts) <= 1:  # also where negatives are served: those ranks run one share
             fw = self.forward(batch)
-            return [ShareRun(batch, fw, *self._gradients(fw, global_batch))]
+            return [HalfRun(batch, fw, *self._gradients(fw, global_batch))]
         hops = self._hops(batch) if staged is None else staged.hops
         start, ahead_s, place = time.perf_counter(), 0.0, self.placements[global_batch is not None]
         if staged is not None and staged.second is not None:
             remote, second = True, staged.second
         else:  # where staged, the placement had it run here
             remote = staged is None and place.remote() and not self._fork_failed
-            second = self._share_work(batch, hops, cuts[1], global_batch)
-        forked = remote and self.share_process is None
+            second = self._half_work(batch, hops, cuts[1], global_batch)
+        forked = remote and self.half_process is None
         try:
-            remote = remote and self._share_process() is not None
-            if remote and staged is not None and self.share_process.staged:  # not if forked anew since
-                self.share_process.start_staged()
+            remote = remote and self._half_process() is not None
+            if remote and staged is not None and self.half_process.staged:  # not if forked anew since
+                self.half_process.start_staged()
             elif remote:  # sent before the first share is cut: it starts sooner
-                self.share_process.start(_wired(second))
-            first = self._share_work(batch, hops, cuts[0], global_batch)
-            runs = [ShareRun(first[0][0], *self._run_share(first))]
+                self.half_process.start(_wired(second))
+            first = self._half_work(batch, hops, cuts[0], global_batch)
+            runs = [HalfRun(first[0][0], *self._run_half(first))]
             if remote:
-                self.share_process.wait_ready()  # its state rows are read: the first share's may be written
+                self.half_process.wait_ready()  # its state rows are read: the first share's may be written
                 self.model.write(self.state, runs[0].share, runs[0].fw)
-                self.share_process.start_write()
+                self.half_process.start_write()
                 self._writing = True
                 if ahead is not None:  # not this step's time: the step run here makes the next batch after it
                     ahead_s = time.perf_counter()
                     self._stage(ahead.peek(), global_batch is not None)
                     ahead_s = time.perf_counter() - ahead_s
-                (pos, neg, embed), loss, present = self.share_process.result()
+                (pos, neg, embed), loss, present = self.half_process.result()
                 grads = None if present is None else tuple(  # never p.grad itself: the next step rewrites it
                     None if not has else g if mine is not None else g.clone()
                     for g, has, mine in zip(self._second_grads, present, runs[0].grads))
-                runs.append(ShareRun(second[0][0], Forward(pos=pos, neg=neg, embed=embed), loss, grads))
+                runs.append(HalfRun(second[0][0], Forward(pos=pos, neg=neg, embed=embed), loss, grads))
             else:
-                runs.append(ShareRun(second[0][0], *self._run_share(second)))
+                runs.append(HalfRun(second[0][0], *self._run_half(second)))
                 for r in runs:
                     self.model.write(self.state, r.share, r.fw)
         except BaseException:
-            self._drop_share_process()
+            self._drop_half_process()
             raise
         if not forked:
             place.took(remote, time.perf_counter() - start - ahead_s, b)
@@ -459,25 +459,25 @@ class LinkTrainer:
         nodes, times, ks = self.model.neighbour_queries(*query_rows(*batch.on_host()), 2 * batch.src.numel())
         return self.neighbours(nodes, times, ks) if ks else []
 
-    def _share_work(self, batch: Batch, hops: list[Hop], cut: tuple[int, int], global_batch: Optional[int]
+    def _half_work(self, batch: Batch, hops: list[Hop], cut: tuple[int, int], global_batch: Optional[int]
                     ) -> tuple:
-        """The work of a share (`_run_share`): the events lo .. hi-1 of the batch (`cut`) and their
+        """The work of a share (`_run_half`): the events lo .. hi-1 of the batch (`cut`) and their
         neighbours, the global batch size (None outside training), the training mode."""
         (lo, hi), (b, n) = cut, batch.neg.shape
         mine = query_positions(b, n, lo, hi)
         rows, _, ks = self.model.neighbour_queries(mine, mine, 2 * (hi - lo))  # the share's rows that have neighbours
-        return (share_batch(batch, lo, hi), share_hops(hops, rows, ks)), global_batch, self.model.training
+        return (half_batch(batch, lo, hi), half_hops(hops, rows, ks)), global_batch, self.model.training
 
     def _stage(self, item: Optional[tuple[int, Batch]], training: bool) -> None:
         """While the share process runs: the next batch's neighbours, if it runs as two shares,
         and, where its second share is to run there too, that share sent ahead."""
-        if item is None or len(cuts := bounds(item[1].src.numel(), self.share_count)) <= 1:
+        if item is None or len(cuts := bounds(item[1].src.numel(), self.halves)) <= 1:
             return
         size, batch = item
         hops, second = self._hops(batch), None
         if self.placements[training].remote():
-            second = self._share_work(batch, hops, cuts[1], size if training else None)
-            self.share_process.stage(_wired(second))
+            second = self._half_work(batch, hops, cuts[1], size if training else None)
+            self.half_process.stage(_wired(second))
         self._staged = Staged(batch, hops, second)
 
     def _gradients(self, fw: Forward, global_batch: Optional[int]) -> tuple[Optional[Tensor], Optional[tuple]]:
@@ -487,13 +487,13 @@ class LinkTrainer:
         loss = batch_loss(fw, global_batch)
         return loss.detach(), torch.autograd.grad(loss, self.params, allow_unused=True)
 
-    def _run_share(self, work: tuple, ready: Optional[Callable[[], None]] = None
+    def _run_half(self, work: tuple, ready: Optional[Callable[[], None]] = None
                    ) -> tuple[Forward, Optional[Tensor], Optional[tuple]]:
         """A share's (Forward, loss, gradients); `work` = ((events, neighbours), global batch size or
         None, training mode). In the share process (given `ready`, called at once: the work comes
-        with what it reads, `_read_share`), the scores and query embeddings (tensors) only, the gradients
+        with what it reads, `_read_half`), the scores and query embeddings (tensors) only, the gradients
         are written to `_second_grads` (the result says which parameters have one), and the share
-        is kept for its state writes (`_write_share`)."""
+        is kept for its state writes (`_write_half`)."""
         read = None
         if ready is not None:
             work, read = work
@@ -515,8 +515,8 @@ class LinkTrainer:
                     to.copy_(g)
         return (fw.pos.detach(), fw.neg.detach(), fw.embed.detach()), loss, present
 
-    def _read_share(self, work: tuple) -> tuple:
-        """In the share process: the work sent (`_wired`) as `_run_share` takes it, and what its
+    def _read_half(self, work: tuple) -> tuple:
+        """In the share process: the work sent (`_wired`) as `_run_half` takes it, and what its
         forward pass reads before it uses a parameter (`TemporalGNN.read_batch`), read when the
         process gets the work: staged work, while the rank ends the step before (after this
         process's state writes of it; the rank's came first)."""
@@ -531,38 +531,38 @@ class LinkTrainer:
         """The node state the shares read and write themselves (not timed: `TimedState`)."""
         return None if self.state is None else self.state.state
 
-    def _write_share(self) -> None:
+    def _write_half(self) -> None:
         """In the share process: the state writes of the share it ran last."""
         share, fw = self._kept
         self._kept = None
         self.model.write(self._node_state, share, fw)
 
-    def _share_process(self) -> Optional[ShareProcess]:
+    def _half_process(self) -> Optional[HalfProcess]:
         """The share process, forked now if not yet, with the parameters and the node state moved
         to shared memory first; None where it cannot be forked (the rank then runs both shares)."""
-        if self.share_process is None and not self._fork_failed:
+        if self.half_process is None and not self._fork_failed:
             for p in self.model.parameters():
-                p.data = shared(p.data)
-            self._second_grads = [shared(torch.zeros_like(p)) for p in self.params]
+                p.data = in_shared_memory(p.data)
+            self._second_grads = [in_shared_memory(torch.zeros_like(p)) for p in self.params]
             if self.state is not None:
                 self.state.state.move_to_shared_memory()
             try:
-                self.share_process = ShareProcess(self._run_share, self._write_share, self._read_share)
+                self.half_process = HalfProcess(self._run_half, self._write_half, self._read_half)
             except OSError as e:  # e.g. a container's limit on processes
                 self._fork_failed, self._second_grads = True, []
                 print(f"gnndist: no process for a step's second share ({e}): this rank runs both shares",
                       file=sys.stderr)
-        return self.share_process
+        return self.half_process
 
-    def _drop_share_process(self) -> None:
+    def _drop_half_process(self) -> None:
         """End the share process (after an error, whatever it was doing: the next step that needs
         one forks a new one)."""
-        if self.share_process is not None:
-            self._dropped_cpu += self.share_process.cpu_seconds
-            self.share_process.close()
-        self.share_process, self._writing = None, False
+        if self.half_process is not None:
+            self._dropped_cpu += self.half_process.cpu_seconds
+            self.half_process.close()
+        self.half_process, self._writing = None, False
 
-    def write(self, runs: list[ShareRun]) -> None:
+    def write(self, runs: list[HalfRun]) -> None:
         """The state writes of a batch run as one share (`run_batch` makes those of two)."""
         if len(runs) == 1:
             self.model.write(self.state, runs[0].share, runs[0].fw)
@@ -570,20 +570,20 @@ class LinkTrainer:
     def cpu_seconds(self) -> float:
         """CPU time of this rank's process and its share processes."""
         return (time.process_time() + self._dropped_cpu
-                + (0.0 if self.share_process is None else self.share_process.cpu_seconds))
+                + (0.0 if self.half_process is None else self.half_process.cpu_seconds))
 
     def settle(self) -> None:
         """Wait for the state writes under way in the share process (`run_batch`)."""
         if self._writing:
             self._writing = False
             try:
-                self.share_process.wait_written()
+                self.half_process.wait_written()
             except BaseException:
-                self._drop_share_process()
+                self._drop_half_process()
                 raise
 
     def step(self, batch: Batch, global_batch: int, ahead: Optional[Lookahead] = None
-             ) -> tuple[float, list[ShareRun]]:
+             ) -> tuple[float, list[HalfRun]]:
         """Forward and backward of each share, state writes, summed gradients, optimizer step:
         the global loss, and this rank's runs of the batch's shares, each with its `Forward`
         (`ahead`: as `run_batch`'s)."""
@@ -617,7 +617,7 @@ class LinkTrainer:
 
     @threads.job_threads()
     def train_epoch(self, epoch: int) -> dict[str, Any]:
-        """One pass over the training events from a reset state; the epoch's figures (all ranks)."""
+        """One pass over the training events from a reset state; the epoch's metrics (all ranks)."""
         self.model.train()
         self.reset_state()
         self._reset_traffic()
@@ -672,7 +672,7 @@ class LinkTrainer:
         return Scores(np.concatenate(pos), np.concatenate(neg), np.concatenate(eid), src, dst)
 
     def are_new(self, nodes: np.ndarray) -> np.ndarray:
-        """Whether each of `nodes` (store ids, a host array) has its first event after training,
+        """Whether each of `nodes` (new ids, a host array) has its first event after training,
         as their owners know (one request and one reply on the gloo group; a collective)."""
         ev = self.events
         first = ev.first_seen()
@@ -680,7 +680,7 @@ class LinkTrainer:
         asked = Requests(nodes, owners(nodes, ev.node_offsets), sampler_group())
         return asked.reply(mine[asked.received - ev.lo])
 
-    # ------------------------------------------------------------------------------ figures
+    # ------------------------------------------------------------------------------ metrics
 
     def _reset_traffic(self) -> None:
         self.timers.reset()
@@ -710,7 +710,7 @@ class LinkTrainer:
         out.update({f"{p}_s": total[7 + i] / w for i, p in enumerate(PHASES)})
         return out
 
-    def rank_figures(self) -> list[dict[str, Any]]:
+    def rank_metrics(self) -> list[dict[str, Any]]:
         """What each rank holds (gathered): events, T-CSR entries, edge-feature rows, node-state
         rows, bytes by category, its peak resident memory (and on a GPU its peak of allocated GPU
         memory), and its edge-cache counters of the last training epoch."""
@@ -748,7 +748,7 @@ class LinkTrainer:
         """The edge-feature cache of `cfg.cache` (a collective): `degree` fills it with the remote
         events of most active endpoints, offered by their holders; `presample` with the events
         one sampling pass over the training batches requests most; `adaptive` starts empty."""
-        policy, store = self.cfg.cache, self.neighbours.features
+        policy, features = self.cfg.cache, self.neighbours.features
         if policy == "none" or self.events.num_parts == 1 or self.events.edge_dim == 0:
             return
         candidates = None
@@ -756,15 +756,15 @@ class LinkTrainer:
             candidates = self._degree_candidates()
         elif policy == "presample":
             candidates = self._presample_candidates()
-        store.set_cache(policy, self.cfg.cache_size, candidates=candidates)
+        features.set_cache(policy, self.cfg.cache_size, candidates=candidates)
 
     def _capacities(self) -> list[int]:
         """Cache rows of every rank."""
         from gnndist.samplers.cache import capacity_rows
 
-        store = self.neighbours.features
-        mine = capacity_rows(self.cfg.cache_size, store.num_remote, store.row_bytes)
-        return [int(c) for c in torch.cat(dist.all_gather_varsize(torch.tensor([mine]), store.group)).tolist()]
+        features = self.neighbours.features
+        mine = capacity_rows(self.cfg.cache_size, features.num_remote, features.row_bytes)
+        return [int(c) for c in torch.cat(dist.all_gather_varsize(torch.tensor([mine]), features.group)).tolist()]
 
     def _degree_candidates(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Each holder offers every other rank its events (whose source it owns) touching none of
@@ -793,12 +793,12 @@ class LinkTrainer:
         """The remote events one pass of this rank's training-batch sampling requests, with
         their request counts (the `presample` policy; the count table stays bounded)."""
         ev, model = self.events, self.model
-        store, cap = self.neighbours.features, max(self._capacities()[ev.rank], 1)
+        features, cap = self.neighbours.features, max(self._capacities()[ev.rank], 1)
         ids, counts, holders = np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64)
         if model.sampling.hops == 0:
             return ids, counts, holders
         for index, s, e in self.batches(0, self.train_end):
-            pos = ev.share(s, e)
+            pos = ev.scored_in(s, e)
             nodes, times = [ev.src[pos], ev.dst[pos]], [ev.t[pos], ev.t[pos]]
             if model.sampling.rows == "queries":
                 neg = train_negatives(self.cfg.seed, 1, index, e - s, ev.eid[pos] - s, ev.new_to_orig[ev.dst[pos]],
@@ -809,7 +809,7 @@ class LinkTrainer:
                                                  [model.k] * model.sampling.hops)
             eid = np.concatenate([h.eid[h.mask] for h in hops])
             held_by = np.concatenate([np.repeat(o, h.mask.sum(1)) for o, h in zip(owner, hops)])
-            remote = store.book.position(eid) < 0
+            remote = features.book.position(eid) < 0
             eid = np.concatenate([eid[remote], ids])
             weight = np.concatenate([np.ones(int(remote.sum())), counts])
             held_by = np.concatenate([held_by[remote], holders])
@@ -878,7 +878,7 @@ def _fit(trainer: LinkTrainer, outputs: Outputs, ckpt_dir: Optional[Path]) -> di
     cfg, ev, lead = trainer.cfg, trainer.events, dist.rank() == 0
     config = {**cfg.to_dict(), "num_nodes": ev.num_nodes, "num_events": ev.num_events, "edge_dim": ev.edge_dim,
               "world_size": ev.num_parts, "partition": ev.partition_key()}
-    resume_keys = ("model", "batch_size", "lr", "lr_schedule", "clip_grad", "memory_dim", "time_dim", "num_neighbors",
+    resumed_config = ("model", "batch_size", "lr", "lr_schedule", "clip_grad", "memory_dim", "time_dim", "num_neighbors",
                    "sampling", "neg", "seed", "memory", "num_nodes", "num_events", "edge_dim", "world_size")
     history: list[dict[str, Any]] = []
     best: Optional[dict[str, Any]] = None  # epoch, val_ap, parameters
@@ -891,7 +891,7 @@ def _fit(trainer: LinkTrainer, outputs: Outputs, ckpt_dir: Optional[Path]) -> di
         if saved["config"].get("partition", config["partition"]) != config["partition"]:  # older ones: not kept
             raise GnndistError(f"checkpoint in {outputs.checkpoint} was written on another partition of the data "
                                f"(its ranks own other nodes): resume on the partition store it was trained on")
-        for key in resume_keys:
+        for key in resumed_config:
             if saved["config"].get(key) != config[key]:
                 raise GnndistError(f"checkpoint in {outputs.checkpoint} was written with {key}="
                                    f"{saved['config'].get(key)}, this run has {key}={config[key]}")
@@ -923,23 +923,23 @@ def _fit(trainer: LinkTrainer, outputs: Outputs, ckpt_dir: Optional[Path]) -> di
     if first > cfg.epochs:
         raise GnndistError(f"the checkpoint already holds {first - 1} epochs; ask for more with --epochs")
     stop_reason = "patience" if history[-1]["epoch"] < cfg.epochs else "epochs"  # stopped before --epochs, or not
-    test = selected_test_figures(trainer, best, history)
+    test = selected_test_metrics(trainer, best, history)
     runlog.test(test, best["epoch"])
     metrics = {"task": "link", "model": cfg.model, "world_size": ev.num_parts, "memory": cfg.memory,
                "share": cfg.share, "neg": cfg.neg, "config": config, "epochs": history,
-               "selected_epoch": best["epoch"], "stop_reason": stop_reason, "ranks": trainer.rank_figures(),
+               "selected_epoch": best["epoch"], "stop_reason": stop_reason, "ranks": trainer.rank_metrics(),
                "test": test}
     if lead and outputs.metrics_out:
         write_metrics(outputs.metrics_out, metrics)
     return metrics
 
 
-def selected_test_figures(trainer: LinkTrainer, best: dict[str, Any], history: list[dict[str, Any]]
+def selected_test_metrics(trainer: LinkTrainer, best: dict[str, Any], history: list[dict[str, Any]]
                           ) -> dict[str, Any]:
     """Test the selected parameters `best["model"]` over the node state they build on the
     training and validation events (replayed from event 0); rank 0 prints the table (validation
     at the selected epoch `best["epoch"]` of `history`, test, test on new nodes). Returns the test
-    figures of the metrics JSON (a collective)."""
+    metrics of the metrics JSON (a collective)."""
     ev = trainer.events
     trainer.model.load_state_dict(best["model"])
     trainer.reset_state()

@@ -1,22 +1,22 @@
-"""A share of each step run in a process of its own, forked from the rank: how a one-process
-temporal job uses its second core (`gnndist.temporal.shares` cuts the batch).
+"""A half of each step run in a process of its own, forked from the rank: how a one-process
+temporal job uses its second core (`gnndist.temporal.split_step` cuts the batch).
 
-Why a process and not a thread: a share's forward pass makes about 140 small torch calls, each
+Why a process and not a thread: a half's forward pass makes about 140 small torch calls, each
 of which lets go of the GIL and takes it back. Two threads doing that wait for each other at
-every call: on the 2-core machine (UCI TGN) a share's forward pass ran 46% slower beside the
-other share's thread than alone (2026-12-04), and the epoch's speed moved between 26,000 and
-30,000 events/s from minute to minute; two processes of one share each ran 17,800-18,800
+every call: on the 2-core machine (UCI TGN) a half's forward pass ran 46% slower beside the
+other half's thread than alone (2026-12-04), and the epoch's speed moved between 26,000 and
+30,000 events/s from minute to minute; two processes of one half each ran 17,800-18,800
 events/s side by side, as fast as one alone (2026-12-05).
 
 The process is forked when the first step needs it, after the parameters and the node state
-have been moved to shared memory (`shared`): both processes then read and write the same
-tables, and the optimizer's in-place updates reach the share's process with no copy. Per step
-the rank sends the share's events and neighbours and receives its results (the loss, the
+have been moved to shared memory (`in_shared_memory`): both processes then read and write the same
+tables, and the optimizer's in-place updates reach the half's process with no copy. Per step
+the rank sends the half's events and neighbours and receives its results (the loss, the
 scores) through a buffer of shared memory each way (`Channel`), and learns that the process
-has read its share and made its writes from semaphores (`_Signals`); the trainer has the
-share's gradients written to shared tensors of their own, which the rank sums from; the share's
-state writes are made in its process, after the rank's own share's (time order). The next
-step's share can be sent while this one runs (`stage`; the process copies what it receives, so
+has read its half and made its writes from semaphores (`_Signals`); the trainer has the
+half's gradients written to shared tensors of their own, which the rank sums from; the half's
+state writes are made in its process, after the rank's own half's (time order). The next
+step's half can be sent while this one runs (`stage`; the process copies what it receives, so
 the rank may overwrite the buffer): the process prepares it as soon as it gets it (the trainer
 reads its state rows and neighbour contexts then, while the rank sums the gradients and steps
 the optimizer) and starts it as soon as the rank says (`start_staged`), with the parameters
@@ -50,10 +50,10 @@ from torch import Tensor
 from gnndist.errors import GnndistError
 
 ALIGN = 64
-_RUNNING: "weakref.WeakSet[ShareProcess]" = weakref.WeakSet()  # of this process
+_RUNNING: "weakref.WeakSet[HalfProcess]" = weakref.WeakSet()  # of this process
 
 
-def shared(t: Tensor) -> Tensor:
+def in_shared_memory(t: Tensor) -> Tensor:
     """A copy of `t` in anonymous shared memory, which a process forked afterwards shares (not
     in /dev/shm, whose size containers limit)."""
     if t.numel() == 0:
@@ -63,7 +63,7 @@ def shared(t: Tensor) -> Tensor:
 
 
 class Placement:
-    """Where a step's second share runs: in the share process, or here after the first share. Both
+    """Where a step's second half runs: in the half process, or here after the first half. Both
     run the same operations on one thread, so the results are the same either way (bit for bit);
     only the time differs. A step takes the way of the lower time per event, and every `PROBE`
     steps the other, so that a change in what else runs on the machine is noticed. The way in
@@ -71,7 +71,7 @@ class Placement:
     slower way for `PROBE` steps); a probe's time replaces the other way's. Why: beside another
     job that takes one of two cores, the two processes share the other core and wait for each
     other at every meeting (UCI TGN beside one CPU-bound process, 2026-12-05: 0.49x the
-    events/s alone with the second share always in the process, 0.62x with this placement)."""
+    events/s alone with the second half always in the process, 0.62x with this placement)."""
 
     PROBE = 50
     FOLLOW = 0.2  # weight of a step's time in the way in use's average
@@ -81,7 +81,7 @@ class Placement:
         self.steps = 0
 
     def remote(self) -> bool:
-        """Whether the next step runs its second share in the share process."""
+        """Whether the next step runs its second half in the half process."""
         self.steps += 1
         for way in (True, False):
             if self.cost[way] is None:
@@ -145,7 +145,7 @@ class Channel:
             end += -(-raws[-1].size // ALIGN) * ALIGN
         if end > self.size:
             self.size = max(end, 2 * self.size, 1 << 20)
-            fd = os.memfd_create("gnndist-share")
+            fd = os.memfd_create("gnndist-half")
             try:
                 os.ftruncate(fd, self.size)
                 self.buffer = mmap.mmap(fd, self.size)
@@ -209,13 +209,13 @@ class _Signals:
         self.cpu = np.frombuffer(mmap.mmap(-1, 8), np.float64)
 
 
-class ShareProcess:
+class HalfProcess:
     """A forked process that runs `run(prepare(work), ready)` on what `start(work)` sends, or on
     what `stage(work)` sent before when `start_staged()` says (`run` calls `ready()` once it has
     read what the rank may then overwrite: `wait_ready`), and returns its result through
     `result()`, then `write()` when told (`start_write`, `wait_written`). Staged work is prepared
     as soon as the process gets to it, after what it ran and wrote before. Tensors that both
-    processes must see are to be in `shared` memory before it is created."""
+    processes must see are to be in shared memory (`in_shared_memory`) before it is created."""
 
     def __init__(self, run: Callable[[Any, Callable[[], None]], Any], write: Callable[[], None],
                  prepare: Callable[[Any], Any] = lambda work: work) -> None:
@@ -229,7 +229,7 @@ class ShareProcess:
             theirs.close()
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
             raise
-        if pid == 0:  # the share's process: serves until the rank closes the pipe, never returns
+        if pid == 0:  # the half's process: serves until the rank closes the pipe, never returns
             gc.freeze()  # what it inherited is the rank's to free (see the module docstring)
             code = 1
             try:
@@ -265,7 +265,7 @@ class ShareProcess:
     def start_staged(self) -> None:
         """Run the work staged last."""
         if not self.staged:
-            raise RuntimeError("no work is staged for the share process")
+            raise RuntimeError("no work is staged for the half process")
         self.staged = False
         self._send(_RUN_STAGED)
 
@@ -301,7 +301,7 @@ class ShareProcess:
             raise self._ended() from None
 
     def _ended(self) -> GnndistError:
-        return GnndistError(f"the process running the second share of each step (pid {self.pid}) ended: "
+        return GnndistError(f"the process running the second half of each step (pid {self.pid}) ended: "
                             f"{_how_it_ended(self.pid)}")
 
     def _wait(self, sem: Any, what: str) -> None:
@@ -319,9 +319,9 @@ class ShareProcess:
             gnndist, text = value
             if gnndist:
                 raise GnndistError(text)
-            raise RuntimeError(f"in the process running the second share of each step:\n{text}")
+            raise RuntimeError(f"in the process running the second half of each step:\n{text}")
         if kind != what:
-            raise RuntimeError(f"the share's process sent {kind!r} where {what!r} was due")
+            raise RuntimeError(f"the half's process sent {kind!r} where {what!r} was due")
         return value
 
 
@@ -330,7 +330,7 @@ _RUN_STAGED, _WRITE = Channel.frame(("run", (True, None))), Channel.frame(("writ
 
 def _serve(conn: Connection, signals: _Signals, run: Callable[[Any, Callable[[], None]], Any],
            write: Callable[[], None], prepare: Callable[[Any], Any]) -> int:
-    """The share process's loop; its exit status."""
+    """The half process's loop; its exit status."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     torch.set_num_threads(1)  # never an OpenMP team: the rank's, if it had one, did not survive the fork
     inbox, outbox = Channel(conn), Channel(conn)
@@ -338,7 +338,7 @@ def _serve(conn: Connection, signals: _Signals, run: Callable[[Any, Callable[[],
     staged = None
     while True:
         try:
-            kind, work = inbox.receive()  # copies: the rank may stage the next step's share meanwhile
+            kind, work = inbox.receive()  # copies: the rank may stage the next step's half meanwhile
             if kind == "stage":
                 try:
                     staged = prepare(work)

@@ -1,4 +1,4 @@
-"""The share process (`gnndist.temporal.share_process`): what it is sent and returns, against
+"""The half process (`gnndist.temporal.half_process`): what it is sent and returns, against
 the objects themselves; memory both processes see; its errors, its death and its end as the
 rank sees them."""
 import ctypes
@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from gnndist.errors import GnndistError
-from gnndist.temporal.share_process import ShareProcess, shared
+from gnndist.temporal.half_process import HalfProcess, in_shared_memory
 
 
 @dataclass
@@ -49,7 +49,7 @@ def process():
     made = []
 
     def make(run=echo, write=lambda: None, prepare=lambda work: work):
-        made.append(ShareProcess(run, write, prepare))
+        made.append(HalfProcess(run, write, prepare))
         return made[-1]
 
     yield make
@@ -60,7 +60,7 @@ def process():
 STAGED = object()
 
 
-def round_trip(p: ShareProcess, work):
+def round_trip(p: HalfProcess, work):
     p.start_staged() if work is STAGED else p.start(work)
     p.wait_ready()
     return p.result()
@@ -121,7 +121,7 @@ def test_what_a_run_was_given_stays_while_the_next_work_is_staged(process):
 
 
 def test_both_processes_see_shared_tensors():
-    table = shared(torch.arange(6.0))
+    table = in_shared_memory(torch.arange(6.0))
     seen = []
 
     def run(work, ready):
@@ -131,7 +131,7 @@ def test_both_processes_see_shared_tensors():
     def write():
         table.mul_(10)
 
-    p = ShareProcess(run, write)
+    p = HalfProcess(run, write)
     try:
         table.add_(1)  # after the fork: the process sees it
         assert torch.equal(round_trip(p, None), torch.arange(6.0) + 1)
@@ -147,7 +147,7 @@ def test_work_is_prepared_when_the_process_gets_it_after_what_it_wrote_before(pr
     """`prepare` runs on staged work when the process receives it, after the writes it was told
     to make before (the rank did not wait for them), and on work started at once; an error in
     preparing staged work is raised when that work is run, and the process serves on."""
-    table, prepared = shared(torch.zeros(3)), shared(torch.zeros(1))
+    table, prepared = in_shared_memory(torch.zeros(3)), in_shared_memory(torch.zeros(1))
 
     def prepare(work):
         if work == "bad":
@@ -191,13 +191,13 @@ def test_an_error_there_is_raised_here_and_the_process_serves_on(process):
     with pytest.raises(GnndistError, match=r"^--lr 5: too large$"):
         p.wait_ready()
     p.start("bug")
-    with pytest.raises(RuntimeError, match=r"(?s)second share.*KeyError: 'missing'"):
+    with pytest.raises(RuntimeError, match=r"(?s)second half.*KeyError: 'missing'"):
         p.wait_ready()
     assert round_trip(p, "fine") == "fine"
 
 
 def test_an_error_in_the_writes_is_raised_here_and_the_process_serves_on(process):
-    writes = shared(torch.zeros(1))
+    writes = in_shared_memory(torch.zeros(1))
 
     def write():
         writes.add_(1)
@@ -217,7 +217,7 @@ def test_an_error_in_the_writes_is_raised_here_and_the_process_serves_on(process
 
 def test_a_killed_process_is_named_not_waited_for(process):
     p, q = process(lambda work, ready: time.sleep(60)), process()
-    named = rf"^the process running the second share of each step \(pid {{}}\) ended: killed by SIGKILL$"
+    named = rf"^the process running the second half of each step \(pid {{}}\) ended: killed by SIGKILL$"
     p.start("anything")
     os.kill(p.pid, signal.SIGKILL)
     with pytest.raises(GnndistError, match=named.format(p.pid)):
@@ -265,7 +265,7 @@ def test_the_process_runs_torch_on_one_thread_whatever_the_rank_runs(process):
 
 def test_a_later_process_holds_no_end_of_an_earlier_ones_pipe(process):
     """Else closing the rank's end would not end the earlier process (it waits for its pipe to
-    close): a trainer's share process outlived it while a second trainer's ran."""
+    close): a trainer's half process outlived it while a second trainer's ran."""
     p, q = process(), process()
     mine = f"socket:[{os.fstat(p.conn.fileno()).st_ino}]"
     assert round_trip(q, 1) == 1  # q is past its start

@@ -17,17 +17,17 @@ from gnndist.graph import owners
 from gnndist.samplers.distributed import StepRequests, requests_per_step
 
 
-def route(negatives: Sequence[tuple[np.ndarray, np.ndarray]], node_offsets: np.ndarray, group: Any
+def route_negatives(negatives: Sequence[tuple[np.ndarray, np.ndarray]], node_offsets: np.ndarray, group: Any
           ) -> list[StepRequests]:
     """Where the negatives of steps whose negatives and event times are `(neg [B, n], t [B])` are
     embedded, in one exchange for all (a collective, on the host group `group`): per step, this
     rank's negatives (flattened [B * n]) sent to their owners as (node, time) queries, and the
     queries other ranks sent here."""
-    keys = [np.stack([neg.reshape(-1), np.repeat(t, neg.shape[1]).view(np.int64)], 1) for neg, t in negatives]
-    return requests_per_step(keys, [owners(neg.reshape(-1), node_offsets) for neg, _ in negatives], group)
+    queries = [np.stack([neg.reshape(-1), np.repeat(t, neg.shape[1]).view(np.int64)], 1) for neg, t in negatives]
+    return requests_per_step(queries, [owners(neg.reshape(-1), node_offsets) for neg, _ in negatives], group)
 
 
-def served_rows(src: np.ndarray, dst: np.ndarray, t: np.ndarray, step: StepRequests) -> tuple[np.ndarray, np.ndarray]:
+def embedded_rows(src: np.ndarray, dst: np.ndarray, t: np.ndarray, step: StepRequests) -> tuple[np.ndarray, np.ndarray]:
     """The rows a rank embeds in a step with served negatives (nodes, times): its events'
     endpoints (src, then dst), then the queries other ranks sent it."""
     times = np.ascontiguousarray(step.received[:, 1]).view(np.float64)
