@@ -40,7 +40,7 @@ def _renumber(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.flatnonzero(present), position[ids]
 
 
-def _temporal(src: np.ndarray, dst: np.ndarray, t: np.ndarray, edge_feat: Optional[np.ndarray] = None,
+def temporal_graph(src: np.ndarray, dst: np.ndarray, t: np.ndarray, edge_feat: Optional[np.ndarray] = None,
               edge_label: Optional[np.ndarray] = None, orig_ids: Optional[np.ndarray] = None) -> TemporalGraph:
     """A TemporalGraph with renumbered ids (`orig_ids` given: ids already renumbered)."""
     if orig_ids is None:
@@ -56,7 +56,18 @@ def load_snap(path: str) -> TemporalGraph:
     names = ["src", "dst", "time"]
     check = lambda v, _: check_ids(v, (0, 1)) or check_finite(v, names)  # noqa: E731
     _, a = read_table(path, ncols=3, check=check, what=" ".join(names))
-    return _temporal(a[:, 0].astype(np.int64), a[:, 1].astype(np.int64), a[:, 2])
+    return temporal_graph(a[:, 0].astype(np.int64), a[:, 1].astype(np.int64), a[:, 2])
+
+
+def load_signed(path: str) -> TemporalGraph:
+    """SNAP's signed trust networks (soc-sign-bitcoinotc/alpha.csv): lines `source,target,rating,time`
+    without a header (one is skipped if there); the rating becomes a 1-d edge feature, its sign the
+    label, as `load_csv` reads Bitcoin's headed `from,to,weight,time`."""
+    names = ["source", "target", "rating", "time"]
+    check = lambda v, _: check_ids(v, (0, 1)) or check_finite(v, names)  # noqa: E731
+    _, a = read_table(path, sep=",", header=True, ncols=4, check=check, what=",".join(names))
+    return temporal_graph(a[:, 0].astype(np.int64), a[:, 1].astype(np.int64), a[:, 3], a[:, 2:3].astype(np.float32),
+                          (a[:, 2] > 0).astype(np.int64))
 
 
 def _header_problem(names: list[str]) -> Optional[str]:
@@ -116,7 +127,7 @@ def load_csv(path: str) -> TemporalGraph:
     if names[r["src"]].lower().startswith("user") and names[r["dst"]].lower().startswith("item"):
         (users, su), (items, di) = _renumber(src), _renumber(dst)
         src, dst, orig_ids = su, di + users.size, np.concatenate([users, items])
-    return _temporal(src, dst, t, edge_feat, edge_label, orig_ids)
+    return temporal_graph(src, dst, t, edge_feat, edge_label, orig_ids)
 
 
 def _tgn_edge_features(path: str, idx: np.ndarray, edge_feat: Optional[np.ndarray]) -> Optional[np.ndarray]:

@@ -7,9 +7,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
-from gnndist.datasets.formats import load_csv, load_npz, load_snap
+from gnndist.datasets import catalog
+from gnndist.datasets.formats import load_csv, load_npz, load_signed, load_snap
 from gnndist.datasets.generators import synthetic_static, synthetic_temporal
 from gnndist.datasets.planetoid import PARTS, load_planetoid
+from gnndist.datasets.tgb import is_tgb, load_tgb
 from gnndist.datasets.text import check_regular, open_bytes
 from gnndist.errors import GnndistError
 from gnndist.graph import Graph, TemporalGraph
@@ -22,6 +24,11 @@ FORMATS: dict[str, tuple[Callable[[str], Union[Graph, TemporalGraph]], str]] = {
     "csv": (load_csv, "temporal: CSV with a header naming the columns, JODIE "
                       "`user_id,item_id,timestamp,state_label,features...`, TGN `,u,i,ts,label,idx` or Bitcoin "
                       "`from,to,weight,time`; without a header the columns are src, dst, time, features (.csv; .gz ok)"),
+    "signed": (load_signed, "temporal: SNAP's signed networks (soc-sign-bitcoinotc/alpha.csv), lines "
+                            "`source,target,rating,time` without a header; the rating is the edge feature, its sign "
+                            "the label"),
+    "tgb": (load_tgb, "temporal: a TGB dataset's zip or folder (tgbl-wiki, -review, -coin, tgbn-trade, -genre and "
+                      "others read the same way), with TGB's node ids and, for tgbn-*, node labels (.zip)"),
     "npz": (load_npz, "static: gnn-benchmark .npz (adj_*, attr_* CSR parts, labels, optional train/val/test_mask), "
                       "made undirected"),
     "planetoid": (load_planetoid, "static: Planetoid ind.NAME.{x,tx,allx,y,ty,ally,graph,test.index} "
@@ -35,9 +42,9 @@ GENERATORS: dict[str, tuple[Callable[..., Union[Graph, TemporalGraph]], str]] = 
                                                "preferred partners within communities, edge features"),
 }
 # format or generator name -> the kind of graph it gives
-KIND = {"snap": "temporal", "csv": "temporal", "npz": "static", "planetoid": "static",
-        "synthetic-static": "static", "synthetic-temporal": "temporal"}
-_EXTENSIONS = {".npz": "npz", ".csv": "csv", ".txt": "snap", ".tsv": "snap", ".edges": "snap"}
+KIND = {"snap": "temporal", "csv": "temporal", "signed": "temporal", "tgb": "temporal", "npz": "static",
+        "planetoid": "static", "synthetic-static": "static", "synthetic-temporal": "temporal"}
+_EXTENSIONS = {".npz": "npz", ".zip": "tgb", ".csv": "csv", ".txt": "snap", ".tsv": "snap", ".edges": "snap"}
 
 
 def generator_options(name: str) -> dict[str, Any]:
@@ -61,6 +68,8 @@ def detect_format(path: str) -> str:
     if os.path.isdir(path):
         if any(f.startswith("ind.") for f in os.listdir(path)):
             return "planetoid"
+        if is_tgb(path):
+            return "tgb"
         raise GnndistError(f"{path}: cannot tell the format of this folder (give --format: {', '.join(FORMATS)})")
     if base.startswith("ind.") and base.split(".", 2)[-1] in PARTS:
         return "planetoid"
@@ -80,7 +89,8 @@ def detect_format(path: str) -> str:
 
 
 def load(name_or_path: str, format: Optional[str] = None, **options: Any) -> Union[Graph, TemporalGraph]:
-    """A built-in generator's graph (options scale it) or a file/folder read by its format."""
+    """A built-in generator's graph (options scale it), a dataset by name (fetched on first use,
+    see `gnndist datasets`) or a file/folder read by its format."""
     if format is None and name_or_path in GENERATORS:
         known = generator_options(name_or_path)
         unknown = sorted(set(options) - set(known))
@@ -90,6 +100,8 @@ def load(name_or_path: str, format: Optional[str] = None, **options: Any) -> Uni
     if options:
         raise GnndistError(f"{', '.join(sorted(options))}: options of the built-in generators only "
                            f"({', '.join(GENERATORS)}), not of files")
+    if format is None and catalog.is_named(name_or_path):
+        return catalog.load_named(name_or_path)
     reader = FORMATS[_file_format(name_or_path, format)][0]
     try:
         return reader(name_or_path)
@@ -104,6 +116,8 @@ def data_kind(name_or_path: str, format: Optional[str] = None) -> str:
     store's kind comes from its meta.json)."""
     if format is None and name_or_path in GENERATORS:
         return KIND[name_or_path]
+    if format is None and catalog.is_named(name_or_path):
+        return catalog.CATALOG[name_or_path].kind
     from gnndist.partition import is_store, read_store_meta
 
     if is_store(name_or_path):
@@ -112,23 +126,33 @@ def data_kind(name_or_path: str, format: Optional[str] = None) -> str:
     return KIND[_file_format(name_or_path, format)]
 
 
+def format_name(name_or_path: str, format: Optional[str] = None) -> str:
+    """How DATA is read: `format` if given, "generator", a named dataset's format, or the detected one."""
+    if format is not None:
+        return format
+    if name_or_path in GENERATORS:
+        return "generator"
+    return catalog.format_of(name_or_path) if catalog.is_named(name_or_path) else detect_format(name_or_path)
+
+
 def _file_format(path: str, format: Optional[str]) -> str:
     """The format to read `path` with: `format` if given (checked), else detected."""
     if format is not None and format not in FORMATS:
         raise GnndistError(f"unknown format '{format}' (known: {', '.join(FORMATS)})")
-    if not os.path.exists(path) and path in GENERATORS:
-        raise GnndistError(f"--format {format} is for files; {path} is a built-in dataset (leave --format out)")
+    if not os.path.exists(path) and (path in GENERATORS or catalog.is_named(path)):
+        what = "a built-in dataset" if path in GENERATORS else "a dataset by name"
+        raise GnndistError(f"--format {format} is for files; {path} is {what} (leave --format out)")
     if not os.path.exists(path):
         raise GnndistError(f"{path}: no such file, folder or built-in dataset "
-                           f"(built-ins: {', '.join(GENERATORS)})")
+                           f"(built-ins: {', '.join(GENERATORS)}; datasets by name: {', '.join(catalog.CATALOG)})")
     check_regular(path, folder_ok=True)
     return format or detect_format(path)
 
 
 @dataclass(frozen=True)
 class DataSource:
-    """What a DATA argument names: a built-in generator with its options, or a file or folder
-    read by `format` (None: told by the name and content)."""
+    """What a DATA argument names: a built-in generator with its options, a dataset by name, or
+    a file or folder read by `format` (None: told by the name and content)."""
 
     name: str
     format: Optional[str] = None
@@ -143,10 +167,12 @@ class DataSource:
 
     def identity(self) -> list[str]:
         """What tells this data apart from any other, for cache keys: the file's resolved path,
-        sizes and modification times, or the generator's name and options."""
+        sizes and modification times, the generator's name and options, or a named dataset's files."""
         path = Path(self.name)
         if self.format is None and self.name in GENERATORS:
             return [self.name] + [f"{k}={v}" for k, v in sorted(self.options.items())]
+        if self.format is None and catalog.is_named(self.name):
+            return catalog.identity(self.name)
         files = sorted(p for p in ([path] if path.is_file() else path.rglob("*")) if p.is_file())
         return ([str(path.resolve()), str(self.format)]
                 + [f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in files])

@@ -12,10 +12,23 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
+from gnndist.errors import GnndistError
+
 
 def show_progress(quiet: bool = False) -> bool:
     """Whether to draw progress bars: stderr is a terminal and --quiet was not given."""
     return not quiet and sys.stderr.isatty()
+
+
+def cache_root() -> Path:
+    """Where gnndist keeps what it makes on demand (partition stores, downloaded datasets):
+    $GNNDIST_CACHE or ~/.cache/gnndist (a folder, or a path where one can be made)."""
+    root = Path(os.environ.get("GNNDIST_CACHE") or Path.home() / ".cache" / "gnndist")
+    above = next((p for p in (root, *root.absolute().parents) if p.exists()), None)
+    if above is not None and not above.is_dir():
+        raise GnndistError(f"the cache {root} (GNNDIST_CACHE, default ~/.cache/gnndist) cannot be a folder: "
+                           f"{above} is a file")
+    return root
 
 
 def _umask() -> int:

@@ -1051,7 +1051,7 @@ def test_a_cache_path_that_is_a_file_is_named(tmp_path, monkeypatch, capsys):
     capsys.readouterr()
     assert main(["train", *TEMPORAL, "--nproc", "2", "--quiet"]) == 2
     assert capsys.readouterr().err.splitlines() == [
-        f"gnndist train: error: the partition cache {tmp_path}/cachefile (GNNDIST_CACHE, default ~/.cache/gnndist) "
+        f"gnndist train: error: the cache {tmp_path}/cachefile (GNNDIST_CACHE, default ~/.cache/gnndist) "
         f"cannot be a folder: {tmp_path}/cachefile is a file"]
     assert (tmp_path / "cachefile").read_text() == "mine"
 

@@ -1,12 +1,15 @@
-"""List the built-in generators (with their options) and the file formats gnndist reads.
+"""List the datasets by name, the built-in generators (with their options) and the file formats
+gnndist reads; `--json` prints the datasets by name as JSON.
 
-With DATA, load it and print its size instead, e.g. `gnndist datasets ../shared/datasets/cora`.
+With DATA, load it and print its size instead, e.g. `gnndist datasets cora`.
 """
 from __future__ import annotations
 
 import argparse
+import json
 from typing import Union
 
+from gnndist.datasets.catalog import catalog, catalog_text
 from gnndist.datasets.registry import FORMATS, GENERATORS, DataSource, generator_options, load
 from gnndist.errors import GnndistError
 from gnndist.graph import MASKS, Graph, TemporalGraph
@@ -64,6 +67,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("data", metavar="DATA", nargs="?", default=None,
                    help="a file, folder or built-in name to load and describe")
     p.add_argument("--format", default=None, help="file format, when the extension does not tell")
+    p.add_argument("--json", action="store_true", help="print the datasets by name as a JSON list (name, kind, "
+                   "files with url and sha256, size, source, licence, paper, folder)")
 
 
 def describe(g: Union[Graph, TemporalGraph]) -> str:
@@ -80,9 +85,15 @@ def describe(g: Union[Graph, TemporalGraph]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Run the subcommand; the exit status."""
+    if args.json:
+        if args.data is not None:
+            raise GnndistError("--json lists the datasets by name; leave DATA out")
+        print(json.dumps(catalog(), indent=1))
+        return 0
     if args.data is not None:
         print(f"{args.data}: {describe(load(args.data, format=args.format))}")
         return 0
+    print(catalog_text() + "\n")
     print("built-in generators (gnndist train|partition NAME; scale with --num-nodes/--num-edges/--num-events, "
           "--data-seed):")
     for name, (_, text) in GENERATORS.items():

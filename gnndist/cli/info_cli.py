@@ -27,7 +27,7 @@ from tqdm import tqdm
 
 from gnndist.cli.datasets_cli import add_data_args, refuse_dataset_flags, source_from_args
 from gnndist.datasets.describe import MEMORY_DIM, MEMORY_FORMULA, facts, format_facts, memory
-from gnndist.datasets.registry import FORMATS, GENERATORS, detect_format, refuse_gnndist_output
+from gnndist.datasets.registry import FORMATS, detect_format, format_name, refuse_gnndist_output
 from gnndist.errors import GnndistError
 from gnndist.graph import TemporalGraph
 from gnndist.io import show_progress
@@ -103,7 +103,7 @@ def _dataset_summary(args: argparse.Namespace) -> dict[str, Any]:
                                f"leave it out")
         bar.update()
         bar.set_postfix_str("metrics")
-        source = args.format or ("generator" if args.data in GENERATORS else detect_format(args.data))
+        source = format_name(args.data, args.format)
         out = {"data": args.data, "format": source, **facts(graph)}
         bar.update()
         bar.set_postfix_str("memory estimate")

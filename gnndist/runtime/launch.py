@@ -33,7 +33,7 @@ from gnndist.runtime import dist, threads
 from gnndist.datasets import DataSource
 from gnndist.errors import GnndistError, first_line
 from gnndist.graph import MASKS, Graph, TemporalGraph
-from gnndist.io import show_progress
+from gnndist.io import cache_root, show_progress
 from gnndist.outputs import check_output, write_metrics
 from gnndist.partition import files_missing, is_store, partition_graph, read_store_meta
 from gnndist.runlog import require_tensorboard
@@ -98,17 +98,6 @@ def check_store(path: Union[str, os.PathLike], kind: str, world: int) -> str:
         raise GnndistError(f"partition store {path} has {meta['num_parts']} parts but {world} rank(s) run; "
                            f"use --nproc {meta['num_parts']}")
     return str(path)
-
-
-def cache_root() -> Path:
-    """Where partition stores made on demand live: $GNNDIST_CACHE or ~/.cache/gnndist (a folder,
-    or a path where one can be made)."""
-    root = Path(os.environ.get("GNNDIST_CACHE") or Path.home() / ".cache" / "gnndist")
-    above = next((p for p in (root, *root.absolute().parents) if p.exists()), None)
-    if above is not None and not above.is_dir():
-        raise GnndistError(f"the partition cache {root} (GNNDIST_CACHE, default ~/.cache/gnndist) cannot be a folder: "
-                           f"{above} is a file")
-    return root
 
 
 def _identity(data: Union[DataSource, Graph, TemporalGraph]) -> list[str]:
