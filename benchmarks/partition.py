@@ -62,8 +62,8 @@ def child_gnndist(d: Path, parts: int) -> dict:
         store.save(Path(tmp) / "store")
         save_s = time.perf_counter() - t1
     return {"time_s": secs, "peak_bytes": peak, "loaded_bytes": loaded, "save_s": save_s,
-            "peak_with_save_bytes": rss_bytes(), "edge_cut_fraction": store.metrics["edge_cut_fraction"],
-            "imbalance": store.metrics["imbalance"]}
+            "peak_with_save_bytes": rss_bytes(), "edge_cut_fraction": store.stats["edge_cut_fraction"],
+            "imbalance": store.stats["imbalance"]}
 
 
 def child_temporal(num_nodes: int, num_events: int, parts: int) -> dict:
@@ -74,7 +74,7 @@ def child_temporal(num_nodes: int, num_events: int, parts: int) -> dict:
     out = {}
     for method in ("random", "temporal"):
         t0 = time.perf_counter()
-        f = partition_graph(g, parts, method=method).metrics
+        f = partition_graph(g, parts, method=method).stats
         out[method] = {"time_s": time.perf_counter() - t0, "cross": f["cross_partition_event_fraction"],
                        "imbalance": f["imbalance"]}
     out["peak_bytes"] = rss_bytes()
@@ -132,7 +132,7 @@ def uci_table(parts: int) -> None:
         except GnndistError as e:  # e.g. a tolerance so loose that METIS leaves a part empty
             print(f"{name:32}  refused: {e}")
             continue
-        f = store.metrics
+        f = store.stats
         per_win = np.bincount(win * parts + store.membership[g.src], minlength=4 * parts).reshape(4, parts)
         base = base or f["cross_partition_event_fraction"]
         print(f"{name:32}{f['cross_partition_event_fraction']:8.3f}{f['cross_partition_event_fraction'] / base:10.2f}x"

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import hashlib
 import http.client
 import math
 import os

@@ -16,7 +16,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Optional
 
-import numpy as np
 import torch
 
 from gnndist.errors import GnndistError, allocating
@@ -99,7 +98,7 @@ def link_footprint(events: Any, cfg: Any, device: torch.device = torch.device("c
                             mailbox=cfg.mailbox)
         state, partitioned = 0, events.num_parts > 1 and cfg.memory == "partitioned"
         if model.has_memory:
-            rows = int(np.diff(events.node_offsets).max()) if partitioned else events.num_nodes
+            rows = int(events.book.sizes().max()) if partitioned else events.num_nodes
             s = NodeState(rows, model.dim, model.memory.mail_dim, model.memory.mailbox, device="meta")
             state = sum(t.numel() * t.element_size() for t in (s.memory, s.last_update, s.mail, s.mail_time))
     # at least: this rank's share of an evaluation batch, its queries (src, dst and, where the

@@ -111,11 +111,6 @@ def indptr_of(rows: np.ndarray, num_rows: int) -> np.ndarray:
     return indptr
 
 
-def owners(ids: np.ndarray, node_offsets: np.ndarray) -> np.ndarray:
-    """Owning part of each node id when part p owns the ids node_offsets[p] .. node_offsets[p+1]-1."""
-    return np.searchsorted(node_offsets, ids, side="right") - 1
-
-
 def csr_from_edges(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """CSR (indptr, indices, perm) with row = src; `perm` maps CSR slots to input edge positions."""
     perm = np.argsort(src, kind="stable")

@@ -86,7 +86,7 @@ def epochs_of(metrics: Any, where: str = "the metrics") -> list[dict]:
     """The per-epoch records of a metrics dict, checked to be a non-empty list of objects."""
     epochs = metrics.get("epochs") if isinstance(metrics, dict) else None
     if not isinstance(epochs, list) or not all(isinstance(r, dict) for r in epochs):
-        raise GnndistError(f"{where} holds no per-epoch figures (an 'epochs' list): "
+        raise GnndistError(f"{where} holds no per-epoch metrics (an 'epochs' list): "
                            "is it a file from `gnndist train --metrics-out`?")
     if not epochs:
         raise GnndistError(f"{where} holds no epochs")
@@ -146,7 +146,7 @@ def _run_head(metrics: dict, dataset: Optional[str]) -> str:
 
 
 def _run_title(metrics: dict, dataset: Optional[str]) -> str:
-    """`_run_head`; then the test figures and the stop reason when recorded."""
+    """`_run_head`; then the test metrics and the stop reason when recorded."""
     test = metrics.get("test") if isinstance(metrics.get("test"), dict) else {}
     shown = [f"test {name} {test[k]:.4f}" for k, name in TEST_FIGURES if _number(test.get(k)) is not None]
     if isinstance(metrics.get("stop_reason"), str):
@@ -163,7 +163,7 @@ def run_figure(metrics: dict, dataset: Optional[str] = None) -> "Figure":
     """One figure of a training run from its metrics dict: loss and validation metrics per epoch
     (the selected epoch marked), the time split per epoch (stacked sample / fetch / compute /
     sync seconds, else the epoch time), and for distributed runs the bytes moved and the cache
-    hit rate per epoch. Absent figures are left out. The title names `dataset` (default: the
+    hit rate per epoch. Absent metrics are left out. The title names `dataset` (default: the
     metrics' `dataset` or `data`), the model and the world size. The metrics of `gnndist train
     --seeds` (a `runs` list) give `seeds_figure`."""
     if metrics.get("runs") is not None:
@@ -271,7 +271,7 @@ def _per_part_panel(ax: "Axes", counts: Sequence[int], what: str, imbalance: Opt
 
 
 def cross_shares(meta: dict) -> dict[str, float]:
-    """The cross-partition figures of a store: label -> fraction."""
+    """The cross-partition metrics of a store: label -> fraction."""
     s = meta["stats"]
     if meta["kind"] == "static":
         return {"edges cut": s["edge_cut_fraction"]}
@@ -285,7 +285,7 @@ def cross_shares(meta: dict) -> dict[str, float]:
 def partition_figure(meta: dict) -> "Figure":
     """One figure of a partition store from its meta.json (`read_store_meta`): per part the
     nodes, events (owned and stored) or edges, training nodes and halo nodes, and the
-    cross-partition shares against a random partition's; imbalance figures in the title."""
+    cross-partition shares against a random partition's; imbalance metrics in the title."""
     s, k, temporal = meta["stats"], int(meta["num_parts"]), meta["kind"] == "temporal"
     imb = s.get("imbalance", {})
     panels: list[tuple[str, str, Optional[float]]] = [("nodes_per_part", "nodes", imb.get("nodes"))]

@@ -3,6 +3,7 @@
 `partition_graph(graph, num_parts, method=...)` computes a `PartitionStore` (save it with
 `.save(dir)` or pass `out=dir`); `load_partition(dir, part_id)` reads one `Partition` back.
 """
+from gnndist.partition.book import PartitionBook
 from gnndist.partition.methods import METHODS
 from gnndist.partition.store import (
     FORMAT_VERSION,
@@ -18,5 +19,5 @@ from gnndist.partition.store import (
     verify_store,
 )
 
-__all__ = ["FORMAT_VERSION", "METHODS", "Partition", "PartitionStore", "files_missing", "is_store", "load_id_maps",
+__all__ = ["FORMAT_VERSION", "METHODS", "Partition", "PartitionBook", "PartitionStore", "files_missing", "is_store", "load_id_maps",
            "load_partition", "partition_graph", "read_store_meta", "relabel", "verify_store"]

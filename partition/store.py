@@ -40,11 +40,12 @@ from tqdm import tqdm
 
 import gnndist
 from gnndist.errors import GnndistError, first_line
-from gnndist.graph import MASKS, Graph, TemporalGraph, indptr_of, owners, unique_ints
+from gnndist.graph import MASKS, Graph, TemporalGraph, indptr_of, unique_ints
 from gnndist.io import atomic_dir, sha256_file, write_json
 from gnndist.outputs import check_output
 from gnndist.validate import check_integer, is_int
 from gnndist.partition import methods, stats
+from gnndist.partition.book import PartitionBook
 
 FORMAT_VERSION = 2  # 2: meta.json holds its own checksum and the per-part array specs
 REWRITE = "rewrite the store with `gnndist partition`"
@@ -63,7 +64,7 @@ class Partition:
     num_parts: int
     kind: str
     num_nodes: int
-    node_offsets: np.ndarray
+    book: PartitionBook
     orig_ids: np.ndarray
     meta: dict
     indptr: Optional[np.ndarray] = None
@@ -87,12 +88,12 @@ class Partition:
     @property
     def start(self) -> int:
         """First new id this part owns."""
-        return int(self.node_offsets[self.part_id])
+        return self.book.range(self.part_id)[0]
 
     @property
     def stop(self) -> int:
         """One past the last new id this part owns."""
-        return int(self.node_offsets[self.part_id + 1])
+        return self.book.range(self.part_id)[1]
 
     @property
     def num_local(self) -> int:
@@ -100,12 +101,12 @@ class Partition:
 
     def owner(self, ids: np.ndarray) -> np.ndarray:
         """Owning part of each new global id."""
-        return owners(ids, self.node_offsets)
+        return self.book.owner(ids)
 
     @classmethod
     def from_arrays(cls, meta: dict, part_id: int, arrays: dict[str, np.ndarray]) -> "Partition":
         return cls(part_id=part_id, num_parts=int(meta["num_parts"]), kind=meta["kind"],
-                   num_nodes=int(meta["num_nodes"]), node_offsets=np.asarray(meta["node_offsets"], dtype=np.int64),
+                   num_nodes=int(meta["num_nodes"]), book=PartitionBook(meta["node_offsets"]),
                    meta=meta, num_events=int(meta.get("num_events", 0)),
                    hub_ids=np.asarray(meta.get("replicated_hubs", []), dtype=np.int64), **arrays)
 
@@ -163,7 +164,7 @@ class PartitionStore:
         self.membership = membership
         self.new_to_orig = np.argsort(membership, kind="stable").astype(np.int64)
         self.orig_to_new = invert_permutation(self.new_to_orig)
-        self.node_offsets = indptr_of(membership, num_parts)
+        self.book = PartitionBook(indptr_of(membership, num_parts))
         self.hubs = hubs  # original ids
         self.stats = stats
 
@@ -177,7 +178,7 @@ class PartitionStore:
         size = {"num_edges": g.num_edges} if isinstance(g, Graph) else {"num_events": g.num_events}
         return {"format_version": FORMAT_VERSION, "gnndist_version": gnndist.__version__, "kind": self.kind,
                 "method": self.method, "num_parts": self.num_parts, "num_nodes": self.num_nodes, **size,
-                "node_offsets": self.node_offsets.tolist(), "params": self.params,
+                "node_offsets": self.book.offsets.tolist(), "params": self.params,
                 "replicated_hubs": np.sort(self.orig_to_new[self.hubs]).tolist(),
                 "arrays": self.array_specs(), "stats": self.stats}
 
@@ -198,7 +199,8 @@ class PartitionStore:
     def part_arrays(self, p: int) -> dict[str, np.ndarray]:
         """The arrays stored for part `p` (file name stem -> array)."""
         g, o2n = self.graph, self.orig_to_new
-        rows = self.new_to_orig[self.node_offsets[p]:self.node_offsets[p + 1]]
+        start, stop = self.book.range(p)
+        rows = self.new_to_orig[start:stop]
         out: dict[str, np.ndarray] = {"orig_ids": rows}
         halo = bool(self.params["halo"])
         if isinstance(g, Graph):
@@ -208,7 +210,6 @@ class PartitionStore:
             out.update({k: getattr(g, k)[rows] for k in _NODE_ARRAYS if getattr(g, k) is not None})
             if halo:
                 idx = out["indices"]
-                start, stop = self.node_offsets[p], self.node_offsets[p + 1]
                 out["halo_ids"] = unique_ints(idx[(idx < start) | (idx >= stop)])
                 if g.x is not None:
                     out["halo_x"] = g.x[self.new_to_orig[out["halo_ids"]]]

@@ -17,7 +17,8 @@ import torch
 
 from gnndist.runtime import dist as gdist
 from gnndist.errors import GnndistError
-from gnndist.graph import as_node_ids, owners, tcsr_rows
+from gnndist.graph import as_node_ids, tcsr_rows
+from gnndist.partition.book import PartitionBook
 from gnndist.samplers.kernels import load_tcsr_kernels
 from gnndist.samplers.static import Blocks, build_blocks, check_fanouts, sample_rows
 from gnndist.samplers.temporal import TemporalSample, check_query, multihop, sample_tcsr
@@ -30,16 +31,6 @@ def sampler_group() -> Any:
     while the main thread runs its own collectives (gradient all-reduce) on the default
     group, and works under NCCL."""
     return gdist.host_group("samplers")
-
-
-def check_offsets(node_offsets) -> np.ndarray:
-    """`node_offsets` as int64 [W+1], checked against the world size."""
-    off = np.asarray(node_offsets, dtype=np.int64)
-    w = gdist.world_size()
-    if off.ndim != 1 or off.size != w + 1 or off[0] != 0 or np.any(np.diff(off) < 0):
-        raise GnndistError(f"node_offsets must be non-decreasing, start at 0 and have world_size+1 = {w + 1} "
-                           f"entries, got {off.size}")
-    return off
 
 
 class Requests:
@@ -116,23 +107,23 @@ def requests_per_step(keys: Sequence[np.ndarray], owner: Sequence[np.ndarray], g
 class DistNeighborSampler:
     """Uniform multi-hop sampling over a static partition.
 
-    `indptr`, `indices`: CSR rows of the nodes this rank owns (ids node_offsets[r] ..
-    node_offsets[r+1]-1), neighbours as global ids. Random streams are keyed by `streams[v - lo]`
+    `indptr`, `indices`: CSR rows of the nodes this rank owns (`book.range(r)`), neighbours as
+    global ids. Random streams are keyed by `streams[v - lo]`
     for owned node v (default: v itself; a partition store's original ids make a sample
     independent of the renumbering). Results equal `sample_neighbors` with the same seed on the
     whole graph numbered by the stream ids (with a store's original ids: the original graph, its
     neighbours renumbered).
     """
 
-    def __init__(self, indptr: np.ndarray, indices: np.ndarray, node_offsets: Sequence[int],
+    def __init__(self, indptr: np.ndarray, indices: np.ndarray, book: PartitionBook,
                  streams: Optional[np.ndarray] = None, group: Any = None) -> None:
         self.group = sampler_group() if group is None else group
         self.rank = gdist.rank()
-        self.node_offsets = check_offsets(node_offsets)
-        self.lo = int(self.node_offsets[self.rank])
+        self.book = book.for_world(gdist.world_size())
+        self.lo, hi = self.book.range(self.rank)
         self.indptr = np.asarray(indptr, dtype=np.int64)
         self.indices = np.asarray(indices, dtype=np.int64)
-        n_own = int(self.node_offsets[self.rank + 1]) - self.lo
+        n_own = hi - self.lo
         if self.indptr.size != n_own + 1 or self.indptr[-1] != self.indices.size:
             raise GnndistError(f"rank {self.rank}: CSR has {self.indptr.size - 1} rows, its id range has {n_own}")
         self.streams = (np.arange(self.lo, self.lo + n_own, dtype=np.int64) if streams is None
@@ -144,14 +135,14 @@ class DistNeighborSampler:
     def from_partition(cls, part: Any, group: Any = None) -> "DistNeighborSampler":
         """From a static `gnndist.partition.Partition` of this rank (streams keyed by the
         original node ids)."""
-        return cls(part.indptr, part.indices, part.node_offsets, part.orig_ids, group)
+        return cls(part.indptr, part.indices, part.book, part.orig_ids, group)
 
     @property
     def num_nodes(self) -> int:
-        return int(self.node_offsets[-1])
+        return self.book.num_nodes
 
     def _hop(self, targets: np.ndarray, fanout: int, h: int, replace: bool, seed: int) -> tuple[np.ndarray, np.ndarray]:
-        req = Requests(targets, owners(targets, self.node_offsets), self.group)
+        req = Requests(targets, self.book.owner(targets), self.group)
         rows = req.received - self.lo
         counts, edges = sample_rows(self.indptr, self.indices, rows, self.streams[rows], fanout, replace, seed, h)
         counts, nbrs = req.reply_var(counts, edges[0])
@@ -174,14 +165,14 @@ class DistTemporalSampler:
     whole graph with the same seed (and stream ids)."""
 
     def __init__(self, indptr: np.ndarray, nbr: np.ndarray, eid: np.ndarray, ts: np.ndarray,
-                 node_offsets: Sequence[int], streams: Optional[np.ndarray] = None, group: Any = None) -> None:
+                 book: PartitionBook, streams: Optional[np.ndarray] = None, group: Any = None) -> None:
         self.group = sampler_group() if group is None else group
         self.rank = gdist.rank()
-        self.node_offsets = check_offsets(node_offsets)
-        self.lo = int(self.node_offsets[self.rank])
+        self.book = book.for_world(gdist.world_size())
+        self.lo, hi = self.book.range(self.rank)
         self.tcsr = (np.asarray(indptr, np.int64), np.asarray(nbr, np.int64), np.asarray(eid, np.int64),
                      np.asarray(ts, np.float64))
-        n_own = int(self.node_offsets[self.rank + 1]) - self.lo
+        n_own = hi - self.lo
         if self.tcsr[0].size != n_own + 1:
             raise GnndistError(f"rank {self.rank}: T-CSR has {self.tcsr[0].size - 1} rows, its id range has {n_own}")
         self.streams = (np.arange(self.lo, self.lo + n_own, dtype=np.int64) if streams is None
@@ -190,27 +181,27 @@ class DistTemporalSampler:
             raise GnndistError(f"rank {self.rank}: {self.streams.size} random streams, its id range has {n_own}")
 
     @classmethod
-    def from_events(cls, src, dst, t, eid, node_offsets: Sequence[int], streams: Optional[np.ndarray] = None,
+    def from_events(cls, src, dst, t, eid, book: PartitionBook, streams: Optional[np.ndarray] = None,
                     group: Any = None) -> "DistTemporalSampler":
         """From the events touching this rank's nodes (global node and event ids; event ids
         number events in time order)."""
-        off = check_offsets(node_offsets)
+        book = book.for_world(gdist.world_size())
+        lo, hi = book.range(gdist.rank())
         eid = np.asarray(eid, np.int64)
         order = np.argsort(eid, kind="stable")
         tcsr = tcsr_rows(np.asarray(src, np.int64)[order], np.asarray(dst, np.int64)[order],
-                         np.asarray(t, np.float64)[order], eid[order], int(off[gdist.rank()]),
-                         int(off[gdist.rank() + 1]))
-        return cls(*tcsr, off, streams, group)
+                         np.asarray(t, np.float64)[order], eid[order], lo, hi)
+        return cls(*tcsr, book, streams, group)
 
     @classmethod
     def from_partition(cls, part: Any, group: Any = None) -> "DistTemporalSampler":
         """From a temporal `gnndist.partition.Partition` of this rank (streams keyed by the
         original node ids)."""
-        return cls.from_events(part.src, part.dst, part.t, part.eid, part.node_offsets, part.orig_ids, group)
+        return cls.from_events(part.src, part.dst, part.t, part.eid, part.book, part.orig_ids, group)
 
     @property
     def num_nodes(self) -> int:
-        return int(self.node_offsets[-1])
+        return self.book.num_nodes
 
     def load_kernels(self) -> None:
         """Compile or load the sampling kernels for this rank's T-CSR (`load_tcsr_kernels`)."""
@@ -228,7 +219,7 @@ class DistTemporalSampler:
         event touching the node it sampled."""
         if gdist.world_size() == 1:
             return self._sample_held(nodes, times, k, hop, strategy, seed, features)
-        owner = owners(nodes, self.node_offsets)
+        owner = self.book.owner(nodes)
         held = owner == self.rank
         here, away = np.flatnonzero(held), np.flatnonzero(~held & (times > -np.inf))
         req = Requests(np.stack([nodes[away], times[away].view(np.int64)], axis=1), owner[away], self.group)

@@ -11,7 +11,7 @@ Counters count UNIQUE REMOTE ids per `fetch` call; rows held locally are counted
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 import numpy as np
 import torch
@@ -19,8 +19,8 @@ import torch
 from gnndist.runtime import dist as gdist
 from gnndist.errors import GnndistError
 from gnndist.samplers.cache import capacity_rows, make_cache
-from gnndist.graph import owners
-from gnndist.samplers.distributed import Requests, check_offsets, sampler_group
+from gnndist.partition.book import PartitionBook
+from gnndist.samplers.distributed import Requests, sampler_group
 
 COUNTERS = ("requests", "hits", "misses", "local", "bytes_fetched", "bytes_saved")
 
@@ -30,16 +30,16 @@ def hit_rate(hits: float, requests: float) -> Optional[float]:
     return hits / requests if requests else None
 
 
-class _RangeBook:
-    """Ownership by contiguous id ranges: rank r holds ids offsets[r] .. offsets[r+1]-1."""
+class _OwnedRows:
+    """The rows of the ids rank `rank` owns in `book`."""
 
-    def __init__(self, offsets: np.ndarray, rank: int) -> None:
-        self.offsets, self.rank = offsets, rank
-        self.lo, self.hi = int(offsets[rank]), int(offsets[rank + 1])
-        self.num_ids = int(offsets[-1])
+    def __init__(self, book: PartitionBook, rank: int) -> None:
+        self.book, self.rank = book, rank
+        self.lo, self.hi = book.range(rank)
+        self.num_ids = book.num_nodes
 
     def owner(self, ids: np.ndarray) -> np.ndarray:
-        return owners(ids, self.offsets)
+        return self.book.owner(ids)
 
     def position(self, ids: np.ndarray) -> np.ndarray:
         """Local row of each id, -1 where not held here."""
@@ -66,19 +66,19 @@ class _HeldBook:
 class DistFeatures:
     """Rows of a `[num_ids, F]` matrix spread over ranks; `fetch(ids)` returns any rows.
 
-    `local_rows` are the rows of the ids this rank owns: node_offsets[r] .. node_offsets[r+1]-1
+    `local_rows` are the rows of the ids this rank owns in `book`
     (node features), or of any sorted id set (`for_events`: the events a rank holds, where
     `fetch` is told which rank holds each id). `fetch` and `set_cache` are collectives: every
     rank calls them the same number of times.
     """
 
-    def __init__(self, local_rows: np.ndarray, node_offsets: Optional[Sequence[int]] = None, group: Any = None,
+    def __init__(self, local_rows: np.ndarray, book: Optional[PartitionBook] = None, group: Any = None,
                  _book: Any = None) -> None:
         self.group = sampler_group() if group is None else group
         self.local_rows = np.asarray(local_rows)
         if self.local_rows.ndim != 2:
             raise GnndistError(f"feature rows must be 2-d, got shape {self.local_rows.shape}")
-        self.book = _book if _book is not None else _RangeBook(check_offsets(node_offsets), gdist.rank())
+        self.book = _book if _book is not None else _OwnedRows(book.for_world(gdist.world_size()), gdist.rank())
         if _book is None and self.book.hi - self.book.lo != self.local_rows.shape[0]:
             raise GnndistError(f"rank {self.book.rank}: {self.local_rows.shape[0]} feature rows, "
                                f"its id range has {self.book.hi - self.book.lo}")
@@ -101,7 +101,7 @@ class DistFeatures:
     @classmethod
     def from_partition(cls, part: Any, group: Any = None) -> "DistFeatures":
         """Node features (`part.x`) of a static partition."""
-        return cls(part.x, part.node_offsets, group)
+        return cls(part.x, part.book, group)
 
     @property
     def num_ids(self) -> int:

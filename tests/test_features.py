@@ -8,13 +8,14 @@ import pytest
 import torch
 
 from gnndist.errors import GnndistError
+from gnndist.partition import PartitionBook
 from gnndist.samplers import DistFeatures, PrefetchLoader, degree_scores, visit_scores
 from gnndist.samplers.cache import AdaptiveCache, StaticCache, capacity_rows
 
 
 def test_single_rank_store_reads_rows_in_place():
     x = np.random.default_rng(0).standard_normal((50, 4)).astype(np.float32)
-    store = DistFeatures(x, [0, 50])
+    store = DistFeatures(x, PartitionBook([0, 50]))
     ids = np.array([3, 3, 49, 0, 17])
     assert torch.equal(store.fetch(ids), torch.from_numpy(x[ids]))
     s = store.stats()
@@ -33,10 +34,10 @@ def test_single_rank_store_reads_rows_in_place():
 def test_store_rejects_bad_input():
     x = np.zeros((10, 2), np.float32)
     with pytest.raises(GnndistError):
-        DistFeatures(x, [0, 9])
+        DistFeatures(x, PartitionBook([0, 9]))
     with pytest.raises(GnndistError):
-        DistFeatures(x, [0, 5, 10])  # two ranges, one rank
-    store = DistFeatures(x, [0, 10])
+        DistFeatures(x, PartitionBook([0, 5, 10]))  # two ranges, one rank
+    store = DistFeatures(x, PartitionBook([0, 10]))
     with pytest.raises(GnndistError):
         store.fetch([10])
     with pytest.raises(GnndistError):

@@ -105,7 +105,7 @@ def test_static_round_trip_is_exact(graph, tmp_path, method, halo):
 
 def test_static_figures_match_brute_force(graph):
     store = partition_graph(graph, 3, method="metis", halo=1, balance=["nodes", "edges", "train"])
-    f, m = store.metrics, store.membership
+    f, m = store.stats, store.membership
     src, dst = graph.edges()
     assert f["nodes_per_part"] == [int((m == p).sum()) for p in range(3)]
     assert f["edges_per_part"] == [int((m[dst] == p).sum()) for p in range(3)]
@@ -154,18 +154,18 @@ def test_metis_kway_weighted_equals_pymetis(graph):
 def test_multi_constraint_balance_within_tolerance(tol):
     g = load("synthetic-static", num_nodes=3000, num_edges=15000, seed=1)
     store = partition_graph(g, 4, method="metis", balance=["nodes", "edges", "train"], imbalance_tol=tol)
-    imb = store.metrics["imbalance"]
+    imb = store.stats["imbalance"]
     for key in ("nodes", "edges", "train"):
         assert imb[key] <= tol + 1e-9, (key, imb)
-    assert store.metrics["edge_cut_fraction"] < 0.5  # random would cut ~3/4
+    assert store.stats["edge_cut_fraction"] < 0.5  # random would cut ~3/4
 
 
 def test_single_constraint_leaves_other_weights_unbalanced():
     """Shows the constraints are real: balancing nodes only does not balance training nodes."""
     g = load("synthetic-static", num_nodes=3000, num_edges=15000, seed=1)
     store = partition_graph(g, 4, method="metis", balance=["nodes"], imbalance_tol=1.02)
-    assert store.metrics["imbalance"]["nodes"] <= 1.02 + 1e-9
-    assert store.metrics["imbalance"]["train"] > 1.02
+    assert store.stats["imbalance"]["nodes"] <= 1.02 + 1e-9
+    assert store.stats["imbalance"]["train"] > 1.02
 
 
 @pytest.mark.skipif(not (DATA / "cora").exists(), reason="shared datasets absent")
@@ -173,9 +173,9 @@ def test_cora_round_trip_and_balance(tmp_path):
     g = load(str(DATA / "cora"))
     store = partition_graph(g, 4, method="metis", balance=["nodes", "train"], imbalance_tol=1.05, halo=1,
                             out=tmp_path / "c")
-    assert store.metrics["imbalance"]["nodes"] <= 1.05 + 1e-9
-    assert store.metrics["imbalance"]["train"] <= 1.05 + 1e-9
-    assert store.metrics["edge_cut_fraction"] < 0.2
+    assert store.stats["imbalance"]["nodes"] <= 1.05 + 1e-9
+    assert store.stats["imbalance"]["train"] <= 1.05 + 1e-9
+    assert store.stats["edge_cut_fraction"] < 0.2
     parts = [load_partition(tmp_path / "c", p) for p in range(4)]
     x = np.concatenate([p.x for p in parts])
     assert x.tobytes() == g.x[np.concatenate([p.orig_ids for p in parts])].tobytes()
@@ -274,7 +274,7 @@ def test_memory_estimate_refuses_cleanly(monkeypatch):
     with pytest.raises(GnndistError, match=r"needs an estimated .* beyond the loaded graph but only .* available; "
                        r"pass --force"):
         partition_graph(g, 2, method="random")
-    assert partition_graph(g, 2, method="random", force=True).metrics["nodes_per_part"][0] > 0
+    assert partition_graph(g, 2, method="random", force=True).stats["nodes_per_part"][0] > 0
 
 
 def test_bad_arguments(graph):
@@ -295,7 +295,7 @@ def test_bad_arguments(graph):
 
 def test_single_part(graph):
     store = partition_graph(graph, 1, method="metis")
-    assert store.metrics["nodes_per_part"] == [graph.num_nodes] and store.metrics["edge_cut_fraction"] == 0.0
+    assert store.stats["nodes_per_part"] == [graph.num_nodes] and store.stats["edge_cut_fraction"] == 0.0
 
 
 def test_seed_and_tolerance_bounds(graph):
@@ -308,7 +308,7 @@ def test_seed_and_tolerance_bounds(graph):
         with pytest.raises(GnndistError, match=r"--imbalance-tol must be from 1.001 to 10"):
             partition_graph(graph, 2, method="metis", imbalance_tol=bad)
     top = partition_graph(graph, 2, method="metis", imbalance_tol=10.0, seed=2**32 - 1)
-    assert top.params["seed"] == 2**32 - 1 and sum(top.metrics["nodes_per_part"]) == graph.num_nodes
+    assert top.params["seed"] == 2**32 - 1 and sum(top.stats["nodes_per_part"]) == graph.num_nodes
     same = random_membership(graph.num_nodes, 3, 2**32 - 1)
     assert np.array_equal(same, random_membership(graph.num_nodes, 3, 2**32 - 1))
     assert not np.array_equal(same, random_membership(graph.num_nodes, 3, 0))

@@ -69,7 +69,7 @@ def test_temporal_round_trip_is_exact(tg, tmp_path, method, halo, hubs):
 def test_temporal_figures_match_brute_force(tg):
     k, w, hubs = 3, 4, 4
     store = partition_graph(tg, k, replicate_hubs=hubs, halo=1, time_windows=w)
-    f, m = store.metrics, store.membership
+    f, m = store.stats, store.membership
     e = tg.num_events
     hub_set = degree_hubs(tg, hubs)
     ev = [0] * k
@@ -145,13 +145,13 @@ def test_uci_temporal_beats_random():
     g = load(str(UCI))
 
     def cross(key="cross_partition_event_fraction", **kw):
-        return [partition_graph(g, 4, method="random", seed=s, **kw).metrics[key] for s in range(5)]
+        return [partition_graph(g, 4, method="random", seed=s, **kw).stats[key] for s in range(5)]
 
     rnd = np.array(cross())
     margin = 10 * rnd.std()
-    tmp = partition_graph(g, 4, method="temporal").metrics
+    tmp = partition_graph(g, 4, method="temporal").stats
     one = partition_graph(g, 4, method="temporal", time_windows=1)
-    for f in (tmp, one.metrics):
+    for f in (tmp, one.stats):
         assert f["imbalance"]["events"] <= 1.1
         assert f["cross_partition_event_fraction"] < rnd.min() - margin, (f["cross_partition_event_fraction"], rnd)
     assert tmp["imbalance"]["events_worst_window"] <= 1.03 + 1e-9  # balanced in each of its 4 windows
@@ -160,7 +160,7 @@ def test_uci_temporal_beats_random():
     counts = np.bincount(win * 4 + one.membership[g.src], minlength=16).reshape(4, 4)
     assert (counts.max(axis=1) / counts.mean(axis=1)).max() > 1.2
     key = "cross_partition_event_fraction_with_replicas"
-    hub_t = partition_graph(g, 4, method="temporal", replicate_hubs=32).metrics
+    hub_t = partition_graph(g, 4, method="temporal", replicate_hubs=32).stats
     hub_r = np.array(cross(key, replicate_hubs=32))
     assert hub_t["imbalance"]["events"] <= 1.1
     assert hub_t[key] < hub_r.min() - 10 * hub_r.std(), (hub_t[key], hub_r)
@@ -178,8 +178,8 @@ def test_temporal_parameter_bounds(tg):
             temporal_membership(tg, 4, **kw)
     with pytest.raises(GnndistError, match="--time-windows must be from 1 to 40 "):
         partition_graph(tg, 10, method="random", time_windows=41)  # the metrics use the windows too
-    assert partition_graph(tg, 10, method="random", time_windows=40).metrics["events_per_window_per_part"]
-    windows = np.asarray(partition_graph(tg, 4, time_windows=64).metrics["events_per_window_per_part"])
+    assert partition_graph(tg, 10, method="random", time_windows=40).stats["events_per_window_per_part"]
+    windows = np.asarray(partition_graph(tg, 4, time_windows=64).stats["events_per_window_per_part"])
     assert windows.shape == (64, 4) and windows.sum() == e
 
 

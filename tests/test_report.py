@@ -387,7 +387,7 @@ def test_random_partition_crosses_about_one_minus_one_over_w():
     of 6 seeds is within about 3 standard errors of the expectation."""
     tg = load(str(UCI))
     for w in (2, 4):
-        measured = np.mean([partition_graph(tg, w, method="random", seed=s).metrics["cross_partition_event_fraction"]
+        measured = np.mean([partition_graph(tg, w, method="random", seed=s).stats["cross_partition_event_fraction"]
                             for s in range(6)])
         assert abs(measured - random_cross_fraction(w)) < 0.015, (w, measured)
 

@@ -11,6 +11,7 @@ import torch
 
 from gnndist.runtime.launch import launch
 from gnndist.runtime import dist
+from gnndist.partition import PartitionBook
 from gnndist.samplers import (POLICIES, DistNeighborSampler, DistTemporalSampler, DistFeatures, PrefetchLoader,
                               degree_scores, sample_neighbors, sample_temporal_multihop,
                               sample_temporal_neighbors, visit_scores)
@@ -55,7 +56,7 @@ def worker():
     g = random_graph(n=N)
     off = offsets_for(N, dist.world_size())
     lo, hi = int(off[r]), int(off[r + 1])
-    sampler = DistNeighborSampler(g.indptr[lo:hi + 1] - g.indptr[lo], g.indices[g.indptr[lo]:g.indptr[hi]], off)
+    sampler = DistNeighborSampler(g.indptr[lo:hi + 1] - g.indptr[lo], g.indices[g.indptr[lo]:g.indptr[hi]], PartitionBook(off))
     seeds = seeds_of(r, N)
     for replace in (False, True):
         b = sampler.sample(seeds, FANOUTS, replace, seed=5)
@@ -68,7 +69,7 @@ def worker():
     tlo, thi = int(toff[r]), int(toff[r + 1])
     touch = ((tg.src >= tlo) & (tg.src < thi)) | ((tg.dst >= tlo) & (tg.dst < thi))
     eids = np.flatnonzero(touch)
-    tsampler = DistTemporalSampler.from_events(tg.src[eids], tg.dst[eids], tg.t[eids], eids, toff)
+    tsampler = DistTemporalSampler.from_events(tg.src[eids], tg.dst[eids], tg.t[eids], eids, PartitionBook(toff))
     nodes, times = queries_of(r, tg.num_nodes)
     for strategy in ("recent", "uniform"):
         s = tsampler.sample(nodes, times, 5, strategy, seed=3)
@@ -77,7 +78,7 @@ def worker():
                                      for h in tsampler.sample_multihop(nodes, times, [3, 2], strategy, seed=3)]
 
     x = features(N, F)
-    store = DistFeatures(x[lo:hi], off)
+    store = DistFeatures(x[lo:hi], PartitionBook(off))
     deg = degree_scores(sampler.indices, N)
     visits = visit_scores((sampler.sample(s, FANOUTS, seed=99).node_ids for s in np.array_split(seeds, 3)), N)
     scores = {"none": None, "degree": deg, "presample": visits, "adaptive": deg}
@@ -253,7 +254,7 @@ def test_one_rank_samples_without_an_exchange_as_the_single_process_sampler():
     tg = random_tgraph()
     ef = features(tg.num_events, 3, seed=1)
     eids = np.arange(tg.num_events)
-    sampler = DistTemporalSampler.from_events(tg.src, tg.dst, tg.t, eids, [0, tg.num_nodes])
+    sampler = DistTemporalSampler.from_events(tg.src, tg.dst, tg.t, eids, PartitionBook.whole(tg.num_nodes))
     nodes, times = queries_of(0, tg.num_nodes)
     times = np.where(np.arange(nodes.size) % 7 == 0, -np.inf, times)
     for strategy in ("recent", "uniform"):

@@ -24,7 +24,7 @@ from gnndist.runtime import dist as gdist
 from gnndist.errors import GnndistError
 from gnndist.graph import TemporalGraph
 from gnndist.runtime.launch import Outputs, launch
-from gnndist.partition import partition_graph
+from gnndist.partition import PartitionBook, partition_graph
 from gnndist.temporal.config import LinkConfig
 from gnndist.temporal.dist_state import PartitionedNodeState
 from gnndist.runtime.dist import pack, unpack
@@ -38,7 +38,7 @@ CASES = [(model, memory) for model in MODELS for memory in ("replicated", "parti
 N_COMM, PER_COMM = 3, 15
 
 
-EVEN_OFFSETS = np.array([0, 10, 20, 30])  # 3 ranks of 10 nodes
+EVEN_BOOK = PartitionBook([0, 10, 20, 30])  # 3 ranks of 10 nodes
 
 
 def uneven_batches(rank):
@@ -64,7 +64,7 @@ def uneven_batches(rank):
 def even_out_worker():
     gdist.setup("cpu")
     from gnndist.samplers import sampler_group
-    return even_out(uneven_batches(gdist.rank()), EVEN_OFFSETS, sampler_group())
+    return even_out(uneven_batches(gdist.rank()), EVEN_BOOK, sampler_group())
 
 
 def test_even_moves_leave_every_rank_an_even_share_moving_only_surpluses():

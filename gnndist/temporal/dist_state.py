@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections import deque
 from contextlib import contextmanager
-from typing import Iterator, Optional, Sequence
+from typing import Iterator, Optional
 
 import numpy as np
 import torch
@@ -39,7 +39,7 @@ from torch import Tensor
 from gnndist.runtime import dist as gdist
 from gnndist.runtime.dist import joined, pack, unpack, unpack_into
 from gnndist.runtime.device import to_device
-from gnndist.graph import owners
+from gnndist.partition import PartitionBook
 from gnndist.samplers.distributed import StepRequests, requests_per_step, sampler_group
 from gnndist.temporal.state import NodeState
 
@@ -169,19 +169,16 @@ class ReplicatedNodeState(_RankState, NodeState):
 
 
 class PartitionedNodeState(_RankState):
-    """The rows of the nodes this rank owns: rank r owns the node ids `node_offsets[r] ..
-    node_offsets[r+1]-1` (a partition store's numbering). Other rows are fetched from their
+    """The rows of the nodes this rank owns: rank r owns the node ids
+    `book.range(r)` (a partition store's numbering). Other rows are fetched from their
     owners per batch and never kept here."""
 
-    def __init__(self, node_offsets: Sequence[int], memory_dim: int, mail_dim: int, mailbox_size: int = 1,
+    def __init__(self, book: PartitionBook, memory_dim: int, mail_dim: int, mailbox_size: int = 1,
                  start_time: float = 0.0, device: torch.device | str = "cpu") -> None:
         self.rank = gdist.rank()
-        self.offsets = np.asarray(list(node_offsets), dtype=np.int64)
-        if self.offsets.size != gdist.world_size() + 1:
-            raise ValueError(f"node_offsets has {self.offsets.size} entries; the world of "
-                             f"{gdist.world_size()} ranks needs {gdist.world_size() + 1}")
-        self.lo, self.hi = int(self.offsets[self.rank]), int(self.offsets[self.rank + 1])
-        self.num_nodes = int(self.offsets[-1])
+        self.book = book.for_world(gdist.world_size())
+        self.lo, self.hi = book.range(self.rank)
+        self.num_nodes = book.num_nodes
         self.local = NodeState(self.hi - self.lo, memory_dim, mail_dim, mailbox_size, start_time, device)
         self.device = self.local.memory.device
         self._reply: Optional[tuple[np.ndarray, gdist.Exchange]] = None  # of the next read, sent ahead
@@ -207,13 +204,13 @@ class PartitionedNodeState(_RankState):
         """How many rows each owner gets from each rank in each coming write, in one exchange;
         and the ids each coming read asks each owner for, in one more (without `reads`, the
         reads ask step by step)."""
-        w, group, k = self.offsets.size - 1, sampler_group(), len(writes)
-        counts = np.stack([np.bincount(owners(ids, self.offsets), minlength=w) for ids in writes]).reshape(k, w)
+        w, group, k = self.book.num_parts, sampler_group(), len(writes)
+        counts = np.stack([np.bincount(self.book.owner(ids), minlength=w) for ids in writes]).reshape(k, w)
         got = gdist.exchange(list(torch.from_numpy(np.ascontiguousarray(counts.T))), group, recv_sizes=[k] * w)
         write_sizes = deque(torch.stack(got, 1).tolist())
         if reads is None:
             return write_sizes, deque()
-        owner = [owners(ids, self.offsets) for ids in reads]
+        owner = [self.book.owner(ids) for ids in reads]
         other = [o != self.rank for o in owner]  # this rank's own rows are read here
         routed = requests_per_step([ids[m] for ids, m in zip(reads, other)], [o[m] for o, m in zip(owner, other)],
                                    group)
@@ -224,8 +221,8 @@ class PartitionedNodeState(_RankState):
         """Send row i of `rows` to the owner of node `ids[i]` (a host array; `recv_sizes`: the
         rows each rank sends here, if known); returns what the ranks sent here, in rank order.
         Counts the bytes that leave this rank."""
-        owner = owners(ids, self.offsets)
-        sizes = np.bincount(owner, minlength=self.offsets.size - 1).tolist()
+        owner = self.book.owner(ids)
+        sizes = np.bincount(owner, minlength=self.book.num_parts).tolist()
         if np.any(owner[1:] < owner[:-1]):  # not in owner order yet (a write's ids are increasing)
             rows = rows[to_device(np.argsort(owner, kind="stable"), self.device)]
         recv = gdist.exchange(rows.split(sizes), recv_sizes=recv_sizes)
@@ -241,7 +238,7 @@ class PartitionedNodeState(_RankState):
         host_ids = on_host(ids, host_ids)
         if host_ids.size > 1 and not np.all(host_ids[1:] > host_ids[:-1]):
             raise ValueError("a partitioned read takes distinct node ids in increasing order")
-        bounds = np.searchsorted(host_ids, self.offsets)  # rank r's rows: bounds[r] .. bounds[r+1]-1
+        bounds = np.searchsorted(host_ids, self.book.offsets)  # rank r's rows: bounds[r] .. bounds[r+1]-1
         a, b = int(bounds[self.rank]), int(bounds[self.rank + 1])
         reply, self._reply = self._reply, None
         if reply is None and self._reads:

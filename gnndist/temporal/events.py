@@ -26,8 +26,8 @@ import numpy as np
 import torch
 
 from gnndist.runtime import dist
-from gnndist.graph import TemporalGraph, owners, tcsr_rows
-from gnndist.partition import Partition
+from gnndist.graph import TemporalGraph, tcsr_rows
+from gnndist.partition import Partition, PartitionBook
 
 
 @dataclass(eq=False)
@@ -38,7 +38,7 @@ class RankEvents:
     num_parts: int
     num_nodes: int  # of the whole graph
     num_events: int  # of the whole graph
-    node_offsets: np.ndarray  # [W + 1]: rank r owns node ids node_offsets[r] .. node_offsets[r+1]-1
+    book: PartitionBook  # which rank owns each node
     orig_to_new: np.ndarray  # [N] new id of every original node id
     new_to_orig: np.ndarray  # [N]
     eid: np.ndarray  # held events: global ids, increasing
@@ -49,7 +49,7 @@ class RankEvents:
     edge_label: Optional[np.ndarray] = None
 
     def __post_init__(self) -> None:
-        self.lo, self.hi = int(self.node_offsets[self.rank]), int(self.node_offsets[self.rank + 1])
+        self.lo, self.hi = self.book.range(self.rank)
         self.scored = np.flatnonzero((self.src >= self.lo) & (self.src < self.hi))  # positions of own events
         self.scored_eid = self.eid[self.scored]  # their global ids, increasing
         self._tcsr: Optional[tuple] = None
@@ -60,20 +60,20 @@ class RankEvents:
         if self.num_parts == 1:
             return None
         digest = hashlib.sha256(np.ascontiguousarray(self.orig_to_new, np.int64).tobytes())
-        digest.update(np.ascontiguousarray(self.node_offsets, np.int64).tobytes())
+        digest.update(self.book.offsets.tobytes())
         return digest.hexdigest()[:16]
 
     @classmethod
     def from_graph(cls, tg: TemporalGraph) -> "RankEvents":
         """The whole graph on one rank (ids unchanged; the arrays are the graph's, not copies)."""
         ids = np.arange(tg.num_nodes, dtype=np.int64)
-        return cls(0, 1, tg.num_nodes, tg.num_events, np.array([0, tg.num_nodes], np.int64), ids, ids,
+        return cls(0, 1, tg.num_nodes, tg.num_events, PartitionBook.whole(tg.num_nodes), ids, ids,
                    np.arange(tg.num_events, dtype=np.int64), tg.src, tg.dst, tg.t, tg.edge_feat, tg.edge_label)
 
     @classmethod
     def from_partition(cls, part: Partition, new_to_orig: np.ndarray, orig_to_new: np.ndarray) -> "RankEvents":
         """Part `part.part_id` of a temporal store, with the store's id maps (`load_id_maps`)."""
-        return cls(part.part_id, part.num_parts, part.num_nodes, part.num_events, part.node_offsets, orig_to_new,
+        return cls(part.part_id, part.num_parts, part.num_nodes, part.num_events, part.book, orig_to_new,
                    new_to_orig, part.eid, part.src, part.dst, part.t, part.edge_feat,
                    part.edge_label)
 
@@ -148,7 +148,7 @@ def even_moves(counts: np.ndarray) -> np.ndarray:
                       - np.maximum((a - give)[:, :, None], (b - take)[:, None, :]), 0)
 
 
-def even_out(batches: list[BatchEvents], node_offsets: np.ndarray, group: Any) -> list[BatchEvents]:
+def even_out(batches: list[BatchEvents], book: PartitionBook, group: Any) -> list[BatchEvents]:
     """This rank's events of each global batch once the ranks have evened out their counts (a
     collective: one gather of the counts, one exchange of the events moved): a rank above an
     even share sends its surplus, those whose destination the receiver owns first, the rest
@@ -161,7 +161,7 @@ def even_out(batches: list[BatchEvents], node_offsets: np.ndarray, group: Any) -
     moves = even_moves(counts)  # [k, W, W]
     window = BatchEvents(*(np.concatenate(c) for c in zip(*batches)))  # batch after batch
     batch = np.repeat(np.arange(k), sizes)
-    to = _receivers(batch, owners(window.dst, node_offsets), moves[:, me])
+    to = _receivers(batch, book.owner(window.dst), moves[:, me])
     like = [(torch.from_numpy(c).dtype, c.shape[1:]) for c in window]
     got = dist.exchange([dist.pack([torch.from_numpy(c[at]) for c in window])
                          for at in (np.flatnonzero(to == q) for q in range(w))], group,

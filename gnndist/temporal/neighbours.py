@@ -15,7 +15,6 @@ import numpy as np
 import torch
 
 from gnndist.runtime.device import to_device
-from gnndist.graph import owners
 from gnndist.samplers import DistFeatures, DistTemporalSampler
 from gnndist.samplers.temporal import TemporalSample, multihop
 from gnndist.temporal.events import RankEvents
@@ -35,7 +34,7 @@ class Neighbours:
     def __init__(self, events: RankEvents, strategy: str, seed: int, timers: Timers, device: torch.device,
                  progress: bool = False, cache: str = "none") -> None:
         self.events, self.strategy, self.seed, self.timers, self.device = events, strategy, seed, timers, device
-        self.sampler = DistTemporalSampler(*events.tcsr(progress), events.node_offsets, streams=events.orig_ids)
+        self.sampler = DistTemporalSampler(*events.tcsr(progress), events.book, streams=events.orig_ids)
         rows = events.edge_feat if events.edge_feat is not None else np.zeros((events.num_held, 0), np.float32)
         self.features = DistFeatures.for_events(rows, events.eid, events.num_events)
         self.carry = cache == "none" and events.edge_dim > 0  # features come with the samples
@@ -53,7 +52,7 @@ class Neighbours:
             hops = multihop(lambda n, t, k, h: self.sampler.sample_hop(n, t, k, h, self.strategy, self.seed, features),
                             nodes, times, ks)
         queried = [nodes] + [h.nbr.reshape(-1) for h in hops[:-1]]
-        holders = [owners(q, self.events.node_offsets) for q in queried]
+        holders = [self.events.book.owner(q) for q in queried]
         self.remote_queries += sum(int((h != self.events.rank).sum()) for h in holders)
         if self.carry:
             row = self.events.edge_feat.dtype.itemsize * self.events.edge_dim

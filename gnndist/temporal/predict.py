@@ -36,7 +36,7 @@ from tqdm import tqdm
 from gnndist.runtime import dist
 from gnndist.datasets import DataSource
 from gnndist.errors import GnndistError
-from gnndist.graph import TemporalGraph, as_node_ids, as_numbers, owners
+from gnndist.graph import TemporalGraph, as_node_ids, as_numbers
 from gnndist.io import show_progress
 from gnndist.runtime.launch import Data, run_job
 from gnndist.predict import Checkpoint, SavedModel, gather_rows, joined, saved_model, source_of, to_positions
@@ -206,7 +206,7 @@ def _scores_rank(source, saved: SavedModel, device: str, quiet: bool, src: np.nd
         before = events_before(trainer, t)
         order = np.argsort(before, kind="stable")
         cuts, starts = np.unique(before[order], return_index=True)
-        mine = owners(src, ev.node_offsets) == ev.rank
+        mine = ev.book.owner(src) == ev.rank
         replay = Replay(trainer, int(cuts[-1]) if cuts.size else 0)
         bar = _bar(trainer, t.size, "score", "link")
         rows_done, scores = [np.zeros(0, np.int64)], [torch.zeros(0)]

@@ -13,18 +13,18 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from gnndist.graph import owners
+from gnndist.partition import PartitionBook
 from gnndist.samplers.distributed import StepRequests, requests_per_step
 
 
-def route_negatives(negatives: Sequence[tuple[np.ndarray, np.ndarray]], node_offsets: np.ndarray, group: Any
+def route_negatives(negatives: Sequence[tuple[np.ndarray, np.ndarray]], book: PartitionBook, group: Any
           ) -> list[StepRequests]:
     """Where the negatives of steps whose negatives and event times are `(neg [B, n], t [B])` are
     embedded, in one exchange for all (a collective, on the host group `group`): per step, this
     rank's negatives (flattened [B * n]) sent to their owners as (node, time) queries, and the
     queries other ranks sent here."""
     queries = [np.stack([neg.reshape(-1), np.repeat(t, neg.shape[1]).view(np.int64)], 1) for neg, t in negatives]
-    return requests_per_step(queries, [owners(neg.reshape(-1), node_offsets) for neg, _ in negatives], group)
+    return requests_per_step(queries, [book.owner(neg.reshape(-1)) for neg, _ in negatives], group)
 
 
 def embedded_rows(src: np.ndarray, dst: np.ndarray, t: np.ndarray, step: StepRequests) -> tuple[np.ndarray, np.ndarray]:

@@ -49,7 +49,7 @@ from gnndist.datasets import chronological_split
 from gnndist.runtime.device import to_device
 from gnndist.errors import GnndistError
 from gnndist.footprint import link_footprint, memory_checked
-from gnndist.graph import TemporalGraph, owners
+from gnndist.graph import TemporalGraph
 from gnndist.io import show_progress
 from gnndist.outputs import write_metrics
 from gnndist.runtime.launch import Data, Outputs, Split, run_job
@@ -94,9 +94,9 @@ class Scores(NamedTuple):
 
 
 class HalfRun(NamedTuple):
-    """A share of a batch run (`LinkTrainer.run_batch`): its events, its `Forward` (of a share
+    """A half of a batch run (`LinkTrainer.run_batch`): its events, its `Forward` (of a half
     run in its own process: the scores and query embeddings only) and, in training, its loss and
-    gradients (None where a parameter has none; after `LinkTrainer.step`, the first share's are
+    gradients (None where a parameter has none; after `LinkTrainer.step`, the first half's are
     the step's summed gradients, the parameters' `grad`)."""
 
     share: Batch
@@ -131,7 +131,7 @@ class Lookahead:
 
 class Staged(NamedTuple):
     """The next batch and its neighbours, made during a step (`LinkTrainer.run_batch`), and, where
-    its second share is to run in the share process, that share's work (else None; sent ahead to
+    its second half is to run in the half process, that share's work (else None; sent ahead to
     the process running then, which says whether it still holds it: `HalfProcess.staged`)."""
     batch: Batch
     hops: list[Hop]
@@ -165,8 +165,8 @@ class TimedState:
 
 
 def summed_grads(shares: list[tuple[Optional[Tensor], ...]]) -> list[Optional[Tensor]]:
-    """Each parameter's gradient summed over the shares (one or two), in share order, added into
-    the first share's (its own backward pass made them: 23 us for UCI TGN's against 54 for new
+    """Each parameter's gradient summed over the halves (one or two), in half order, added into
+    the first half's (its own backward pass made them: 23 us for UCI TGN's against 54 for new
     sums). The same sum every run; the pairs in one call; None where no share has one."""
     if len(shares) == 1:
         return list(shares[0])
@@ -177,7 +177,7 @@ def summed_grads(shares: list[tuple[Optional[Tensor], ...]]) -> list[Optional[Te
 
 
 def _wired(work: tuple) -> tuple:
-    """A share's work (`LinkTrainer._half_work`) as the share process is sent it (`to_wire`)."""
+    """A half's work (`LinkTrainer._half_work`) as the half process is sent it (`to_wire`)."""
     (share, hops), global_batch, training = work
     return to_wire(share, hops), global_batch, training
 
@@ -192,7 +192,7 @@ def new_state(model: torch.nn.Module, events: RankEvents, memory: str, start_tim
         return NodeState(events.num_nodes, *args)
     if memory == "replicated":
         return ReplicatedNodeState(events.num_nodes, *args)
-    return PartitionedNodeState(events.node_offsets, *args)
+    return PartitionedNodeState(events.book, *args)
 
 
 def peak_rss_bytes() -> int:
@@ -233,14 +233,14 @@ class LinkTrainer:
         self.state = None if state is None else TimedState(state, self.timers)
         self.partitioned = cfg.memory == "partitioned" and state is not None and events.num_parts > 1
         self.halves = threads.step_halves() if device.type == "cpu" and events.num_parts == 1 else 1
-        self.half_process: Optional[HalfProcess] = None  # forked by the first step run as two shares
-        self._writing = False  # whether the share process is making state writes
-        self._fork_failed = False  # then this rank runs both shares of each step
+        self.half_process: Optional[HalfProcess] = None  # forked by the first step run as two halves
+        self._writing = False  # whether the half process is making state writes
+        self._fork_failed = False  # then this rank runs both halves of each step
         self._dropped_cpu = 0.0  # CPU time of share processes dropped after an error
-        self.placements = {True: Placement(), False: Placement()}  # where second shares run, training and not
-        self._kept: Optional[tuple[Batch, Forward]] = None  # in the share process: the share it ran last
+        self.placements = {True: Placement(), False: Placement()}  # where second halves run, training and not
+        self._kept: Optional[tuple[Batch, Forward]] = None  # in the half process: the share it ran last
         self._staged: Optional[Staged] = None  # of the next batch
-        self._second_grads: list[Tensor] = []  # the share process's gradients, in shared memory
+        self._second_grads: list[Tensor] = []  # the half process's gradients, in shared memory
         self._routes: deque[StepRequests] = deque()  # of the coming evaluation steps' served negatives
         self.cache_counters: dict[str, int] = {}
         self.on_loss: Optional[Callable[[float], None]] = None  # called with each training step's global loss
@@ -336,7 +336,7 @@ class LinkTrainer:
         events = [self.events_of(s, e, None if negatives is None else partial(negatives, index, e - s))
                   for index, s, e in chunk]
         if self.cfg.share == "even" and dist.world_size() > 1:
-            events = even_out(events, self.events.node_offsets, sampler_group())
+            events = even_out(events, self.events.book, sampler_group())
         rows = [query_rows(ev.src, ev.dst, ev.t, ev.neg) for ev in events]
         routes = deque()
         if serve:
@@ -357,7 +357,7 @@ class LinkTrainer:
     def _route(self, negatives: list[tuple[np.ndarray, np.ndarray]]) -> list[StepRequests]:
         """Where the negatives of steps are embedded (`served.route`; a collective)."""
         with self.timers.phase("sync"):
-            return route_negatives(negatives, self.events.node_offsets, sampler_group())
+            return route_negatives(negatives, self.events.book, sampler_group())
 
     # ------------------------------------------------------------------------------ one step
 
@@ -396,21 +396,21 @@ class LinkTrainer:
     def run_batch(self, batch: Batch, global_batch: Optional[int] = None, ahead: Optional[Lookahead] = None
                   ) -> list[HalfRun]:
         """Forward pass of the batch and, given the size of the global batch, the loss and its
-        gradients, as the batch's shares (`gnndist.temporal.split_step`) in time order. Run as one
-        share, its state writes are left to `write`. Run as two, the second share runs in the
-        share process (`gnndist.temporal.half_process`) or after the first, as `placements` has
-        it, and both shares' state writes are made (in the share process's case, its own left
+        gradients, as the batch's halves (`gnndist.temporal.split_step`) in time order. Run as one
+        share, its state writes are left to `write`. Run as two, the second half runs in the
+        half process (`gnndist.temporal.half_process`) or after the first, as `placements` has
+        it, and both halves' state writes are made (in the half process's case, its own left
         under way: `settle` waits for it). Within a `provisional` block of the node state, one
         share: the block undoes the writes made here only. Given `ahead` (the coming (size,
-        batch) items, run the same way), the next batch is made while the share process runs,
-        with its neighbours, and its second share is sent (`stage`) if it runs there too."""
-        self.settle()  # a step that raised after its run may have left the share process writing
+        batch) items, run the same way), the next batch is made while the half process runs,
+        with its neighbours, and its second half is sent (`stage`) if it runs there too."""
+        self.settle()  # a step that raised after its run may have left the half process writing
         staged, self._staged = self._staged, None
         staged = staged if staged is not None and staged.batch is batch else None
         b, n = batch.neg.shape
         provisional = self.halves > 1 and self.state is not None and self.state.provisional_open
         cuts = bounds(b, 1 if provisional else self.halves)
-        if len(cuts) <= 1:  # also where negatives are served: those ranks run one share
+        if len(cuts) <= 1:  # also where negatives are served: those ranks run one half
             fw = self.forward(batch)
             return [HalfRun(batch, fw, *self._gradients(fw, global_batch))]
         hops = self._hops(batch) if staged is None else staged.hops
@@ -425,12 +425,12 @@ class LinkTrainer:
             remote = remote and self._half_process() is not None
             if remote and staged is not None and self.half_process.staged:  # not if forked anew since
                 self.half_process.start_staged()
-            elif remote:  # sent before the first share is cut: it starts sooner
+            elif remote:  # sent before the first half is cut: it starts sooner
                 self.half_process.start(_wired(second))
             first = self._half_work(batch, hops, cuts[0], global_batch)
             runs = [HalfRun(first[0][0], *self._run_half(first))]
             if remote:
-                self.half_process.wait_ready()  # its state rows are read: the first share's may be written
+                self.half_process.wait_ready()  # its state rows are read: the first half's may be written
                 self.model.write(self.state, runs[0].share, runs[0].fw)
                 self.half_process.start_write()
                 self._writing = True
@@ -461,16 +461,16 @@ class LinkTrainer:
 
     def _half_work(self, batch: Batch, hops: list[Hop], cut: tuple[int, int], global_batch: Optional[int]
                     ) -> tuple:
-        """The work of a share (`_run_half`): the events lo .. hi-1 of the batch (`cut`) and their
+        """The work of a half (`_run_half`): the events lo .. hi-1 of the batch (`cut`) and their
         neighbours, the global batch size (None outside training), the training mode."""
         (lo, hi), (b, n) = cut, batch.neg.shape
         mine = query_positions(b, n, lo, hi)
-        rows, _, ks = self.model.neighbour_queries(mine, mine, 2 * (hi - lo))  # the share's rows that have neighbours
+        rows, _, ks = self.model.neighbour_queries(mine, mine, 2 * (hi - lo))  # the half's rows that have neighbours
         return (half_batch(batch, lo, hi), half_hops(hops, rows, ks)), global_batch, self.model.training
 
     def _stage(self, item: Optional[tuple[int, Batch]], training: bool) -> None:
-        """While the share process runs: the next batch's neighbours, if it runs as two shares,
-        and, where its second share is to run there too, that share sent ahead."""
+        """While the half process runs: the next batch's neighbours, if it runs as two halves,
+        and, where its second half is to run there too, that share sent ahead."""
         if item is None or len(cuts := bounds(item[1].src.numel(), self.halves)) <= 1:
             return
         size, batch = item
@@ -481,7 +481,7 @@ class LinkTrainer:
         self._staged = Staged(batch, hops, second)
 
     def _gradients(self, fw: Forward, global_batch: Optional[int]) -> tuple[Optional[Tensor], Optional[tuple]]:
-        """(loss, gradients of the parameters) of a share's `Forward`, or (None, None) outside training."""
+        """(loss, gradients of the parameters) of a half's `Forward`, or (None, None) outside training."""
         if global_batch is None:
             return None, None
         loss = batch_loss(fw, global_batch)
@@ -489,8 +489,8 @@ class LinkTrainer:
 
     def _run_half(self, work: tuple, ready: Optional[Callable[[], None]] = None
                    ) -> tuple[Forward, Optional[Tensor], Optional[tuple]]:
-        """A share's (Forward, loss, gradients); `work` = ((events, neighbours), global batch size or
-        None, training mode). In the share process (given `ready`, called at once: the work comes
+        """A half's (Forward, loss, gradients); `work` = ((events, neighbours), global batch size or
+        None, training mode). In the half process (given `ready`, called at once: the work comes
         with what it reads, `_read_half`), the scores and query embeddings (tensors) only, the gradients
         are written to `_second_grads` (the result says which parameters have one), and the share
         is kept for its state writes (`_write_half`)."""
@@ -516,7 +516,7 @@ class LinkTrainer:
         return (fw.pos.detach(), fw.neg.detach(), fw.embed.detach()), loss, present
 
     def _read_half(self, work: tuple) -> tuple:
-        """In the share process: the work sent (`_wired`) as `_run_half` takes it, and what its
+        """In the half process: the work sent (`_wired`) as `_run_half` takes it, and what its
         forward pass reads before it uses a parameter (`TemporalGNN.read_batch`), read when the
         process gets the work: staged work, while the rank ends the step before (after this
         process's state writes of it; the rank's came first)."""
@@ -528,18 +528,18 @@ class LinkTrainer:
 
     @property
     def _node_state(self) -> Optional[NodeState]:
-        """The node state the shares read and write themselves (not timed: `TimedState`)."""
+        """The node state the halves read and write themselves (not timed: `TimedState`)."""
         return None if self.state is None else self.state.state
 
     def _write_half(self) -> None:
-        """In the share process: the state writes of the share it ran last."""
+        """In the half process: the state writes of the share it ran last."""
         share, fw = self._kept
         self._kept = None
         self.model.write(self._node_state, share, fw)
 
     def _half_process(self) -> Optional[HalfProcess]:
-        """The share process, forked now if not yet, with the parameters and the node state moved
-        to shared memory first; None where it cannot be forked (the rank then runs both shares)."""
+        """The half process, forked now if not yet, with the parameters and the node state moved
+        to shared memory first; None where it cannot be forked (the rank then runs both halves)."""
         if self.half_process is None and not self._fork_failed:
             for p in self.model.parameters():
                 p.data = in_shared_memory(p.data)
@@ -550,12 +550,12 @@ class LinkTrainer:
                 self.half_process = HalfProcess(self._run_half, self._write_half, self._read_half)
             except OSError as e:  # e.g. a container's limit on processes
                 self._fork_failed, self._second_grads = True, []
-                print(f"gnndist: no process for a step's second share ({e}): this rank runs both shares",
+                print(f"gnndist: no process for a step's second half ({e}): this rank runs both halves",
                       file=sys.stderr)
         return self.half_process
 
     def _drop_half_process(self) -> None:
-        """End the share process (after an error, whatever it was doing: the next step that needs
+        """End the half process (after an error, whatever it was doing: the next step that needs
         one forks a new one)."""
         if self.half_process is not None:
             self._dropped_cpu += self.half_process.cpu_seconds
@@ -563,17 +563,17 @@ class LinkTrainer:
         self.half_process, self._writing = None, False
 
     def write(self, runs: list[HalfRun]) -> None:
-        """The state writes of a batch run as one share (`run_batch` makes those of two)."""
+        """The state writes of a batch run as one half (`run_batch` makes those of two)."""
         if len(runs) == 1:
             self.model.write(self.state, runs[0].share, runs[0].fw)
 
     def cpu_seconds(self) -> float:
-        """CPU time of this rank's process and its share processes."""
+        """CPU time of this rank's process and its half processes."""
         return (time.process_time() + self._dropped_cpu
                 + (0.0 if self.half_process is None else self.half_process.cpu_seconds))
 
     def settle(self) -> None:
-        """Wait for the state writes under way in the share process (`run_batch`)."""
+        """Wait for the state writes under way in the half process (`run_batch`)."""
         if self._writing:
             self._writing = False
             try:
@@ -584,8 +584,8 @@ class LinkTrainer:
 
     def step(self, batch: Batch, global_batch: int, ahead: Optional[Lookahead] = None
              ) -> tuple[float, list[HalfRun]]:
-        """Forward and backward of each share, state writes, summed gradients, optimizer step:
-        the global loss, and this rank's runs of the batch's shares, each with its `Forward`
+        """Forward and backward of each half, state writes, summed gradients, optimizer step:
+        the global loss, and this rank's runs of the batch's halves, each with its `Forward`
         (`ahead`: as `run_batch`'s)."""
         runs = self.run_batch(batch, global_batch, ahead)
         for p, g in zip(self.params, summed_grads([r.grads for r in runs])):
@@ -677,7 +677,7 @@ class LinkTrainer:
         ev = self.events
         first = ev.first_seen()
         mine = (first >= self.train_end) & (first < ev.num_events)
-        asked = Requests(nodes, owners(nodes, ev.node_offsets), sampler_group())
+        asked = Requests(nodes, ev.book.owner(nodes), sampler_group())
         return asked.reply(mine[asked.received - ev.lo])
 
     # ------------------------------------------------------------------------------ metrics
@@ -777,7 +777,7 @@ class LinkTrainer:
         score = (degree[ev.src[own]] + degree[ev.dst[own]]).astype(np.float64)
         sends = []
         for r, cap in enumerate(self._capacities()):
-            lo, hi = ev.node_offsets[r], ev.node_offsets[r + 1]
+            lo, hi = ev.book.range(r)
             far = np.flatnonzero(~(((ev.src[own] >= lo) & (ev.src[own] < hi)) | ((ev.dst[own] >= lo) & (ev.dst[own] < hi))))
             if r == ev.rank or far.size == 0 or cap == 0:
                 far = far[:0]
