@@ -30,7 +30,7 @@ from torch import nn
 from gnndist.datasets import load
 from gnndist.temporal.config import LinkConfig
 from gnndist.temporal.time_encoding import time_encoder
-from gnndist.temporal.trainer import train_link
+from gnndist.temporal.fit import train_link
 
 UCI = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "uci_collegemsg" / "CollegeMsg.txt.gz"
 MEMORY, TIME, FEATURES, NEIGHBOURS, HEADS, BATCH, PATIENCE, LR = 172, 100, 172, 10, 2, 200, 20, 1e-4

@@ -33,7 +33,7 @@ import torch
 from gnndist.datasets import chronological_split, load
 from gnndist.temporal.linkpred import EvalNegatives, average_precision
 from gnndist.temporal.config import LinkConfig
-from gnndist.temporal.trainer import train_link
+from gnndist.temporal.fit import train_link
 
 DEFAULTS = LinkConfig()
 TIME_DIM, NUM_NEIGHBORS, EVAL_NEGATIVES = DEFAULTS.time_dim, DEFAULTS.num_neighbors, DEFAULTS.eval_negatives

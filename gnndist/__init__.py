@@ -17,9 +17,9 @@ from gnndist import moved  # noqa: E402
 moved.install()
 
 __version__ = "0.1.0"
-_LAZY = {"train_link": "gnndist.temporal.trainer", "LinkConfig": "gnndist.temporal.config",
+_LAZY = {"train_link": "gnndist.temporal.fit", "LinkConfig": "gnndist.temporal.config",
          "train_node": "gnndist.static.trainer", "NodeConfig": "gnndist.static.config",
-         "Outputs": "gnndist.runtime.launch", "DataSource": "gnndist.datasets"}
+         "Outputs": "gnndist.outputs", "DataSource": "gnndist.datasets"}
 __all__ = ["Graph", "TemporalGraph", "GnndistError", "__version__", *_LAZY]
 
 

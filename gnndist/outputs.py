@@ -16,16 +16,19 @@ What passes may be replaced: gnndist writes it atomically (gnndist.io).
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import stat
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Optional, Union
 
 import gnndist
 from gnndist.errors import GnndistError
 from gnndist.io import write_json
+from gnndist.runlog import require_tensorboard
 
 PathLike = Union[str, os.PathLike]
 # kind -> (what it is, in messages; the flag that names it; True for a folder)
@@ -265,3 +268,66 @@ _FOREIGN = {"store": _foreign_store, "metrics": _foreign_metrics, "test_metrics"
             "predictions": _existing_predictions,
             "checkpoint": _foreign_checkpoint,
             "log_dir": _foreign_entries(_TFEVENTS, "a TensorBoard event file")}
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """Where a run writes: the metrics JSON (rank 0), the checkpoint folder (each epoch), and the
+    TensorBoard folder (rank 0; `gnndist.runlog`)."""
+
+    metrics_out: Optional[str] = None
+    checkpoint: Optional[str] = None
+    resume: bool = False
+    log_dir: Optional[str] = None
+
+    def check(self, data: Any) -> None:
+        """Refuse, before any work, outputs that would overwrite the input `data` (a path, a
+        `DataSource`, or a graph) or files gnndist did not write (`check_output`), or one another.
+        (Whether a checkpoint folder holds another run's is `gnndist.checkpoint.check_folder`'s.)"""
+        if self.resume and not self.checkpoint:
+            raise GnndistError("--resume needs --checkpoint DIR")
+        given = [(f, Path(p).resolve()) for f, p in (("--metrics-out", self.metrics_out),
+                                                     ("--checkpoint", self.checkpoint), ("--log-dir", self.log_dir)) if p]
+        for i, (flag_a, a) in enumerate(given):
+            for flag_b, b in given[i + 1:]:
+                if a == b or a in b.parents or b in a.parents:
+                    raise GnndistError(f"{flag_a} and {flag_b} are " + (f"the same path ({a})" if a == b else
+                                       f"nested paths ({a}, {b})") + ": give each output a place of its own")
+        name = data if isinstance(data, (str, os.PathLike)) else getattr(data, "name", None)
+        for path, kind in ((self.metrics_out, "metrics"), (self.checkpoint, "checkpoint"), (self.log_dir, "log_dir")):
+            if path:
+                check_output(path, kind, [name])
+        if self.log_dir:
+            require_tensorboard()
+
+
+def report(metrics: dict[str, Any], outputs: Outputs) -> None:
+    """The end of a training run, on the process that holds rank 0's metrics: print its results
+    (`results_text`) and write the metrics JSON to `outputs.metrics_out`."""
+    print(results_text(metrics), flush=True)
+    if outputs.metrics_out:
+        write_metrics(outputs.metrics_out, metrics)
+
+
+def results_text(metrics: dict[str, Any]) -> str:
+    """The test results of a run's metrics: a node run's line; a link run's table of AP, AUC and
+    MRR (validation at the selected epoch, test, test on new nodes; '-' where a metric has no
+    events to come from)."""
+    t = metrics["test"]
+    if metrics["task"] == "node":
+        return (f"{metrics['model']} on {metrics['world_size']} rank(s): test_acc {t['acc']:.4f} "
+                f"(best val_acc {t['best_val_acc']:.4f} at epoch {t['best_epoch']})")
+    sel = next(h for h in metrics["epochs"] if h["epoch"] == metrics["selected_epoch"])
+    return link_table([(f"val (epoch {sel['epoch']})", {k: sel[f"val_{k}"] for k in ("ap", "auc", "mrr")}),
+                       ("test", t), (f"test new nodes ({t['inductive_events']:,} events)",
+                                     {k: t[f"inductive_{k}"] for k in ("ap", "auc", "mrr")})])
+
+
+def link_table(rows: list[tuple[str, dict[str, Optional[float]]]]) -> str:
+    """AP, AUC and MRR of each named row; '-' where a metric is missing (None or NaN)."""
+    def cell(v: Optional[float]) -> str:
+        return f"{v:>8.4f}" if v is not None and math.isfinite(v) else f"{'-':>8}"
+
+    lines = [f"{'':<30}{'AP':>8}{'AUC':>8}{'MRR':>8}"]
+    lines += [f"{name:<30}" + "".join(cell(m[k]) for k in ("ap", "auc", "mrr")) for name, m in rows]
+    return "\n".join(lines)

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import os
-from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Iterator, Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -138,16 +137,6 @@ def source_of(data: Data) -> Union[DataSource, Graph, TemporalGraph, str]:
     if isinstance(data, (str, os.PathLike)) and not is_store(data):
         return DataSource(str(data))
     return str(data) if isinstance(data, os.PathLike) else data
-
-
-@contextmanager
-def joined(device: str) -> Iterator[torch.device]:
-    """This rank in the job's process group (left at the end); the device it computes on."""
-    dev = dist.setup(device)
-    try:
-        yield dev
-    finally:
-        dist.teardown()
 
 
 def gather_rows(rows: np.ndarray, values: torch.Tensor, n: int, device: torch.device) -> np.ndarray:

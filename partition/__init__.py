@@ -9,15 +9,18 @@ from gnndist.partition.store import (
     FORMAT_VERSION,
     Partition,
     PartitionStore,
+    RankPart,
+    check_store_of,
     files_missing,
     is_store,
     load_id_maps,
     load_partition,
+    open_part,
     partition_graph,
     read_store_meta,
     relabel,
     verify_store,
 )
 
-__all__ = ["FORMAT_VERSION", "METHODS", "Partition", "PartitionBook", "PartitionStore", "files_missing", "is_store", "load_id_maps",
-           "load_partition", "partition_graph", "read_store_meta", "relabel", "verify_store"]
+__all__ = ["FORMAT_VERSION", "METHODS", "Partition", "PartitionBook", "RankPart", "check_store_of", "PartitionStore", "files_missing", "is_store", "load_id_maps",
+           "load_partition", "open_part", "partition_graph", "read_store_meta", "relabel", "verify_store"]

@@ -673,8 +673,14 @@ def load_partition(path: Union[str, Path], part_id: int, world_size: Optional[in
     if world_size is not None and world_size != k:
         raise GnndistError(f"{path} has {k} parts but the world size is {world_size}; "
                            f"partition again with --parts {world_size}")
+    return _load_part(root, meta, part_id)
+
+
+def _load_part(root: Path, meta: dict, part_id: int) -> Partition:
+    """Part `part_id` of the store at `root` whose meta.json is `meta` (see `load_partition`)."""
+    k = int(meta["num_parts"])
     if not 0 <= part_id < k:
-        raise GnndistError(f"part {part_id} out of range: {path} has {k} parts")
+        raise GnndistError(f"part {part_id} out of range: {root} has {k} parts")
     arrays = {name: _load_checked(root, f"part{part_id}/{name}.npy", meta["files"][f"part{part_id}/{name}.npy"])
               for name in meta["arrays"]}
     problem = _part_problem(meta, part_id, arrays)
@@ -686,7 +692,10 @@ def load_partition(path: Union[str, Path], part_id: int, world_size: Optional[in
 def load_id_maps(path: Union[str, Path]) -> tuple[np.ndarray, np.ndarray]:
     """(new_to_orig, orig_to_new) of the store at `path`: inverse permutations of the node ids."""
     root = Path(path)
-    meta = read_store_meta(root)
+    return _load_id_maps(root, read_store_meta(root))
+
+
+def _load_id_maps(root: Path, meta: dict) -> tuple[np.ndarray, np.ndarray]:
     orig_to_new = _load_checked(root, "orig_to_new.npy", meta["files"]["orig_to_new.npy"])
     n = meta["num_nodes"]
     if (orig_to_new.dtype.str != _I8 or orig_to_new.shape != (n,) or _outside(orig_to_new, 0, n) is not None
@@ -694,6 +703,45 @@ def load_id_maps(path: Union[str, Path]) -> tuple[np.ndarray, np.ndarray]:
         raise GnndistError(f"partition store {root}: orig_to_new.npy is not a permutation of the {n} node ids "
                            f"({orig_to_new.dtype.str} of shape {orig_to_new.shape}); {REWRITE}")
     return invert_permutation(orig_to_new), orig_to_new
+
+
+@dataclass(eq=False)
+class RankPart:
+    """What a rank of a job reads of a partition store: meta.json, its own part and the id maps."""
+
+    path: Path
+    meta: dict
+    part: Partition
+    new_to_orig: np.ndarray
+    orig_to_new: np.ndarray
+
+
+def open_part(path: Union[str, Path], part_id: int, world: int, kind: str, who: str = "") -> RankPart:
+    """Part `part_id` of the store at `path` with its id maps, for a rank of a `world`-rank job
+    on a `kind` graph: meta.json read once, then the kind, the part count and the files this rank
+    needs checked (`who`, e.g. "rank 1 (host node2, 10.0.0.2)", starts the line naming a missing
+    file), then the arrays loaded and checked."""
+    root = Path(path)
+    meta = read_store_meta(root)
+    check_store_of(meta, root, kind, world)
+    missing = files_missing(root, meta) + files_missing(root, meta, part_id)
+    if missing:
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise GnndistError(f"{who or f'rank {part_id}'}: the partition store {path} on this host lacks {missing[0]}"
+                           f"{more}: copy meta.json, orig_to_new.npy and part{part_id}/ there from the host that "
+                           "partitioned (a host needs the id maps and the parts of its own ranks)")
+    return RankPart(root, meta, _load_part(root, meta, part_id), *_load_id_maps(root, meta))
+
+
+def check_store_of(meta: dict, path: Union[str, Path], kind: str, world: int) -> None:
+    """A one-line error unless the store at `path` (meta.json `meta`) holds a `kind` graph in
+    `world` parts."""
+    if meta["kind"] != kind:
+        task = "link" if kind == "temporal" else "node"
+        raise GnndistError(f"partition store {path} holds a {meta['kind']} graph; --task {task} needs a {kind} one")
+    if int(meta["num_parts"]) != world:
+        raise GnndistError(f"partition store {path} has {meta['num_parts']} parts but {world} rank(s) run; "
+                           f"use --nproc {meta['num_parts']}")
 
 
 def files_missing(path: Union[str, Path], meta: dict, part: Optional[int] = None) -> list[str]:

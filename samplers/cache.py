@@ -7,14 +7,20 @@
   time: every fetch adds to an exponentially decayed visit count of the requested ids (the
   fill scores enter as a calibrated prior), and rows that just missed replace cached rows
   with a lower count. Admission costs no traffic: the rows are already here from the miss.
+
+What fills an event-feature cache: `degree_offers` (each holder offers the events it scores
+highest) and `RequestCounts` (the requests of one sampling pass).
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
+import torch
 
 from gnndist.errors import GnndistError
+from gnndist.partition.book import PartitionBook
+from gnndist.runtime import dist as gdist
 from gnndist.validate import CACHE_POLICIES as POLICIES, cache_capacity
 
 
@@ -200,3 +206,53 @@ def make_cache(policy: str, num_ids: int, capacity: int, dim: int, dtype: np.dty
         return None
     cls = AdaptiveCache if policy == "adaptive" else StaticCache
     return cls(num_ids, capacity, dim, dtype, sparse)
+
+
+# ----------------------------------------------------------------------------------------------
+# What fills an event-feature cache (`--cache degree` and `presample` of temporal training)
+
+
+def degree_offers(ids: np.ndarray, src: np.ndarray, dst: np.ndarray, score: np.ndarray, book: PartitionBook,
+                  capacities: list[int], group: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The `degree` policy's candidates (a collective): each rank offers every other rank its
+    items `ids` (events, with endpoints `src`, `dst` and `score`, e.g. their endpoints' event
+    counts) touching none of that rank's nodes in `book`, the highest scores first, up to that
+    rank's cache rows in `capacities`. Returns what was offered here: (ids, scores, holders)."""
+    me, sends = gdist.rank(), []
+    for r, cap in enumerate(capacities):
+        lo, hi = book.range(r)
+        far = np.flatnonzero(~(((src >= lo) & (src < hi)) | ((dst >= lo) & (dst < hi))))
+        if r == me or far.size == 0 or cap == 0:
+            far = far[:0]
+        elif far.size > cap:
+            far = far[np.argpartition(-score[far], cap - 1)[:cap]]
+        sends.append(torch.from_numpy(np.stack([ids[far].astype(np.float64), score[far]], 1)))
+    got = gdist.exchange(sends, group)
+    holders = np.concatenate([np.full(g.shape[0], r, np.int64) for r, g in enumerate(got)])
+    rows = gdist.joined(got).numpy()
+    return rows[:, 0].astype(np.int64), rows[:, 1], holders
+
+
+class RequestCounts:
+    """How often each remote id was requested, and which rank holds it (the `presample` policy's
+    candidates): a table kept bounded near `capacity` rows (the least requested dropped), so that
+    it never grows with the whole graph."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = max(capacity, 1)
+        self.ids, self.counts, self.holders = np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64)
+
+    def add(self, ids: np.ndarray, holders: np.ndarray) -> None:
+        """Count one request of each of `ids` (repeats count), held by `holders`."""
+        eid = np.concatenate([ids, self.ids])
+        weight = np.concatenate([np.ones(ids.size), self.counts])
+        held_by = np.concatenate([holders, self.holders])
+        self.ids, first, inv = np.unique(eid, return_index=True, return_inverse=True)
+        self.counts, self.holders = np.bincount(inv, weights=weight), held_by[first]
+        if self.ids.size > 8 * self.capacity:
+            top = np.sort(np.argpartition(-self.counts, 4 * self.capacity)[:4 * self.capacity])
+            self.ids, self.counts, self.holders = self.ids[top], self.counts[top], self.holders[top]
+
+    def candidates(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(ids, request counts, holders)."""
+        return self.ids, self.counts, self.holders

@@ -166,6 +166,11 @@ class DistFeatures:
         c["bytes_saved"] += n_hit * self.row_bytes
         return torch.from_numpy(out)
 
+    def capacities(self, capacity: Optional[float]) -> list[int]:
+        """The cache rows of every rank for a cache of `capacity` (see `set_cache`; a collective)."""
+        mine = capacity_rows(capacity, self.num_remote, self.row_bytes)
+        return [int(c) for c in torch.cat(gdist.all_gather_varsize(torch.tensor([mine]), self.group)).tolist()]
+
     @property
     def num_remote(self) -> int:
         """How many ids this rank does not hold."""

@@ -11,9 +11,10 @@ import torch.distributed as tdist
 from gnndist.runtime import dist as gdist
 
 DEVICE_SITES = {
-    "temporal/trainer.py": {"__init__", "forward", "backward", "step", "new_nodes", "_traffic",
-                            "rank_metrics", "selected_test_metrics", "common_epoch"},
-    "temporal/dist_state.py": {"_gather", "_to_owners", "_serve"},
+    "temporal/trainer.py": {"__init__", "forward", "step"},
+    "temporal/fit.py": {"common_epoch", "selected_test_metrics"},
+    "temporal/traffic.py": {"epoch_traffic", "rank_metrics"},
+    "temporal/dist_state.py": {"_gather", "_to_owners", "_answer"},
     "static/trainer.py": {"__init__", "min_feature", "_batches", "compute_grads", "evaluate", "_global_counters"},
 }
 

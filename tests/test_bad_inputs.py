@@ -961,9 +961,9 @@ def _library_calls():
     """(id, call, expected message part): library calls a script can get wrong, each refused
     with a GnndistError before any work (a part count of 1.5 used to end the process by SIGFPE)."""
     from gnndist import LinkConfig, NodeConfig
-    from gnndist.runtime.launch import Outputs
+    from gnndist.outputs import Outputs
     from gnndist.static.trainer import train_node
-    from gnndist.temporal.trainer import train_link
+    from gnndist.temporal.fit import train_link
     g, tg = load(STATIC[0], num_nodes=200, num_edges=600), load(TEMPORAL[0], num_nodes=80, num_events=800)
     return [
         ("parts-float", lambda: partition_graph(g, 1.5), "--parts must be an integer, got 1.5"),
@@ -1012,13 +1012,13 @@ def test_library_call_with_a_wrong_argument_is_one_gnndist_error(call, expect, c
 def test_a_loss_that_becomes_nan_names_the_scale_of_the_data(monkeypatch):
     """Times or edge features too large for float32 arithmetic make a NaN loss as a too large
     --lr does: the line gives both causes, with the data's time span and largest edge feature."""
-    import gnndist.temporal.trainer as trainer
     from gnndist import LinkConfig
+    from gnndist.temporal import fit, split_step
     tg = load(TEMPORAL[0], num_nodes=80, num_events=800)
-    real = trainer.batch_loss
-    monkeypatch.setattr(trainer, "batch_loss", lambda *a: real(*a) * float("nan"))
+    real = split_step.batch_loss
+    monkeypatch.setattr(split_step, "batch_loss", lambda *a: real(*a) * float("nan"))
     with pytest.raises(GnndistError) as e:
-        trainer.train_link(tg, LinkConfig(epochs=1, quiet=True))
+        fit.train_link(tg, LinkConfig(epochs=1, quiet=True))
     span, feat = float(tg.t.max() - tg.t.min()), float(np.abs(tg.edge_feat).max())
     assert str(e.value) == (f"the training loss became nan; try a smaller --lr, or scale the data (this rank's: times "
                             f"spanning {span:.3g}, edge features up to {feat:.3g} in size)")

@@ -21,7 +21,8 @@ from gnndist.runtime import dist, threads
 from gnndist.runtime import launch as glaunch
 from gnndist.cli import main
 from gnndist.datasets import load
-from gnndist.runtime.launch import check_own_part, check_same_job, launch
+from gnndist.partition import open_part, read_store_meta
+from gnndist.runtime.launch import check_same_job, launch
 from gnndist.predict import SavedModel
 from gnndist.partition import partition_graph
 
@@ -398,7 +399,7 @@ def same_job_worker(stores):
             if case == "params":
                 saved = replace(saved, params={"w": torch.full((2,), 2.0)})
         try:
-            check_same_job(store, (cfg, saved, glaunch.Outputs("m.json" if dist.rank() == 0 else None, ckpt, resume)))
+            check_same_job(read_store_meta(store), (cfg, saved, glaunch.Outputs("m.json" if dist.rank() == 0 else None, ckpt, resume)))
             out.append(None)
         except GnndistError as e:
             out.append(str(e))
@@ -430,15 +431,16 @@ def test_a_missing_part_names_itself_the_rank_and_the_fix(tmp_path):
     store = tmp_path / "s"
     partition_graph(g, 2, out=store)
     shutil.rmtree(store / "part0")
-    check_own_part(store, 1)  # a host of rank 1 needs only part1/
+    who = f"rank 0 (host {socket.gethostname()})"
+    open_part(store, 1, 2, "static")  # a host of rank 1 needs only part1/
     with pytest.raises(GnndistError) as e:
-        check_own_part(store, 0)
+        open_part(store, 0, 2, "static", who)
     msg = str(e.value)
-    assert msg.startswith(f"rank 0 (host {socket.gethostname()}): the partition store {store} on this host lacks part0/")
+    assert msg.startswith(f"{who}: the partition store {store} on this host lacks part0/")
     assert "copy meta.json, orig_to_new.npy and part0/ there from the host that partitioned" in msg
     (store / "orig_to_new.npy").unlink()
     with pytest.raises(GnndistError, match="lacks orig_to_new.npy"):
-        check_own_part(store, 1)
+        open_part(store, 1, 2, "static")
 
 
 def test_a_cpu_tensor_on_an_nccl_group_is_refused(monkeypatch):

@@ -23,13 +23,15 @@ from gnndist.cli import main
 from gnndist.datasets import load
 from gnndist.errors import GnndistError
 from gnndist.graph import TemporalGraph
-from gnndist.runtime.launch import Outputs, launch
+from gnndist.outputs import Outputs
+from gnndist.runtime.launch import launch
 from gnndist.predict import SavedModel, read_candidates
 from gnndist.temporal.config import LinkConfig
-from gnndist.temporal.events import RankEvents
-from gnndist.temporal.models import MODELS, Batch
+from gnndist.temporal.events import BatchEvents, RankEvents
+from gnndist.temporal.models import MODELS
 from gnndist.temporal.predict import events_before, link_embeddings, link_scores
-from gnndist.temporal.trainer import LinkTrainer, fit
+from gnndist.temporal.fit import fit
+from gnndist.temporal.trainer import LinkTrainer
 from conftest import LINK, LINK_DATA, NODE, NODE_DATA  # tests/ is on sys.path under pytest
 from test_report import one_line_error
 
@@ -200,10 +202,10 @@ def reference_scores(trainer: LinkTrainer, params, src, dst, t) -> np.ndarray:
             trainer.evaluate(lo, lo + b, "replay", score=False)
         if before[i] > grid:
             trainer.evaluate(grid, before[i], "replay", score=False)
-        batch = Batch(*(torch.tensor([a]) for a in (src[i], dst[i], t[i])), torch.tensor([-1]),
-                      torch.zeros((1, trainer.events.edge_dim)), torch.zeros((1, 0), dtype=torch.int64))
+        candidate = BatchEvents(np.array([src[i]]), np.array([dst[i]]), np.array([t[i]]), np.zeros((1, 0), np.int64),
+                                np.array([-1]), np.zeros((1, trainer.events.edge_dim), np.float32))
         with torch.no_grad():
-            out[i] = trainer.forward(batch).pos[0]
+            out[i] = trainer.forward(trainer.planner.ready(candidate)).pos[0]
     return out
 
 

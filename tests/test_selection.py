@@ -10,7 +10,8 @@ from gnndist.datasets import load
 from gnndist.static.trainer import NodeConfig, NodeTrainer, WholeGraph
 from gnndist.temporal.config import LinkConfig
 from gnndist.temporal.events import RankEvents
-from gnndist.temporal.trainer import LinkTrainer, fit
+from gnndist.temporal.fit import fit
+from gnndist.temporal.trainer import LinkTrainer
 
 CURVE = [3, 1, 2, 2, 2, 1, 1]  # validation AP 1 / rank: best at epoch 2, no better one in 3, 4
 

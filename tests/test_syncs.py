@@ -18,7 +18,8 @@ from gnndist.partition import partition_graph
 from gnndist.temporal.config import MEMORY_MODES, LinkConfig
 from gnndist.temporal.events import RankEvents
 from gnndist.temporal.models import MODELS
-from gnndist.temporal.trainer import LinkTrainer, rank_events
+from gnndist.temporal.fit import rank_events
+from gnndist.temporal.trainer import LinkTrainer
 
 MOST = 3
 

@@ -28,7 +28,8 @@ from gnndist.temporal.state import NodeState, merge_mailbox
 from gnndist.temporal.time_encoding import time_encoder
 from gnndist.temporal.timers import Timers
 from gnndist.temporal import neighbours
-from gnndist.temporal.trainer import LinkTrainer, TimedState, batch_loss
+from gnndist.temporal.split_step import batch_loss
+from gnndist.temporal.trainer import LinkTrainer
 from gnndist.runtime.threads import job_threads
 
 MEMORY_MODELS = [m for m in MODELS if m != "tgat"]
@@ -54,7 +55,7 @@ def run(name, tg, batch_size=40, train=True, state=None, tr=None, lr=1e-2, **kw)
     """Process ALL events in batches as the trainer does; the Forward of each batch."""
     tr = tr or trainer(name, tg, batch_size, lr, **kw)
     if state is not None:
-        tr.state = TimedState(state, tr.timers)
+        tr.set_state(state)
     outs = []
     tr.model.train(train)
     for index, s, e in tr.batches(0, tg.num_events):
@@ -160,15 +161,15 @@ def test_a_second_half_gives_the_same_bits_in_the_half_process_and_here(name):
     tg = random_graph(e=600)
     there, here = trainer(name, tg, lr=1e-3), trainer(name, tg, lr=1e-3)
     there.halves = here.halves = 2
-    there.placements = {True: Always(True), False: Always(True)}
-    here.placements = {True: Always(False), False: Always(False)}
+    there.split.placements = {True: Always(True), False: Always(True)}
+    here.split.placements = {True: Always(False), False: Always(False)}
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         _steps_and_scores_agree(tg, there, here, exact=True)
     finally:
         torch.set_num_threads(threads)
-    assert there.half_process is not None and here.half_process is None
+    assert there.split.process is not None and here.split.process is None
 
 
 class TwoInThree(Placement):
@@ -189,15 +190,15 @@ def test_an_epoch_with_the_next_batch_staged_gives_the_same_bits_as_one_without(
     tg = random_graph(e=600)
     staged, ref = trainer(name, tg, lr=1e-3), trainer(name, tg, lr=1e-3)
     staged.halves = ref.halves = 2
-    staged.placements = {True: TwoInThree(), False: TwoInThree()}
-    ref.placements = {True: Always(False), False: Always(False)}  # never stages: nothing runs in the process
-    sent, stage = [], staged._stage
+    staged.split.placements = {True: TwoInThree(), False: TwoInThree()}
+    ref.split.placements = {True: Always(False), False: Always(False)}  # never stages: nothing runs in the process
+    sent, stage = [], staged.split._stage
 
     def counted(item, training):
         stage(item, training)
-        sent.append(staged._staged is not None and staged._staged.second is not None)
+        sent.append(staged.split._staged is not None and staged.split._staged.second is not None)
 
-    staged._stage = counted
+    staged.split._stage = counted
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -224,7 +225,7 @@ def test_a_step_whose_half_process_died_is_named_and_the_next_one_forks_another(
     runs = [trainer("tgn", tg, lr=1e-3) for _ in range(2)]
     for tr in runs:
         tr.halves = 2
-        tr.placements = {True: Always(True), False: Always(True)}
+        tr.split.placements = {True: Always(True), False: Always(True)}
     killed = None
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -234,18 +235,18 @@ def test_a_step_whose_half_process_died_is_named_and_the_next_one_forks_another(
                 tr.model.train()
                 batch = tr.batch(s, e, lambda rows, src, dst: train_negatives(0, 1, index, e - s, rows, dst, tg.num_nodes))
                 if tr is runs[1] and index == 3:
-                    killed = tr.half_process.pid
+                    killed = tr.split.process.pid
                     os.kill(killed, signal.SIGKILL)
                     with pytest.raises(GnndistError, match=rf"\(pid {killed}\) ended: killed by SIGKILL$"):
                         tr.step(batch, e - s)
-                    assert tr.half_process is None
+                    assert tr.split.process is None
                 tr.step(batch, e - s)
             assert all(torch.equal(a, b) for a, b in zip(runs[0].params, runs[1].params)), index
             assert all(torch.equal(a, b) for a, b in zip(runs[0].state.state_dict().values(),
                                                          runs[1].state.state_dict().values())), index
     finally:
         torch.set_num_threads(threads)
-    assert killed is not None and runs[1].half_process.pid != killed
+    assert killed is not None and runs[1].split.process.pid != killed
 
 
 def _two_half_steps(tr, tg, batches, before_step=lambda index: None):
@@ -267,7 +268,7 @@ def test_a_step_interrupted_after_its_halves_ran_leaves_the_next_ones_in_step():
     tg = random_graph(e=600)
     tr = trainer("tgn", tg, lr=1e-3)
     tr.halves = 2
-    tr.placements = {True: Always(True), False: Always(True)}
+    tr.split.placements = {True: Always(True), False: Always(True)}
     adam = tr.optimizer.step
 
     def interrupted(*args, **kwargs):
@@ -280,9 +281,9 @@ def test_a_step_interrupted_after_its_halves_ran_leaves_the_next_ones_in_step():
 
     with pytest.raises(KeyboardInterrupt):
         _two_half_steps(tr, tg, 4, before)
-    pid = tr.half_process.pid
+    pid = tr.split.process.pid
     _two_half_steps(tr, tg, 4)
-    assert tr.half_process.pid == pid
+    assert tr.split.process.pid == pid
 
 
 def test_where_no_process_can_be_forked_the_rank_runs_both_halves(monkeypatch, capfd):
@@ -290,7 +291,7 @@ def test_where_no_process_can_be_forked_the_rank_runs_both_halves(monkeypatch, c
     tr, ref = trainer("tgn", tg, lr=1e-3), trainer("tgn", tg, lr=1e-3)
     for t in (tr, ref):
         t.halves = 2
-    ref.placements = {True: Always(False), False: Always(False)}
+    ref.split.placements = {True: Always(False), False: Always(False)}
 
     def no_fork():
         raise BlockingIOError(11, "Resource temporarily unavailable")
@@ -298,7 +299,7 @@ def test_where_no_process_can_be_forked_the_rank_runs_both_halves(monkeypatch, c
     monkeypatch.setattr(os, "fork", no_fork)
     _two_half_steps(tr, tg, 4)
     _two_half_steps(ref, tg, 4)
-    assert tr.half_process is None and signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    assert tr.split.process is None and signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
     assert all(torch.equal(a, b) for a, b in zip(tr.params, ref.params))
     assert capfd.readouterr().err.count("this rank runs both halves") == 1
 
@@ -385,15 +386,6 @@ def test_timers_leave_out_what_a_thread_runs_untimed():
     assert 0.05 <= timed < 0.1
     spend(True)
     assert timers.seconds["sample"] == timed
-
-
-def test_neighbours_refuse_queries_other_than_the_planned_ones():
-    tg = random_graph()
-    tr = trainer("tgn", tg)
-    nodes, times = tg.src[:5], tg.t[:5]
-    tr.neighbours.use(tr.neighbours.plan([(nodes, times)], [4]))
-    with pytest.raises(RuntimeError, match="other queries than the ones planned"):
-        tr.neighbours(nodes[::-1], times, [4])
 
 
 def perturbed(tg: TemporalGraph, first: int, seed=1) -> TemporalGraph:

@@ -19,7 +19,8 @@ from gnndist.temporal.config import LinkConfig
 from gnndist.temporal.events import RankEvents
 from gnndist.temporal.models import MODELS
 from gnndist.temporal.modules import TemporalAttention
-from gnndist.temporal.trainer import LinkTrainer, Neighbours
+from gnndist.temporal.neighbours import Neighbours
+from gnndist.temporal.trainer import LinkTrainer
 
 DATA = ["synthetic-temporal", "--num-nodes", "80", "--num-events", "1200", "--memory-dim", "16", "--epochs", "3",
         "--batch-size", "100", "--lr", "0.003", "--quiet"]
@@ -84,7 +85,7 @@ def test_demo_trains_and_prints_the_table(capsys):
 
 
 def test_the_table_marks_figures_without_events():
-    from gnndist.temporal.trainer import _table
+    from gnndist.outputs import link_table as _table
     nan = float("nan")
     assert _table([("test new nodes (0 events)", {"ap": nan, "auc": nan, "mrr": nan})]).splitlines()[1].split() == [
         "test", "new", "nodes", "(0", "events)", "-", "-", "-"]
@@ -178,7 +179,7 @@ def test_the_footprint_is_what_a_link_trainer_allocates(model, monkeypatch):
     assert parts["node state"] == sum(t.nbytes for t in state)
 
     seen = {"hops": 0, "attention": 0}
-    call = Neighbours.__call__
+    call = Neighbours.hops
 
     def counted(self, *args):
         hops = call(self, *args)
@@ -189,7 +190,7 @@ def test_the_footprint_is_what_a_link_trainer_allocates(model, monkeypatch):
         query, table, index, context, mask, *_ = inputs
         seen["attention"] += index.numel() * table.shape[1] * table.element_size() + context.nbytes
 
-    monkeypatch.setattr(Neighbours, "__call__", counted)
+    monkeypatch.setattr(Neighbours, "hops", counted)
     for m in tr.model.modules():
         if isinstance(m, TemporalAttention):
             m.register_forward_hook(attention_inputs)

@@ -23,14 +23,16 @@ from gnndist import cli
 from gnndist.runtime import dist as gdist
 from gnndist.errors import GnndistError
 from gnndist.graph import TemporalGraph
-from gnndist.runtime.launch import Outputs, launch
+from gnndist.outputs import Outputs
+from gnndist.runtime.launch import launch
 from gnndist.partition import PartitionBook, partition_graph
 from gnndist.temporal.config import LinkConfig
 from gnndist.temporal.dist_state import PartitionedNodeState
 from gnndist.runtime.dist import pack, unpack
 from gnndist.temporal.events import BatchEvents, RankEvents, _receivers, even_moves, even_out
 from gnndist.temporal.models import MODELS
-from gnndist.temporal.trainer import LinkTrainer, fit, rank_events
+from gnndist.temporal.fit import fit, rank_events
+from gnndist.temporal.trainer import LinkTrainer
 from sites import off_device_sites, record_sites
 
 BATCH = 35  # the last training batch has 2 events: some ranks get none
@@ -185,10 +187,13 @@ class RecTrainer(LinkTrainer):
                 self.reads.append((self.model.training, gdist.collectives_entered() - k0))
                 return rows
             st.read = counted
+        plan = self.planner._plan
 
-    def _plan_window(self, *a, **kw):
-        self.planned_on.add((threading.get_ident() == threading.main_thread().ident, os.sched_getscheduler(0)))
-        return super()._plan_window(*a, **kw)
+        def planned(events, window):
+            if window:
+                self.planned_on.add((threading.get_ident() == threading.main_thread().ident, os.sched_getscheduler(0)))
+            return plan(events, window)
+        self.planner._plan = planned
 
     def step(self, batch, global_batch, ahead=None):
         loss, runs = super().step(batch, global_batch, ahead)

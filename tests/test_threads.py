@@ -100,7 +100,7 @@ else:
 
 JOB = IMPORTED + r"""
 from gnndist.datasets.generators import synthetic_temporal
-from gnndist.temporal import trainer
+from gnndist.temporal import fit, trainer
 seen = []
 epoch = trainer.LinkTrainer.train_epoch
 def spy(self, *a):  # numba's parallel sampling kernel ran when the trainer was built, and runs in the epoch
@@ -109,7 +109,7 @@ def spy(self, *a):  # numba's parallel sampling kernel ran when the trainer was 
     return out
 trainer.LinkTrainer.train_epoch = spy
 torch.set_num_threads(2)
-trainer.train_link(synthetic_temporal(200, 3000, 4, seed=0), trainer.LinkConfig(epochs=1, quiet=True))
+fit.train_link(synthetic_temporal(200, 3000, 4, seed=0), fit.LinkConfig(epochs=1, quiet=True))
 print(json.dumps({"in_job": seen, "after": torch.get_num_threads()}))
 """
 
@@ -124,7 +124,8 @@ def test_a_job_runs_torch_on_one_thread_unless_told(plain, mode):
 DIRECT = IMPORTED + r"""
 from gnndist.datasets.generators import synthetic_temporal
 from gnndist.temporal.config import LinkConfig
-from gnndist.temporal.trainer import LinkTrainer, rank_events
+from gnndist.temporal.fit import rank_events
+from gnndist.temporal.trainer import LinkTrainer
 torch.set_num_threads(2)
 tr = LinkTrainer(rank_events(synthetic_temporal(200, 3000, 4, seed=0)), LinkConfig(epochs=1, quiet=True))
 seen = set()  # torch's count at each forward pass run here (the half process's are its own)

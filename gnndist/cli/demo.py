@@ -30,8 +30,8 @@ def run(args: argparse.Namespace) -> int:
 
     from gnndist.runtime import dist
     from gnndist.datasets import load
-    from gnndist.runtime.launch import Outputs
-    from gnndist.temporal.trainer import train_link
+    from gnndist.outputs import Outputs
+    from gnndist.temporal.fit import train_link
 
     dist.timeout_s()  # a bad GNNDIST_TIMEOUT is told before the data is made
     outputs = Outputs(metrics_out=args.metrics_out)

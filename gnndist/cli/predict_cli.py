@@ -28,7 +28,7 @@ import numpy as np
 
 from gnndist.cli.datasets_cli import add_data_args, source_from_args
 from gnndist.errors import GnndistError
-from gnndist.outputs import check_output, write_metrics
+from gnndist.outputs import check_output, results_text, write_metrics
 from gnndist.validate import DEVICES, Int, check
 
 LINK_MODES = ("--split", "--candidates", "--embed-at")
@@ -95,6 +95,9 @@ def run(args: argparse.Namespace) -> int:
         if args.out:
             check_output(args.out, "test_metrics", inputs, flag="-o")
         test = link.link_test(saved, data, **run_opts)
+        if writes_outputs():
+            print(results_text({"task": "link", "epochs": saved.history, "selected_epoch": saved.selected_epoch,
+                                "test": test}), flush=True)
         if args.out and writes_outputs():
             path = write_metrics(args.out, {"task": "link", "model": saved.config.get("model"),
                                             "checkpoint": args.checkpoint, "selected_epoch": saved.selected_epoch,

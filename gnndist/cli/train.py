@@ -160,13 +160,14 @@ def run(args: argparse.Namespace) -> int:
     cfg = node_config(args) if args.task == "node" else link_config(args)
 
     from gnndist.errors import allocating
-    from gnndist.runtime.launch import Outputs, over_seeds
+    from gnndist.outputs import Outputs
+    from gnndist.runtime.launch import over_seeds
     from gnndist.partition import is_store
 
     if args.task == "node":
         from gnndist.static.trainer import train_node as train
     else:
-        from gnndist.temporal.trainer import train_link as train
+        from gnndist.temporal.fit import train_link as train
     if is_store(args.data):
         refuse_dataset_flags(args)
     data = args.data if is_store(args.data) else source_from_args(args)

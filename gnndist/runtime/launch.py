@@ -16,7 +16,6 @@ import hashlib
 import json
 import os
 import signal
-import socket
 import sys
 import threading
 import time
@@ -34,9 +33,8 @@ from gnndist.datasets import DataSource
 from gnndist.errors import GnndistError, first_line
 from gnndist.graph import MASKS, Graph, TemporalGraph
 from gnndist.io import cache_root, show_progress
-from gnndist.outputs import check_output, write_metrics
-from gnndist.partition import files_missing, is_store, partition_graph, read_store_meta
-from gnndist.runlog import require_tensorboard
+from gnndist.outputs import Outputs, report, write_metrics
+from gnndist.partition import check_store_of, is_store, open_part, partition_graph, read_store_meta
 from gnndist.validate import DEVICES, TASK_OF_KIND, Int, OneOf, check
 
 ERRDIR = "GNNDIST_LAUNCH_ERRDIR"  # where the ranks `launch` starts (they inherit it) leave their error line
@@ -53,50 +51,9 @@ class Split:
     check: Optional[Callable[[Any], None]] = None  # raises GnndistError where a graph lacks what the trainer needs
 
 
-@dataclass(frozen=True)
-class Outputs:
-    """Where a run writes: the metrics JSON (rank 0), the checkpoint folder (each epoch), and the
-    TensorBoard folder (rank 0; `gnndist.runlog`)."""
-
-    metrics_out: Optional[str] = None
-    checkpoint: Optional[str] = None
-    resume: bool = False
-    log_dir: Optional[str] = None
-
-    def check(self, data: "Data", rank_folders: int = 0) -> None:
-        """Refuse, before any work, outputs that would overwrite the input or files gnndist did
-        not write (`gnndist.outputs.check_output`), and a checkpoint folder the run would mix
-        with another run's (`gnndist.checkpoint.check_folder`; `rank_folders`: W where each of
-        W ranks writes a folder of its own, else 0)."""
-        if self.resume and not self.checkpoint:
-            raise GnndistError("--resume needs --checkpoint DIR")
-        given = [(f, Path(p).resolve()) for f, p in (("--metrics-out", self.metrics_out),
-                                                     ("--checkpoint", self.checkpoint), ("--log-dir", self.log_dir)) if p]
-        for i, (flag_a, a) in enumerate(given):
-            for flag_b, b in given[i + 1:]:
-                if a == b or a in b.parents or b in a.parents:
-                    raise GnndistError(f"{flag_a} and {flag_b} are " + (f"the same path ({a})" if a == b else
-                                       f"nested paths ({a}, {b})") + ": give each output a place of its own")
-        name = data.name if isinstance(data, DataSource) else data if isinstance(data, (str, os.PathLike)) else None
-        if self.metrics_out:
-            check_output(self.metrics_out, "metrics", [name])
-        if self.checkpoint:
-            check_output(self.checkpoint, "checkpoint", [name])
-            checkpoint.check_folder(self.checkpoint, rank_folders, self.resume)
-        if self.log_dir:
-            check_output(self.log_dir, "log_dir", [name])
-            require_tensorboard()
-
-
 def check_store(path: Union[str, os.PathLike], kind: str, world: int) -> str:
     """`path`, a store of a `kind` graph with `world` parts, as a string; GnndistError otherwise."""
-    meta = read_store_meta(path)
-    if meta.get("kind") != kind:
-        raise GnndistError(f"partition store {path} holds a {meta.get('kind')} graph; "
-                           f"--task {TASK_OF_KIND[kind]} needs a {kind} one")
-    if int(meta["num_parts"]) != world:
-        raise GnndistError(f"partition store {path} has {meta['num_parts']} parts but {world} rank(s) run; "
-                           f"use --nproc {meta['num_parts']}")
+    check_store_of(read_store_meta(path), path, kind, world)
     return str(path)
 
 
@@ -191,20 +148,6 @@ def make_store(data: Data, world: int, split: Split, quiet: bool = False) -> str
     return str(out)
 
 
-def check_own_part(path: Union[str, os.PathLike], rank: int) -> None:
-    """A one-line error naming the first file this rank needs that the store on this host lacks:
-    meta.json's top-level files (the id maps) and the files of part `rank`."""
-    meta = read_store_meta(path)
-    missing = files_missing(path, meta) + files_missing(path, meta, rank)
-    if missing:
-        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
-        host = dist.heartbeat().host if dist.heartbeat() else socket.gethostname()
-        raise GnndistError(f"rank {rank} (host {host}): the partition store "
-                           f"{path} on this host lacks {missing[0]}{more}: copy meta.json, orig_to_new.npy and "
-                           f"part{rank}/ there from the host that partitioned (a host needs the id maps and the "
-                           "parts of its own ranks)")
-
-
 def _wait_for_store(path: Path) -> str:
     """`path` once this host's local rank 0 has written the store there (if it fails, torchrun
     stops this host's ranks)."""
@@ -229,12 +172,12 @@ def rank_source(data: Data, world: int, split: Split, quiet: bool = False) -> Un
     return _wait_for_store(store_dir(data, world, split))
 
 
-def _fingerprint(store: str, args: tuple) -> dict:
+def _fingerprint(meta: dict, args: tuple) -> dict:
     """What every rank of a job must share: the versions, the store's file checksums and the
     job's settings (the dataclass arguments other than `Outputs`, less `quiet`; one with a
     `fingerprint()`, e.g. a saved model, gives that), and whether it writes and resumes a
     checkpoint (the paths may differ between hosts)."""
-    files = read_store_meta(store)["files"]
+    files = meta["files"]
     config = {k: v for a in args if dataclasses.is_dataclass(a) and not isinstance(a, Outputs)
               for k, v in (a.fingerprint() if hasattr(a, "fingerprint") else dataclasses.asdict(a)).items()
               if k != "quiet"}
@@ -260,11 +203,12 @@ def _difference(mine: dict, first: dict, r: int, hosts: Callable[[int], str]) ->
             f"{key}={first['config'].get(key)!r}: give every host the same flags")
 
 
-def check_same_job(store: str, args: tuple) -> None:
-    """A start-up collective: every rank compares its `_fingerprint` with rank 0's; if one
-    differs, every rank raises the same one-line error naming the first rank that differs."""
+def check_same_job(meta: dict, args: tuple) -> None:
+    """A start-up collective: every rank compares its `_fingerprint` (`meta`: its store's
+    meta.json) with rank 0's; if one differs, every rank raises the same one-line error naming
+    the first rank that differs."""
     w, me = dist.heartbeat(), dist.rank()
-    mine = _fingerprint(store, args)
+    mine = _fingerprint(meta, args)
     w.put("job", json.dumps(mine))
     dist.agree_max(0)  # every rank has posted
     first = json.loads(w.get("job", 0))
@@ -301,13 +245,16 @@ def over_seeds(train: Callable[..., dict], data: Data, cfg: Any, seeds: list[int
     return out
 
 
-def run_job(data: Data, nproc: int, split: Split, rank_fn: Callable[..., dict], *args: Any,
-            device: str = "cpu", quiet: bool = False, rank_checkpoints: bool = False) -> dict:
-    """`rank_fn(source, *args)` on every rank of the job, where `source` is what `rank_source`
-    gives: in this process (nproc 1), on `nproc` local ranks, or on this rank of a torchrun world
-    (which first checks, with every other rank, that they run the same job). Returns rank 0's
-    result (this rank's under torchrun). Torch runs on `threads.job_threads` meanwhile.
-    `rank_checkpoints`: each of W > 1 ranks writes its checkpoint to a folder of its own."""
+def run_job(data: Data, nproc: int, split: Split, rank_fn: Callable[..., Any], *args: Any, device: str = "cpu",
+            quiet: bool = False, outputs: Optional[Outputs] = None, rank_checkpoints: bool = False) -> Any:
+    """`rank_fn(source, device, *args)` on every rank of the job, once the rank has joined the
+    process group (on `device`), where `source` is what `rank_source` gives (a store's part
+    opened: `partition.open_part`): in this process (nproc 1), on `nproc` local ranks, or on
+    this rank of a torchrun world (which first checks, with every other rank, that they run the
+    same job). Returns rank 0's result (this rank's under torchrun). Torch runs on
+    `threads.job_threads` meanwhile. `outputs`: checked before any work; the process holding
+    rank 0's metrics prints and writes them (`outputs.report`). `rank_checkpoints`: each of
+    W > 1 ranks writes its checkpoint to a folder of its own."""
     _refuse_rerun_script()
     dist.timeout_s()  # a bad GNNDIST_TIMEOUT is told before anything starts
     check("nproc", nproc, Int())
@@ -315,18 +262,43 @@ def run_job(data: Data, nproc: int, split: Split, rank_fn: Callable[..., dict], 
     if not isinstance(data, (DataSource, Graph, TemporalGraph, str, os.PathLike)):
         raise GnndistError("the data must be a Graph, a TemporalGraph, a DataSource, a dataset name or a path, "
                            f"got {type(data).__name__}")
-    outputs = next((a for a in args if isinstance(a, Outputs)), None)
+    world = int(os.environ["WORLD_SIZE"]) if dist.in_torchrun() else nproc
     if outputs is not None:
-        world = int(os.environ["WORLD_SIZE"]) if dist.in_torchrun() else nproc
-        outputs.check(data, world if rank_checkpoints and world > 1 else 0)
+        outputs.check(data)
+        if outputs.checkpoint:
+            checkpoint.check_folder(outputs.checkpoint, world if rank_checkpoints and world > 1 else 0, outputs.resume)
     with threads.job_threads():
         if dist.in_torchrun():
-            return _torchrun_rank(data, split, rank_fn, args, device, quiet)
-        if nproc == 1:
-            return rank_fn(rank_source(data, 1, split, quiet), *args)
-        if device.startswith("cuda"):
-            dist.rank_gpu(nproc - 1)  # told before the data is split and the ranks start
-        return launch(nproc, rank_fn, make_store(data, nproc, split, quiet), *args)[0]
+            result = _torchrun_rank(data, split, rank_fn, args, device, quiet)
+        elif nproc == 1:
+            result = _on_rank(rank_source(data, 1, split, quiet), split.kind, rank_fn, device, args)
+        else:
+            if device.startswith("cuda"):
+                dist.rank_gpu(nproc - 1)  # told before the data is split and the ranks start
+            result = launch(nproc, _on_rank, make_store(data, nproc, split, quiet), split.kind, rank_fn, device,
+                            args)[0]
+    if outputs is not None and dist.writes_outputs():
+        report(result, outputs)
+    return result
+
+
+def rank_and_host() -> str:
+    """This rank and its host, as a line names them: `rank 1 (host node2, 10.0.0.2)`."""
+    host = dist.heartbeat().host if dist.heartbeat() else dist.this_host("127.0.0.1")
+    return f"rank {dist.rank()} (host {host})"
+
+
+def _on_rank(source: Union[Graph, TemporalGraph, str], kind: str, rank_fn: Callable[..., Any], device: str,
+             args: tuple) -> Any:
+    """`rank_fn` on this rank of a job started here (one process, or `launch`'s): joined to the
+    process group, with its part of a store (of a `kind` graph) opened."""
+    dev = dist.setup(device)
+    try:
+        if isinstance(source, str):
+            source = open_part(source, dist.rank(), dist.world_size(), kind, rank_and_host())
+        return rank_fn(source, dev, *args)
+    finally:
+        dist.teardown()
 
 
 def _refuse_rerun_script() -> None:
@@ -348,22 +320,22 @@ def _refuse_rerun_script() -> None:
         frame = frame.f_back
 
 
-def _torchrun_rank(data: Data, split: Split, rank_fn: Callable[..., dict], args: tuple, device: str,
-                   quiet: bool) -> dict:
-    """This rank of a torchrun world: join, find this rank's data, check that every rank runs the
-    same job, train; an error of its own is left in the job's store for the others to name."""
+def _torchrun_rank(data: Data, split: Split, rank_fn: Callable[..., Any], args: tuple, device: str,
+                   quiet: bool) -> Any:
+    """This rank of a torchrun world: join, open this rank's data, check that every rank runs the
+    same job, run; an error of its own is left in the job's store for the others to name."""
     world = int(os.environ["WORLD_SIZE"])
     _thread_locks_only()
     try:
-        dist.setup(device)
+        dev = dist.setup(device)
         source = rank_source(data, world, split, quiet)
         if isinstance(source, str):
-            check_own_part(source, dist.rank())
+            source = open_part(source, dist.rank(), world, split.kind, rank_and_host())
         if world > 1:
-            check_same_job(source, args)
+            check_same_job(source.meta, args)
             rank0_host = dist.heartbeat().host_of(0)
-            dist.say(f"running on part {dist.rank()} of {source} ({world} ranks)")
-        result = rank_fn(source, *args)
+            dist.say(f"running on part {dist.rank()} of {source.path} ({world} ranks)")
+        result = rank_fn(source, dev, *args)
     except Exception as e:
         dist.post_failure(e)
         who = dist.line_prefix()
@@ -372,6 +344,7 @@ def _torchrun_rank(data: Data, split: Split, rank_fn: Callable[..., dict], args:
         if own and who:
             raise GnndistError(who + first_line(e)) from None  # its own error: which rank, on which host
         raise
+    dist.teardown()
     if world > 1 and not dist.writes_outputs():
         dist.say(f"done; rank 0 (host {rank0_host}) prints the results and writes the output files, if given there")
     return result

@@ -14,7 +14,8 @@ import torch
 
 from gnndist.graph import Graph, as_node_ids
 from gnndist.runtime.launch import Data, run_job
-from gnndist.predict import Checkpoint, SavedModel, gather_rows, joined, saved_model, source_of, to_positions
+from gnndist.partition import RankPart
+from gnndist.predict import Checkpoint, SavedModel, gather_rows, saved_model, source_of, to_positions
 from gnndist.static.trainer import (SPLIT, NodeConfig, NodeTrainer, PartGraph, RankGraph, check_node_graph,
                                     rank_graph)
 
@@ -28,7 +29,7 @@ def node_probabilities(checkpoint: Checkpoint, data: Data, ids: Optional[np.ndar
     saved.check_kind(source)
     ids = None if ids is None else as_node_ids("ids", ids)
     split = replace(SPLIT, check=lambda g: (check_node_graph(g), _check_sizes(saved, g)))  # before raw data is split
-    return run_job(source, nproc, split, _probabilities_rank, saved, device, quiet, ids, device=device, quiet=quiet)
+    return run_job(source, nproc, split, _probabilities_rank, saved, quiet, ids, device=device, quiet=quiet)
 
 
 def _check_sizes(saved: SavedModel, data: Union[Graph, RankGraph]) -> None:
@@ -36,21 +37,20 @@ def _check_sizes(saved: SavedModel, data: Union[Graph, RankGraph]) -> None:
     saved.check_sizes({"num_features": data.num_features, "num_classes": data.num_classes})
 
 
-def _probabilities_rank(source: Union[Graph, str], saved: SavedModel, device: str, quiet: bool,
+def _probabilities_rank(source: Union[Graph, RankPart], dev: torch.device, saved: SavedModel, quiet: bool,
                         ids: Optional[np.ndarray]) -> np.ndarray:
-    with joined(device) as dev:
-        cfg = saved.settings(NodeConfig, eval_fanouts=None, device=dev.type, quiet=quiet)  # full neighbourhoods
-        view = rank_graph(source, cfg, dev)
-        _check_sizes(saved, view)
-        trainer = NodeTrainer(view, cfg, dev)
-        trainer.model.load_state_dict(saved.params)
-        if isinstance(view, PartGraph):  # the original ids of the nodes it owns (ascending), from its first id
-            num_nodes, owned, first = view.part.num_nodes, view.part.orig_ids, view.part.start
-        else:
-            num_nodes, owned, first = view.graph.num_nodes, np.arange(view.graph.num_nodes), 0
-        want = np.arange(num_nodes, dtype=np.int64) if ids is None else np.unique(to_positions(ids, None, num_nodes))
-        at = np.minimum(np.searchsorted(owned, want), max(owned.size - 1, 0))
-        mine = np.flatnonzero(owned[at] == want) if owned.size else np.zeros(0, np.int64)
-        probs = torch.softmax(trainer.eval_logits(first + at[mine]), 1).cpu()
-        out = gather_rows(mine, probs, want.size, dev)
-        return out if ids is None else out[np.searchsorted(want, ids)]
+    cfg = saved.settings(NodeConfig, eval_fanouts=None, device=dev.type, quiet=quiet)  # full neighbourhoods
+    view = rank_graph(source, cfg, dev)
+    _check_sizes(saved, view)
+    trainer = NodeTrainer(view, cfg, dev)
+    trainer.model.load_state_dict(saved.params)
+    if isinstance(view, PartGraph):  # the original ids of the nodes it owns (ascending), from its first id
+        num_nodes, owned, first = view.part.num_nodes, view.part.orig_ids, view.part.start
+    else:
+        num_nodes, owned, first = view.graph.num_nodes, np.arange(view.graph.num_nodes), 0
+    want = np.arange(num_nodes, dtype=np.int64) if ids is None else np.unique(to_positions(ids, None, num_nodes))
+    at = np.minimum(np.searchsorted(owned, want), max(owned.size - 1, 0))
+    mine = np.flatnonzero(owned[at] == want) if owned.size else np.zeros(0, np.int64)
+    probs = torch.softmax(trainer.eval_logits(first + at[mine]), 1).cpu()
+    out = gather_rows(mine, probs, want.size, dev)
+    return out if ids is None else out[np.searchsorted(want, ids)]

@@ -20,6 +20,7 @@ from __future__ import annotations
 import abc
 import copy
 import math
+import os
 import time
 from dataclasses import asdict
 from typing import Callable, Optional, Union
@@ -35,14 +36,14 @@ from gnndist.errors import GnndistError
 from gnndist.footprint import memory_checked, node_footprint
 from gnndist.graph import MASKS, Graph, TemporalGraph
 from gnndist.io import show_progress
-from gnndist.outputs import write_metrics
-from gnndist.partition import load_partition
+from gnndist.outputs import Outputs
+from gnndist.partition import RankPart, open_part
 from gnndist.runlog import RunLog
 from gnndist.samplers import (Blocks, DistNeighborSampler, DistFeatures, PrefetchLoader, degree_scores, hit_rate,
                               sample_neighbors, sampler_group, visit_scores)
 from gnndist.static.config import NodeConfig
 from gnndist.static.models import MiniBatch, StaticGNN
-from gnndist.runtime.launch import Data, Outputs, Split, run_job
+from gnndist.runtime.launch import Data, Split, run_job
 from gnndist.validate import cache_capacity, check_type
 
 
@@ -455,38 +456,32 @@ def cache_note(rec: dict) -> str:
 SPLIT = Split("static", "metis", ("nodes", "train"), check_training_graph)
 
 
-def rank_graph(source: Union[Graph, str], cfg: NodeConfig, device: torch.device) -> RankGraph:
-    """What this rank sees: the whole graph (one rank) or its part of a static store."""
+def rank_graph(source: Union[Graph, RankPart, str, os.PathLike], cfg: NodeConfig, device: torch.device) -> RankGraph:
+    """What this rank sees: the whole graph (one rank) or its part of a static store (opened
+    already, or a path: then opened now, as this rank of the process group)."""
     if isinstance(source, Graph):
         return WholeGraph(source)
-    return PartGraph(load_partition(source, dist.rank(), dist.world_size()), cfg, device)
+    if isinstance(source, (str, os.PathLike)):
+        source = open_part(source, dist.rank(), dist.world_size(), "static")
+    return PartGraph(source.part, cfg, device)
 
 
-def node_rank(source: Union[Graph, str], cfg: NodeConfig, outputs: Outputs = Outputs()) -> dict:
-    """Train on this rank: `source` is the whole graph (one rank) or a partition store folder
-    (one part per rank). Rank 0 prints the metrics and writes `outputs.metrics_out`."""
-    device = dist.setup(cfg.device)
-    try:
-        with checkpoint.run(outputs.checkpoint if dist.rank() == 0 else None, resume=False):
-            metrics = NodeTrainer(rank_graph(source, cfg, device), cfg, device).fit(outputs=outputs)
-            if dist.rank() == 0 and outputs.metrics_out:
-                write_metrics(outputs.metrics_out, metrics)
-        if dist.rank() == 0:
-            t = metrics["test"]
-            print(f"{cfg.model} on {dist.world_size()} rank(s): test_acc {t['acc']:.4f} "
-                  f"(best val_acc {t['best_val_acc']:.4f} at epoch {t['best_epoch']})", flush=True)
-        return metrics
-    finally:
-        dist.teardown()
+def node_rank(source: Union[Graph, RankPart], device: torch.device, cfg: NodeConfig,
+              outputs: Outputs = Outputs()) -> dict:
+    """Train on this rank: `source` is the whole graph (one rank) or its part of a partition
+    store (one part per rank); the metrics (`NodeTrainer.fit`)."""
+    with checkpoint.run(outputs.checkpoint if dist.rank() == 0 else None, resume=False):
+        return NodeTrainer(rank_graph(source, cfg, device), cfg, device).fit(outputs=outputs)
 
 
 def train_node(data: Data, cfg: NodeConfig = NodeConfig(), nproc: int = 1, outputs: Outputs = Outputs()) -> dict:
     """Node classification on `data` (a `Graph`, a dataset name or path, a `DataSource`, or a
     static partition store) with `nproc` local ranks, or as this rank of a torchrun world.
-    Returns the metrics (of rank 0, or of this rank under torchrun). Local ranks import the
-    calling script again: call from under `if __name__ == "__main__":`."""
+    Returns the metrics (of rank 0, or of this rank under torchrun); rank 0 prints the results
+    and writes `outputs`. Local ranks import the calling script again: call from under
+    `if __name__ == "__main__":`."""
     check_type("cfg", cfg, NodeConfig)
     check_type("outputs", outputs, Outputs)
     if outputs.resume:
         raise GnndistError("--resume is for --task link; a node checkpoint (--checkpoint) is for `gnndist predict`")
-    return run_job(data, nproc, SPLIT, node_rank, cfg, outputs, device=cfg.device, quiet=cfg.quiet)
+    return run_job(data, nproc, SPLIT, node_rank, cfg, outputs, device=cfg.device, quiet=cfg.quiet, outputs=outputs)

@@ -21,7 +21,7 @@ What depends on the events only is exchanged ahead of the steps, for a window of
 which rows each step reads from each owner (so a read is one reply, which the owners send as
 soon as the step before has written: it travels while that step ends).
 
-Rows travel as raw bytes: one uint8 row per node holding its id, key, memory, last-update time,
+Rows travel as raw bytes: one uint8 row per node holding its id, write order, memory, last-update time,
 mails and mail times (a delivered mail: recipient id, order, time, mail). Traffic counters
 (`rows_fetched`, `bytes_sent`) count what this rank sent to or fetched from other ranks, not
 what it moved to itself.
@@ -46,26 +46,26 @@ from gnndist.temporal.state import NodeState
 _INT = torch.int64
 
 
-def last_event_rows(ids: Tensor, key: Tensor) -> tuple[Tensor, Tensor]:
-    """Where rows (ids, key) go and which row goes there: (every row's id, the row with its id's
-    largest key), so that storing row `winner[i]` at `ids[i]` for every i keeps each id's row of
+def last_event_rows(ids: Tensor, order: Tensor) -> tuple[Tensor, Tensor]:
+    """Where rows (ids, order) go and which row goes there: (every row's id, the row with its id's
+    largest order), so that storing row `winner[i]` at `ids[i]` for every i keeps each id's row of
     its last event. A repeated id gets the same row each time, so the order of the writes does
     not matter, and no result is sized by the data: nothing waits for the device."""
-    o = torch.argsort(key, stable=True)
-    o = o[torch.argsort(ids[o], stable=True)]  # by id, then key
+    o = torch.argsort(order, stable=True)
+    o = o[torch.argsort(ids[o], stable=True)]  # by id, then order
     at = ids[o]
     return at, o[torch.searchsorted(at, at, right=True) - 1]
 
 
 def _winning_rows(buf: Tensor, layout: list[tuple[torch.dtype, tuple[int, ...]]]) -> tuple[Tensor, list[Tensor]]:
-    """Of packed written rows (`layout`: id, key, then the row's columns), where each id's row of
+    """Of packed written rows (`layout`: id, order, then the row's columns), where each id's row of
     its last event goes and the columns of that row (`last_event_rows`)."""
     at, winner = last_event_rows(*unpack(buf, layout[:2]))
     return at, unpack(buf, layout, take=winner)[2:]
 
 
 class _RankState:
-    """What both distributed states share: the keys of this batch's writes (the position of each
+    """What both distributed states share: the order of this batch's writes (the position of each
     node's last event on this rank), the planned sizes of the coming writes and the traffic
     counters."""
 
@@ -100,8 +100,8 @@ class _RankState:
         last[:-1] = ends[1:] != ends[:-1]
         self._nodes, self._order = ends[last], to_device(order[last], self.device)
 
-    def key_of(self, ids: np.ndarray) -> Tensor:
-        """The key of each written id (a host array of endpoints named by `begin_batch`)."""
+    def order_of(self, ids: np.ndarray) -> Tensor:
+        """The write order of each written id (a host array of endpoints named by `begin_batch`)."""
         if self._nodes is None:
             raise RuntimeError("begin_batch must name the batch's events before write")
         pos = np.searchsorted(self._nodes, ids).clip(max=max(self._nodes.size - 1, 0))
@@ -116,7 +116,7 @@ def on_host(ids: Tensor, host: Optional[np.ndarray]) -> np.ndarray:
 
 
 def _layout(state: NodeState) -> list[tuple[torch.dtype, tuple[int, ...]]]:
-    """(dtype, row shape) of (id, key, memory, last_update, mail, mail_time)."""
+    """(dtype, row shape) of (id, order, memory, last_update, mail, mail_time)."""
     return [(_INT, ()), (_INT, ())] + [(t.dtype, tuple(t.shape[1:])) for t in
                                        (state.memory, state.last_update, state.mail, state.mail_time)]
 
@@ -152,7 +152,7 @@ class ReplicatedNodeState(_RankState, NodeState):
     def write(self, ids: Tensor, memory: Tensor, last_update: Tensor, mail: Tensor, mail_time: Tensor,
               host_ids: Optional[np.ndarray] = None) -> None:
         """Apply this batch's rows from every rank."""
-        buf = pack([ids, self.key_of(on_host(ids, host_ids)), memory.detach(), last_update, mail.detach(), mail_time])
+        buf = pack([ids, self.order_of(on_host(ids, host_ids)), memory.detach(), last_update, mail.detach(), mail_time])
         at, rows = _winning_rows(self._gather(buf, self._planned_write()), _layout(self))
         super().write(at, *rows)
 
@@ -160,8 +160,8 @@ class ReplicatedNodeState(_RankState, NodeState):
                 mail_time: Tensor, seq: Tensor, host_ids: Optional[np.ndarray] = None,
                 host_to: Optional[np.ndarray] = None) -> None:
         """Apply this batch's memory rows and mails from every rank."""
-        key = self.key_of(on_host(ids, host_ids))
-        at, (memory, last_update) = _winning_rows(self._gather(pack([ids, key, memory.detach(), last_update]),
+        order = self.order_of(on_host(ids, host_ids))
+        at, (memory, last_update) = _winning_rows(self._gather(pack([ids, order, memory.detach(), last_update]),
                                                                   self._planned_write()), _layout(self)[:4])
         to, seq, mail_time, mail = unpack(self._gather(pack([to, seq, mail_time, mail.detach()])),
                                           _mail_layout(self))
@@ -251,7 +251,7 @@ class PartitionedNodeState(_RankState):
         else:
             sizes = [0 if r == self.rank else int(n) for r, n in enumerate(np.diff(bounds))]
             asked = gdist.exchange([ids[int(lo):int(lo) + n] for lo, n in zip(bounds, sizes)])
-            under_way = self._serve(joined(asked) - self.lo, [x.shape[0] for x in asked], sizes)
+            under_way = self._answer(joined(asked) - self.lo, [x.shape[0] for x in asked], sizes)
         out = [torch.empty((host_ids.size, *shape), dtype=dtype, device=self.device)
                for dtype, shape in _layout(self.local)[2:]]
         self.local.read(ids[a:b] - self.lo, out=[o[a:b] for o in out])
@@ -260,7 +260,7 @@ class PartitionedNodeState(_RankState):
         unpack_into(got[a:], [o[b:] for o in out])
         return tuple(out)
 
-    def _serve(self, mine: Tensor, asked: list[int], sizes: list[int]) -> gdist.Exchange:
+    def _answer(self, mine: Tensor, asked: list[int], sizes: list[int]) -> gdist.Exchange:
         """Send the rows `mine` (local row numbers, `asked[r]` of them asked for by rank r, in
         rank order) to the ranks that asked, and get those this rank asked for (`sizes[r]` from
         rank r), under way."""
@@ -272,7 +272,7 @@ class PartitionedNodeState(_RankState):
     def _send_reply(self, planned: np.ndarray, step: StepRequests) -> tuple[np.ndarray, gdist.Exchange]:
         """The reply to a planned read (its ids and routes, `plan`), under way: (the ids, the
         exchange)."""
-        return planned, self._serve(to_device(step.received[:, 0] - self.lo, self.device), step.recv_sizes,
+        return planned, self._answer(to_device(step.received[:, 0] - self.lo, self.device), step.recv_sizes,
                                     step.send_sizes)
 
     def _send_next_reply(self) -> None:
@@ -292,7 +292,7 @@ class PartitionedNodeState(_RankState):
               host_ids: Optional[np.ndarray] = None) -> None:
         """Send each row to its owner, which keeps per node the row of the globally last event."""
         host_ids = on_host(ids, host_ids)
-        buf = pack([ids, self.key_of(host_ids), memory.detach(), last_update, mail.detach(), mail_time])
+        buf = pack([ids, self.order_of(host_ids), memory.detach(), last_update, mail.detach(), mail_time])
         at, rows = _winning_rows(self._to_owners(host_ids, buf, self._planned_write()),
                                     _layout(self.local))
         self.local.write(at - self.lo, *rows)
@@ -304,7 +304,7 @@ class PartitionedNodeState(_RankState):
         """Send each memory row and each mail to its node's owner, which keeps the memory of the
         globally last event and merges the mails into the mailbox."""
         host_ids = on_host(ids, host_ids)
-        rows = pack([ids, self.key_of(host_ids), memory.detach(), last_update])
+        rows = pack([ids, self.order_of(host_ids), memory.detach(), last_update])
         at, (memory, last_update) = _winning_rows(
             self._to_owners(host_ids, rows, self._planned_write()), _layout(self.local)[:4])
         mails = pack([to, seq, mail_time, mail.detach()])

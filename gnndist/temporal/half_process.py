@@ -237,7 +237,7 @@ class HalfProcess:
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
                 for conn in [ours] + [p.conn for p in _RUNNING]:  # the rank's ends: closing them ends those processes
                     conn.close()
-                code = _serve(theirs, signals, run, write, prepare)
+                code = _work_loop(theirs, signals, run, write, prepare)
             except BaseException:
                 traceback.print_exc()
             finally:
@@ -328,7 +328,7 @@ class HalfProcess:
 _RUN_STAGED, _WRITE = Channel.frame(("run", (True, None))), Channel.frame(("write", None))
 
 
-def _serve(conn: Connection, signals: _Signals, run: Callable[[Any, Callable[[], None]], Any],
+def _work_loop(conn: Connection, signals: _Signals, run: Callable[[Any, Callable[[], None]], Any],
            write: Callable[[], None], prepare: Callable[[Any], Any]) -> int:
     """The half process's loop; its exit status."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)

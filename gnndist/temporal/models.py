@@ -4,8 +4,8 @@ each a short composition of the parts in `gnndist.temporal.modules` (`MODELS` bu
 One batch procedure serves all (`TemporalGNN.forward`, then `TemporalGNN.write` after the
 optimizer step):
 
-1. sample the queries' temporal neighbours (strictly earlier than each query's time) through
-   the trainer's `neighbours` function, which also brings the sampled events' features;
+1. take the queries' temporal neighbours (strictly earlier than each query's time), sampled
+   ahead by the trainer's planner with the sampled events' features (`Batch.hops`);
 2. read the state rows of every node involved, once each, and update their memory from the
    stored mails (the gradient flows into the updater). A row at time t only sees mails older
    than t (cell updaters keep the stored memory when the node's mail is not older; APAN masks
@@ -28,7 +28,7 @@ with no events of the batch (empty tensors), so that all ranks join the same col
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Any, Optional
 
 import numpy as np
 import torch
@@ -60,15 +60,13 @@ class Hop:
     host_mask: np.ndarray
 
 
-# (query nodes, query times as host arrays, neighbours per hop) -> one Hop per hop; a collective
-# across ranks
-NeighbourFn = Callable[[np.ndarray, np.ndarray, list[int]], list[Hop]]
-
-
 @dataclass
 class Batch:
     """Events of one batch this rank scores, in time order: endpoints, times, global event ids,
-    their edge features [B, D], and `neg` [B, n] negative destinations per event."""
+    their edge features [B, D], and `neg` [B, n] negative destinations per event; with the rows
+    this rank embeds for it (`rows`, host arrays (nodes, times): `query_rows`, or where owners
+    embed the negatives `remote_negatives.embedded_rows`) and their sampled neighbours (`hops`),
+    as the trainer's planner made them."""
 
     src: Tensor
     dst: Tensor
@@ -77,17 +75,20 @@ class Batch:
     feat: Tensor
     neg: Tensor
     host: Optional[tuple[np.ndarray, ...]] = None  # (src, dst, t, neg) as host arrays, if built from them
+    rows: Optional[tuple[np.ndarray, np.ndarray]] = None
+    hops: list[Hop] = field(default_factory=list)
+    route: Any = None  # where owners embed the negatives: their route (`remote_negatives.route_negatives`)
 
     def on_host(self) -> tuple[np.ndarray, ...]:
         """(src, dst, t, neg) as host arrays: `host`, or else read back from the device."""
         return self.host if self.host is not None else tuple(x.cpu().numpy() for x in
                                                              (self.src, self.dst, self.t, self.neg))
 
-    def queries(self) -> tuple[Tensor, Tensor, np.ndarray, np.ndarray]:
-        """The rows to embed (`query_rows`) on the device and on the host."""
+    def queries(self) -> tuple[Tensor, Tensor]:
+        """The rows to embed (`query_rows`) on the device."""
         n = self.neg.shape[1]
         return (torch.cat([self.src, self.dst, self.neg.reshape(-1)]),
-                torch.cat([self.t, self.t, self.t.repeat_interleave(n)]), *query_rows(*self.on_host()))
+                torch.cat([self.t, self.t, self.t.repeat_interleave(n)]))
 
 
 def query_rows(src: np.ndarray, dst: np.ndarray, t: np.ndarray, neg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -212,21 +213,18 @@ class TemporalGNN(nn.Module):
             return None
         return NodeState(num_nodes, self.dim, self.memory.mail_dim, self.memory.mailbox, start_time, device)
 
-    def forward(self, state: Optional[NodeState], batch: Batch, neighbours: NeighbourFn,
-                read: Optional[Forward] = None) -> Forward:
+    def forward(self, state: Optional[NodeState], batch: Batch, read: Optional[Forward] = None) -> Forward:
         """Scores of the batch's positives and negatives (see the module docstring); `read`: what
         `read_batch` read of the batch before (else read now)."""
         b, n = batch.neg.shape
-        nodes, times, host_nodes, host_times = batch.queries()
-        out = self.embed(state, nodes, times, 2 * b, neighbours, (host_nodes, host_times), read)
+        out = self.embed(state, *batch.queries(), 2 * b, batch.hops, batch.rows, read)
         z = out.embed
         out.pos, out.neg = self.score(z[:b], z[b:2 * b], z[2 * b:], n)
         return out
 
-    def read_batch(self, state: Optional[NodeState], batch: Batch, neighbours: NeighbourFn) -> Forward:
+    def read_batch(self, state: Optional[NodeState], batch: Batch) -> Forward:
         """What `forward` reads of the batch before it uses a parameter (`read`)."""
-        nodes, times, host_nodes, host_times = batch.queries()
-        return self.read(state, nodes, times, 2 * batch.neg.shape[0], neighbours, (host_nodes, host_times))
+        return self.read(state, *batch.queries(), 2 * batch.neg.shape[0], batch.hops, batch.rows)
 
     def score(self, z_src: Tensor, z_dst: Tensor, z_neg: Tensor, n: int) -> tuple[Tensor, Tensor]:
         """Logits [B] of (src, dst) and [B, n] of (src, each of its n negatives) from embeddings."""
@@ -242,15 +240,16 @@ class TemporalGNN(nn.Module):
         return nodes[:n], times[:n], [self.k] * self.sampling.hops
 
     def read(self, state: Optional[NodeState], nodes: Tensor, times: Tensor, num_endpoints: int,
-             neighbours: NeighbourFn, host: Optional[tuple[np.ndarray, np.ndarray]] = None) -> Forward:
+             hops: list[Hop], host: Optional[tuple[np.ndarray, np.ndarray]] = None) -> Forward:
         """What `embed` (same arguments) reads before it uses a parameter, in a `Forward`: the
-        sampled neighbours, their attention contexts, and the distinct nodes' state rows. A
-        state's later writes do not reach it: read it after those that the embedding is to see."""
+        sampled neighbours' attention contexts and the distinct nodes' state rows. A state's
+        later writes do not reach it: read it after those that the embedding is to see."""
         dev = nodes.device
-        host_nodes, host_times = host if host is not None else (nodes.cpu().numpy(), times.cpu().numpy())
-        sampled = self.neighbour_queries(host_nodes, host_times, num_endpoints)
+        host_nodes = host[0] if host is not None else nodes.cpu().numpy()
+        if len(hops) != self.sampling.hops:
+            raise RuntimeError(f"{self.name} embeds over {self.sampling.hops} hop(s) of neighbours, given {len(hops)}")
         out = Forward(pos=torch.empty(0), neg=torch.empty(0), embed=torch.empty(0))
-        out.hops = neighbours(*sampled) if sampled[2] else []
+        out.hops = list(hops)
         attention = self.embedding if isinstance(self.embedding, GraphAttention) else self.message_attention
         if attention is not None and not any(p.requires_grad for p in attention.time_enc.parameters()):
             out.contexts = attention.contexts(out.hops)
@@ -261,14 +260,15 @@ class TemporalGNN(nn.Module):
         return out
 
     def embed(self, state: Optional[NodeState], nodes: Tensor, times: Tensor, num_endpoints: int,
-              neighbours: NeighbourFn, host: Optional[tuple[np.ndarray, np.ndarray]] = None,
+              hops: list[Hop], host: Optional[tuple[np.ndarray, np.ndarray]] = None,
               read: Optional[Forward] = None) -> Forward:
         """Embeddings [Q, d] of the queries (nodes, times) in `Forward.embed`; the first
         `num_endpoints` rows are the batch's endpoints (src, then dst), whose updates `write` stores.
-        `host`: the nodes and times as host arrays (read back from the device if not given): the
-        sampling and the bookkeeping of rows run on the host, so the device is never waited for.
-        `read`: what `read` gave for the same arguments (else read now)."""
-        out = read if read is not None else self.read(state, nodes, times, num_endpoints, neighbours, host)
+        `hops`: the sampled neighbours of the rows `neighbour_queries` names. `host`: the nodes
+        and times as host arrays (read back from the device if not given): the bookkeeping of
+        rows runs on the host, so the device is never waited for. `read`: what `read` gave for
+        the same arguments (else read now)."""
+        out = read if read is not None else self.read(state, nodes, times, num_endpoints, hops, host)
         out.embed = self._embed_read(out, times, num_endpoints)
         out.contexts, out.hops = [], out.hops[:1]  # used up; `write` needs hop 0 only
         return out

@@ -3,13 +3,11 @@ queried nodes' owners across ranks.
 
 Samples depend on the events only (the T-CSR, the query times, a seed), never on the training,
 so a trainer samples the queries of many steps at once (`plan`): one exchange per hop serves
-a whole window of steps instead of one per step, and `Neighbours.__call__` then hands each
-step its planned samples.
+a whole window of steps instead of one per step.
 """
 from __future__ import annotations
 
 import math
-from collections import deque
 
 import numpy as np
 import torch
@@ -39,7 +37,6 @@ class Neighbours:
         self.features = DistFeatures.for_events(rows, events.eid, events.num_events)
         self.carry = cache == "none" and events.edge_dim > 0  # features come with the samples
         self.remote_queries = self.carried_bytes = 0
-        self._planned: deque = deque()  # ((nodes, times), [(sample, features) per hop]) of the coming calls
 
     def held_features(self, eid: np.ndarray) -> np.ndarray:
         """Feature rows of events this rank holds, by global id."""
@@ -84,32 +81,21 @@ class Neighbours:
         per_step = sum(queries * math.prod(ks[:h + 1]) for h in range(len(ks))) * entry
         return max(1, min(PLAN_STEPS, PLAN_BYTES // max(per_step, 1)))
 
-    def plan(self, queries: list[tuple[np.ndarray, np.ndarray]], ks: list[int]) -> deque:
-        """Sample the queries (nodes, times) of the coming calls all at once (a collective: one
-        exchange per hop for all of them). Returns the plan, ((nodes, times), each hop's
-        (samples, features)) per call, which the calls take in this order once `use`d."""
+    def plan(self, queries: list[tuple[np.ndarray, np.ndarray]], ks: list[int]) -> list[list[tuple]]:
+        """Sample the queries (nodes, times) of several coming steps at once (a collective: one
+        exchange per hop for all of them): per step, each hop's (samples, features) on the host
+        (`hops` puts them on the device when the step comes)."""
         cuts = np.cumsum([0] + [n.size for n, _ in queries])
         hops = self._with_features(np.concatenate([n for n, _ in queries]), np.concatenate([t for _, t in queries]), ks)
-        planned = deque()
-        for i, query in enumerate(queries):
-            mine = []
-            for h, (s, f) in enumerate(hops):
-                lo, hi = cuts[i] * math.prod(ks[:h]), cuts[i + 1] * math.prod(ks[:h])
-                mine.append((s.rows(lo, hi), f[lo:hi]))
-            planned.append((query, mine))
-        return planned
+        return [[(s.rows(cuts[i] * math.prod(ks[:h]), cuts[i + 1] * math.prod(ks[:h])),
+                  f[cuts[i] * math.prod(ks[:h]):cuts[i + 1] * math.prod(ks[:h])]) for h, (s, f) in enumerate(hops)]
+                for i in range(len(queries))]
 
-    def use(self, planned: deque) -> None:
-        """Hand the coming calls the samples of `plan`."""
-        self._planned = planned
-
-    def __call__(self, nodes: np.ndarray, times: np.ndarray, ks: list[int]) -> list[Hop]:
-        """The hops of these queries: the next planned ones, or else sampled now (a collective)."""
-        if self._planned:
-            (want_nodes, want_times), hops = self._planned.popleft()
-            if not (np.array_equal(nodes, want_nodes) and np.array_equal(times, want_times)):
-                raise RuntimeError("neighbours asked for other queries than the ones planned")
-        else:
-            hops = self._with_features(nodes, times, ks)
+    def hops(self, planned: list[tuple]) -> list[Hop]:
+        """One step's planned samples (`plan`) as `Hop`s on the device."""
         return [Hop(*(to_device(a, self.device) for a in (h.nbr, h.eid, h.ts, h.dt, h.mask)),
-                    to_device(f, self.device), h.nbr, h.mask) for h, f in hops]
+                    to_device(f, self.device), h.nbr, h.mask) for h, f in planned]
+
+    def sample_now(self, nodes: np.ndarray, times: np.ndarray, ks: list[int]) -> list[Hop]:
+        """The hops of these queries, sampled now (a collective)."""
+        return self.hops(self.plan([(nodes, times)], ks)[0]) if ks else []

@@ -39,11 +39,13 @@ from gnndist.errors import GnndistError
 from gnndist.graph import TemporalGraph, as_node_ids, as_numbers
 from gnndist.io import show_progress
 from gnndist.runtime.launch import Data, run_job
-from gnndist.predict import Checkpoint, SavedModel, gather_rows, joined, saved_model, source_of, to_positions
+from gnndist.predict import Checkpoint, SavedModel, gather_rows, saved_model, source_of, to_positions
 from gnndist.temporal.config import LinkConfig
 from gnndist.temporal.events import RankEvents
-from gnndist.temporal.models import Batch
-from gnndist.temporal.trainer import SPLIT, LinkTrainer, rank_events, selected_test_metrics
+from gnndist.runtime.device import to_device
+from gnndist.temporal.events import BatchEvents
+from gnndist.temporal.fit import SPLIT, rank_events, selected_test_metrics
+from gnndist.temporal.trainer import LinkTrainer
 
 
 def link_test(checkpoint: Checkpoint, data: Data, nproc: int = 1, device: str = "cpu", quiet: bool = False
@@ -120,7 +122,7 @@ def _run(saved: SavedModel, source, nproc: int, rank_fn, device: str, quiet: boo
     checkpoint's before raw data is split for them."""
     saved.check_kind(source)
     split = replace(SPLIT, check=lambda g: _check_sizes(saved, g, same_events))
-    return run_job(source, nproc, split, rank_fn, saved, device, quiet, *args, device=device, quiet=quiet)
+    return run_job(source, nproc, split, rank_fn, saved, quiet, *args, device=device, quiet=quiet)
 
 
 def _check_sizes(saved: SavedModel, data: Union[TemporalGraph, RankEvents], same_events: bool) -> None:
@@ -189,59 +191,55 @@ def events_before(trainer: LinkTrainer, times: np.ndarray) -> np.ndarray:
     return dist.all_reduce(torch.from_numpy(mine).to(trainer.device)).cpu().numpy()
 
 
-def _test_rank(source, saved: SavedModel, device: str, quiet: bool) -> dict[str, Any]:
-    with joined(device) as dev:
-        trainer = _trainer(source, saved, dev, quiet, same_events=True)
-        return selected_test_metrics(trainer, {"epoch": saved.selected_epoch, "model": saved.params},
-                                     saved.history)
+def _test_rank(source, dev: torch.device, saved: SavedModel, quiet: bool) -> dict[str, Any]:
+    trainer = _trainer(source, saved, dev, quiet, same_events=True)
+    return selected_test_metrics(trainer, {"epoch": saved.selected_epoch, "model": saved.params})
 
 
 @torch.no_grad()
-def _scores_rank(source, saved: SavedModel, device: str, quiet: bool, src: np.ndarray, dst: np.ndarray,
+def _scores_rank(source, dev: torch.device, saved: SavedModel, quiet: bool, src: np.ndarray, dst: np.ndarray,
                  t: np.ndarray) -> np.ndarray:
-    with joined(device) as dev:
-        trainer = _trainer(source, saved, dev, quiet)
-        ev, b = trainer.events, trainer.cfg.batch_size
-        src, dst = ev.orig_to_new[src], ev.orig_to_new[dst]
-        before = events_before(trainer, t)
-        order = np.argsort(before, kind="stable")
-        cuts, starts = np.unique(before[order], return_index=True)
-        mine = ev.book.owner(src) == ev.rank
-        replay = Replay(trainer, int(cuts[-1]) if cuts.size else 0)
-        bar = _bar(trainer, t.size, "score", "link")
-        rows_done, scores = [np.zeros(0, np.int64)], [torch.zeros(0)]
-        for cut, rows in zip(cuts, np.split(order, starts[1:])):
-            bar.update(rows.size)
-            rows = rows[mine[rows]]
-            with replay.at(int(cut)):
-                for k in range(dist.agree_max(math.ceil(rows.size / b), dev)):
-                    r = rows[k * b:(k + 1) * b]
-                    batch = Batch(*(torch.as_tensor(a, device=dev) for a in (src[r], dst[r], t[r])),
-                                  torch.full((r.size,), -1, dtype=torch.int64, device=dev),
-                                  torch.zeros((r.size, ev.edge_dim), device=dev),
-                                  torch.zeros((r.size, 0), dtype=torch.int64, device=dev))
-                    scores.append(trainer.forward(batch).pos.cpu())
-                    rows_done.append(r)
-        replay.bar.close()
-        bar.close()
-        return gather_rows(np.concatenate(rows_done), torch.cat(scores), t.size, dev)
+    trainer = _trainer(source, saved, dev, quiet)
+    ev, b = trainer.events, trainer.cfg.batch_size
+    src, dst = ev.orig_to_new[src], ev.orig_to_new[dst]
+    before = events_before(trainer, t)
+    order = np.argsort(before, kind="stable")
+    cuts, starts = np.unique(before[order], return_index=True)
+    mine = ev.book.owner(src) == ev.rank
+    replay = Replay(trainer, int(cuts[-1]) if cuts.size else 0)
+    bar = _bar(trainer, t.size, "score", "link")
+    rows_done, scores = [np.zeros(0, np.int64)], [torch.zeros(0)]
+    for cut, rows in zip(cuts, np.split(order, starts[1:])):
+        bar.update(rows.size)
+        rows = rows[mine[rows]]
+        with replay.at(int(cut)):
+            for k in range(dist.agree_max(math.ceil(rows.size / b), dev)):
+                r = rows[k * b:(k + 1) * b]
+                candidates = BatchEvents(src[r], dst[r], t[r], np.zeros((r.size, 0), np.int64),
+                                         np.full(r.size, -1, np.int64), np.zeros((r.size, ev.edge_dim), np.float32))
+                scores.append(trainer.forward(trainer.planner.ready(candidates)).pos.cpu())
+                rows_done.append(r)
+    replay.bar.close()
+    bar.close()
+    return gather_rows(np.concatenate(rows_done), torch.cat(scores), t.size, dev)
 
 
 @torch.no_grad()
-def _embed_rank(source, saved: SavedModel, device: str, quiet: bool, at: float) -> np.ndarray:
-    with joined(device) as dev:
-        trainer = _trainer(source, saved, dev, quiet)
-        ev, b = trainer.events, trainer.cfg.batch_size
-        cut = int(events_before(trainer, np.array([at]))[0])
-        replay = Replay(trainer, cut)
-        own = np.arange(ev.lo, ev.hi, dtype=np.int64)
-        out = [torch.zeros((0, trainer.model.dim))]
-        steps = dist.agree_max(math.ceil(own.size / b), dev)
-        with replay.at(cut), _bar(trainer, steps, "embed", "step") as bar:
-            replay.bar.close()
-            for k in range(steps):
-                nodes = torch.from_numpy(own[k * b:(k + 1) * b]).to(dev)
-                times = torch.full((nodes.numel(),), at, dtype=torch.float64, device=dev)
-                out.append(trainer.model.embed(trainer.state, nodes, times, 0, trainer.neighbours).embed.cpu())
-                bar.update()
-        return gather_rows(ev.new_to_orig[own], torch.cat(out), ev.num_nodes, dev)
+def _embed_rank(source, dev: torch.device, saved: SavedModel, quiet: bool, at: float) -> np.ndarray:
+    trainer = _trainer(source, saved, dev, quiet)
+    ev, b, model = trainer.events, trainer.cfg.batch_size, trainer.model
+    cut = int(events_before(trainer, np.array([at]))[0])
+    replay = Replay(trainer, cut)
+    own = np.arange(ev.lo, ev.hi, dtype=np.int64)
+    out = [torch.zeros((0, model.dim))]
+    steps = dist.agree_max(math.ceil(own.size / b), dev)
+    with replay.at(cut), _bar(trainer, steps, "embed", "step") as bar:
+        replay.bar.close()
+        for k in range(steps):
+            nodes = own[k * b:(k + 1) * b]
+            times = np.full(nodes.size, at)
+            hops = trainer.neighbours.sample_now(*model.neighbour_queries(nodes, times, 0))
+            out.append(model.embed(trainer.state, to_device(nodes, dev), to_device(times, dev), 0, hops,
+                                   (nodes, times)).embed.cpu())
+            bar.update()
+    return gather_rows(ev.new_to_orig[own], torch.cat(out), ev.num_nodes, dev)

@@ -1,0 +1,173 @@
+"""A whole temporal link-prediction run (`train_link`): the training loop with model selection,
+checkpoints and resume, then the test of the selected parameters.
+
+Chronological 70/15/15 split. Each epoch resets the node state, trains on the training events,
+then validates while the memory keeps absorbing the true events. Training stops after `epochs`
+or when validation AP has not improved for `patience` epochs; the best-validation parameters
+are then restored, the training and validation events replayed through their memory, and the
+test events scored.
+"""
+from __future__ import annotations
+
+import copy
+import os
+import sys
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import numpy as np
+import torch
+
+from gnndist import checkpoint
+from gnndist.errors import GnndistError
+from gnndist.outputs import Outputs
+from gnndist.partition import RankPart, open_part
+from gnndist.runlog import RunLog
+from gnndist.runtime import dist
+from gnndist.runtime.launch import Data, Split, run_job
+from gnndist.samplers import sampler_group
+from gnndist.samplers.distributed import Requests
+from gnndist.temporal.config import LinkConfig
+from gnndist.temporal.events import RankEvents
+from gnndist.temporal.linkpred import link_metrics
+from gnndist.temporal.trainer import LinkTrainer
+from gnndist.graph import TemporalGraph
+from gnndist.validate import check_type
+
+SPLIT = Split("temporal", "temporal")
+RESUMED = ("config", "model", "optimizer", "node_state", "rng", "history", "best")  # what a resume reads
+# the settings a resumed run must share with its checkpoint
+SAME_ON_RESUME = ("model", "batch_size", "lr", "lr_schedule", "clip_grad", "memory_dim", "time_dim", "num_neighbors",
+                  "sampling", "neg", "seed", "memory", "num_nodes", "num_events", "edge_dim", "world_size")
+
+
+def fit(trainer: LinkTrainer, outputs: Outputs = Outputs()) -> dict[str, Any]:
+    """Train with model selection on validation AP, then test the selected parameters; write a
+    checkpoint each epoch (`checkpoint.run`). Returns the metrics (the same on every rank)."""
+    ev, cfg = trainer.events, trainer.cfg
+    folder = None if not outputs.checkpoint else (
+        Path(outputs.checkpoint) / f"rank{ev.rank}" if ev.num_parts > 1 else Path(outputs.checkpoint))
+    config = {**cfg.to_dict(), "num_nodes": ev.num_nodes, "num_events": ev.num_events, "edge_dim": ev.edge_dim,
+              "world_size": ev.num_parts, "partition": ev.partition_key()}
+    with checkpoint.run(folder, outputs.resume, restore=ev.num_parts == 1):
+        history, best, first = resume(trainer, folder, config, outputs.checkpoint) if outputs.resume else ([], None, 1)
+        if first > cfg.epochs:
+            raise GnndistError(f"the checkpoint already holds {first - 1} epochs; ask for more with --epochs")
+        runlog = RunLog(outputs.log_dir if dist.rank() == 0 else None,
+                        first_step=(first - 1) * trainer.steps_per_epoch)
+        trainer.on_loss = runlog.step
+        for epoch in range(first, cfg.epochs + 1):
+            if cfg.patience is not None and history and history[-1]["epoch"] - best["epoch"] >= cfg.patience:
+                break
+            rec = trainer.train_epoch(epoch)
+            val = link_metrics(*trainer.evaluate(trainer.train_end, trainer.val_end, "val")[:2], across_ranks=True)
+            rec.update(val_ap=val["ap"], val_auc=val["auc"], val_mrr=val["mrr"])
+            history.append(rec)
+            runlog.epoch(rec)
+            if best is None or val["ap"] > best["val_ap"]:
+                best = {"epoch": epoch, "val_ap": val["ap"], "model": copy.deepcopy(trainer.model.state_dict())}
+            if dist.rank() == 0 and not cfg.quiet:
+                print(f"epoch {epoch}: loss {rec['loss']:.4f}, {rec['events_per_s']:,.0f} events/s, "
+                      f"val AP {val['ap']:.4f} AUC {val['auc']:.4f} MRR {val['mrr']:.4f}", file=sys.stderr)
+            if folder is not None:
+                checkpoint.save(folder, {"config": config, "epoch": epoch, **trainer.state_dict(),
+                                         "rng": checkpoint.rng_state(), "history": history, "best": best})
+        test = selected_test_metrics(trainer, best)
+        runlog.test(test, best["epoch"])
+    return {"task": "link", "model": cfg.model, "world_size": ev.num_parts, "memory": cfg.memory, "share": cfg.share,
+            "neg": cfg.neg, "config": config, "epochs": history, "selected_epoch": best["epoch"],
+            "stop_reason": "patience" if history[-1]["epoch"] < cfg.epochs else "epochs",
+            "ranks": trainer.rank_metrics(), "test": test}
+
+
+def resume(trainer: LinkTrainer, folder: Path, config: dict[str, Any], name: str) -> tuple[list, dict, int]:
+    """Load the newest checkpoint in `folder` (this rank's of the checkpoint `name`) that every
+    rank holds into `trainer`: (history, best, first epoch to run); a one-line error where it was
+    written with other settings."""
+    held = checkpoint.epochs(folder)
+    if not held:
+        checkpoint.load(folder)  # says what is wrong with what is there
+    saved = checkpoint.load(folder, common_epoch(held, trainer.device), needs=RESUMED)
+    if saved["config"].get("partition", config["partition"]) != config["partition"]:  # older ones: not kept
+        raise GnndistError(f"checkpoint in {name} was written on another partition of the data (its ranks own "
+                           "other nodes): resume on the partition store it was trained on")
+    for key in SAME_ON_RESUME:
+        if saved["config"].get(key) != config[key]:
+            raise GnndistError(f"checkpoint in {name} was written with {key}={saved['config'].get(key)}, "
+                               f"this run has {key}={config[key]}")
+    trainer.load_state_dict(saved)
+    checkpoint.set_rng_state(saved["rng"])
+    return list(saved["history"]), saved["best"], int(saved["epoch"]) + 1
+
+
+def common_epoch(epochs: list[int], device: torch.device) -> int:
+    """The newest checkpointed epoch every rank holds (a collective): after a crash between two
+    ranks' writes, the older complete one."""
+    held = torch.cat(dist.all_gather_varsize(torch.tensor(sorted(epochs), dtype=torch.int64, device=device)))
+    counts = torch.bincount(held.cpu(), minlength=1) if held.numel() else torch.zeros(1, dtype=torch.int64)
+    common = torch.nonzero(counts == dist.world_size()).flatten()
+    if common.numel() == 0:
+        raise GnndistError("no checkpointed epoch is complete on every rank; start afresh without --resume")
+    return int(common.max())
+
+
+def selected_test_metrics(trainer: LinkTrainer, best: dict[str, Any]) -> dict[str, Any]:
+    """Test the selected parameters `best["model"]` over the node state they build on the
+    training and validation events (replayed from event 0): the test metrics of the metrics JSON,
+    also over the events of nodes new after training (a collective)."""
+    ev = trainer.events
+    trainer.model.load_state_dict(best["model"])
+    trainer.reset_state()
+    trainer.evaluate(0, trainer.val_end, "replay", score=False)
+    pos, neg, _, src, dst = trainer.evaluate(trainer.val_end, ev.num_events, "test")
+    new = new_nodes(trainer, np.concatenate([src, dst]))
+    inductive = new[:src.size] | new[src.size:]
+    test = link_metrics(pos, neg, across_ranks=True)
+    test_new = link_metrics(pos[inductive], neg[inductive], across_ranks=True)
+    n_inductive = int(dist.all_reduce(torch.tensor([int(inductive.sum())], device=trainer.device)).item())
+    return {**_json_safe(test), **{f"inductive_{k}": v for k, v in _json_safe(test_new).items()},
+            "inductive_events": n_inductive}
+
+
+def new_nodes(trainer: LinkTrainer, nodes: np.ndarray) -> np.ndarray:
+    """Whether each of `nodes` (new ids, a host array) has its first event after training, as
+    their owners know (one request and one reply on the gloo group; a collective)."""
+    ev = trainer.events
+    first = ev.first_seen()
+    mine = (first >= trainer.train_end) & (first < ev.num_events)
+    asked = Requests(nodes, ev.book.owner(nodes), sampler_group())
+    return asked.reply(mine[asked.received - ev.lo])
+
+
+def _json_safe(metrics: dict[str, float]) -> dict[str, Optional[float]]:
+    """NaN (an empty subset) as null, which JSON can hold."""
+    return {k: (None if v != v else v) for k, v in metrics.items()}
+
+
+def rank_events(source: Union[TemporalGraph, RankPart, str, os.PathLike]) -> RankEvents:
+    """This rank's events: the whole graph (one process) or its part of a temporal store (opened
+    already, or a path: then opened now, as this rank of the process group)."""
+    if isinstance(source, TemporalGraph):
+        return RankEvents.from_graph(source)
+    if isinstance(source, (str, os.PathLike)):
+        source = open_part(source, dist.rank(), dist.world_size(), "temporal")
+    return RankEvents.from_partition(source.part, source.new_to_orig, source.orig_to_new)
+
+
+def link_rank(source: Union[TemporalGraph, RankPart], device: torch.device, cfg: LinkConfig,
+              outputs: Outputs = Outputs()) -> dict:
+    """One rank of a run: its events, then `fit`."""
+    return fit(LinkTrainer(rank_events(source), cfg, device), outputs)
+
+
+def train_link(data: Data, cfg: Optional[LinkConfig] = None, nproc: int = 1, outputs: Outputs = Outputs()) -> dict:
+    """Link prediction on `data` (a `TemporalGraph`, a dataset name or path, a `DataSource`, or
+    a temporal partition store) on `nproc` local ranks, or as this rank of a torchrun world.
+    Returns the metrics (of rank 0, or of this rank under torchrun); rank 0 prints the results
+    and writes `outputs`. Local ranks import the calling script again: call from under
+    `if __name__ == "__main__":`."""
+    cfg = LinkConfig() if cfg is None else cfg
+    check_type("cfg", cfg, LinkConfig)
+    check_type("outputs", outputs, Outputs)
+    return run_job(data, nproc, SPLIT, link_rank, cfg, outputs, device=cfg.device, quiet=cfg.quiet,
+                   outputs=outputs, rank_checkpoints=True)
