@@ -3,10 +3,8 @@ temporal job uses its second core (`gnndist.temporal.split_step` cuts the batch)
 
 Why a process and not a thread: a half's forward pass makes about 140 small torch calls, each
 of which lets go of the GIL and takes it back. Two threads doing that wait for each other at
-every call: on the 2-core machine (UCI TGN) a half's forward pass ran 46% slower beside the
-other half's thread than alone (2026-12-04), and the epoch's speed moved between 26,000 and
-30,000 events/s from minute to minute; two processes of one half each ran 17,800-18,800
-events/s side by side, as fast as one alone (2026-12-05).
+every call, where two processes run side by side as fast as one alone (the measurements:
+docs/benchmarks.md, "Design measurements").
 
 The process is forked when the first step needs it, after the parameters and the node state
 have been moved to shared memory (`in_shared_memory`): both processes then read and write the same
@@ -70,8 +68,7 @@ class Placement:
     use follows its times slowly (a moving average: one slow step does not move the job to the
     slower way for `PROBE` steps); a probe's time replaces the other way's. Why: beside another
     job that takes one of two cores, the two processes share the other core and wait for each
-    other at every meeting (UCI TGN beside one CPU-bound process, 2026-12-05: 0.49x the
-    events/s alone with the second half always in the process, 0.62x with this placement)."""
+    other at every meeting (docs/benchmarks.md, "Design measurements")."""
 
     PROBE = 50
     FOLLOW = 0.2  # weight of a step's time in the way in use's average
@@ -199,8 +196,8 @@ def _mapped(obj: Any, is_leaf: Callable[[Any], bool], fn: Callable[[Any], Any]) 
 class _Signals:
     """What the process tells the rank without a message: that it has read what it was given
     (`ready`) and made its writes (`written`), each a semaphore, which the rank takes without a
-    system call where it was given before (the common case; as messages, each cost the rank 60-75
-    us of CPU time per step on UCI TGN, 2026-12-05), and its CPU time as of then (`cpu`). Its
+    system call where it was given before (the common case; as messages, each cost the rank far
+    more CPU time per step), and its CPU time as of then (`cpu`). Its
     errors, and its end, come through the pipe."""
 
     def __init__(self) -> None:
