@@ -324,7 +324,7 @@ CASES = [
     Case("out-under-a-file", lambda c: ["partition", *STATIC, "--parts", "2", "--out", c.file("f", "x") + "/s"],
          ["is not a folder"]),
     # ---- gnndist info / --verify and damaged or hand-edited stores
-    Case("info-not-a-store", lambda c: ["info", str(Path(c.file("d/x.txt", "x")).parent)],
+    Case("info-not-a-store", lambda c: ["info", str(Path(c.file("d/x.md", "x")).parent)],
          ["is not a partition store (no meta.json)"]),
     Case("info-meta-not-json", info(lambda c, s: (s / "meta.json").write_text("{oops")),
          ["meta.json", "not valid JSON"]),
