@@ -102,6 +102,7 @@ def _blank_out(chunk: bytes, sep: str) -> bytes:
 
 
 def is_number(token: str) -> bool:
+    """Whether a field reads as a number (as Python's float reads it, without '_' separators)."""
     try:
         float(token)
     except ValueError:
