@@ -63,8 +63,8 @@ def _run(name: str, path: str) -> dict:
 
 
 def _write(folder: str, rows: int) -> list[str]:
-    """The synthetic-temporal events (ids 0..N-1: the numpy loaders refuse negative ones) with a label and 4 features as CSV, as
-    SNAP text (src dst t) and as Parquet, each one file."""
+    """The synthetic-temporal events (ids 0..N-1: the numpy loaders refuse negative ones) with a
+    label and 4 features as CSV, as SNAP text (src dst t) and as Parquet, each one file."""
     import numpy as np
 
     from gnndist.datasets.generators import synthetic_temporal

@@ -77,8 +77,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     g.add_argument("--write-shards", metavar="DIR", default=None,
                    help="write DATA as shard files into the new folder DIR (synthetic-temporal: generated a shard "
                         "at a time, for graphs larger than memory)")
-    g.add_argument("--shards", type=int, default=4, help="number of shard files (default: 4)")
-    g.add_argument("--shard-format", default="parquet", help="parquet (default), csv or snap")
+    g.add_argument("--shards", type=int, default=None, help="number of shard files (default: 4)")
+    g.add_argument("--shard-format", default=None, help="parquet (default), csv or snap")
 
 
 def describe(g: Union[Graph, TemporalGraph]) -> str:
@@ -95,13 +95,16 @@ def describe(g: Union[Graph, TemporalGraph]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Run the subcommand; the exit status."""
+    given = {name: v for name, v in (("num_shards", args.shards), ("format", args.shard_format)) if v is not None}
+    if args.write_shards is None and given:
+        flag = "--shards" if "num_shards" in given else "--shard-format"
+        raise GnndistError(f"{flag} applies with --write-shards DIR")
     if args.write_shards is not None:
         if args.data is None:
             raise GnndistError("--write-shards needs DATA: a built-in dataset name, a file or a folder")
         source = source_from_args(args)
-        shards = write_data_shards(source.name, source.format, source.options, args.write_shards,
-                                   ShardWriteConfig(num_shards=args.shards, format=args.shard_format,
-                                                    seed=source.options.get("seed", 0)))
+        config = ShardWriteConfig(seed=source.options.get("seed", 0), **given)
+        shards = write_data_shards(source.name, source.format, source.options, args.write_shards, config)
         print(f"wrote {len(shards.files)} {shards.format} shard files of {args.data} to {args.write_shards} "
               f"({sum(size for _, size in shards.files) / 2**20:.1f} MiB)")
         return 0

@@ -74,7 +74,8 @@ def header_problem(names: list[str], static: bool = False) -> Optional[str]:
             return f"header needs exactly one {role} column (one of {', '.join(keys)}), found {found}"
         if role in ("label", "weight") and found > 1:
             return f"header names more than one {role} column"
-    other = [n for n in names if not any(n.lower() in keys for r, keys in _ROLES.items() if r in ("src", "dst", "skip"))]
+    edge_roles = _ROLES["src"] + _ROLES["dst"] + _ROLES["skip"]
+    other = [n for n in names if n.lower() not in edge_roles]
     if static and other:
         return f"the edges of a static graph have src and dst columns only, found {other[0]!r}"
     return None

@@ -177,8 +177,8 @@ def open_nodes(shards: Shards) -> Optional[NodeArrays]:
         return None
     n = arrays["ids"].shape[0] if arrays["ids"].ndim else 0
     for k, a in arrays.items():
-        kinds, want = (("biuf", "a 2-d numeric array") if k == "x" else ("iu", "a 1-d integer array") if k in ("ids", "y")
-                       else ("biu", "a 1-d boolean array"))
+        kinds, want = (("biuf", "a 2-d numeric array") if k == "x" else
+                       ("iu", "a 1-d integer array") if k in ("ids", "y") else ("biu", "a 1-d boolean array"))
         if a.ndim != (2 if k == "x" else 1) or a.dtype.kind not in kinds or a.shape[0] != n:
             raise GnndistError(f"{where[k]}: expected {want} of {n} rows (one per id), got {a.dtype} {a.shape}")
         if k in MASKS and a.dtype != bool and a.size and not np.all((a == 0) | (a == 1)):
@@ -497,11 +497,12 @@ class _TextReader:
     """Parses blocks of a text shard file's lines into columns; falls back to tidied lines and
     to ids written as floats when pyarrow rejects a block."""
 
-    MODES = ((False, False), (True, False), (False, True), (True, True))  # (tidy the lines, ids as floats), tried in turn
+    MODES = ((False, False), (True, False), (False, True), (True, True))  # (tidy lines, ids as floats) in turn
 
     def __init__(self, path: str, layout: _Layout, format: str):
         self.path, self.c, self.delimiter = path, layout.columns, layout.delimiter
         self.whitespace = format == "snap"
+        self.float_ids = False
         self.names = [str(j) for j in range(self.c.ncols)]
 
     def _convert(self, float_ids: bool) -> pacsv.ConvertOptions:
@@ -527,9 +528,12 @@ class _TextReader:
 
     def parse(self, offset: int, data: pa.Buffer) -> pa.Table:
         """The block's rows, or GnndistError naming its first bad line."""
-        for mode in self.MODES:
-            table = self._try(data, *mode)
+        for tidy, float_ids in self.MODES:
+            if self.float_ids and not float_ids:
+                continue  # ids written as floats once are so throughout (TGN's 0.0 labels)
+            table = self._try(data, tidy, float_ids)
             if table is not None:
+                self.float_ids = float_ids
                 return table
         text = data.to_pybytes()
         c, want = self.c, (f" ({' '.join(self.c.names)})" if self.whitespace else "")

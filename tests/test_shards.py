@@ -51,7 +51,7 @@ def test_temporal_shards_give_the_graph_back(temporal, fmt, in_order, tmp_path):
     g = temporal
     config = ShardWriteConfig(num_shards=3, format=fmt, out_of_time_order=not in_order, seed=3, row_group_rows=300)
     shards = write_shards(g, str(tmp_path / "g"), config)
-    assert [n for n, _ in shards.files] == [f"part-0000{k}.{'parquet' if fmt == 'parquet' else 'csv'}" for k in range(3)]
+    assert [n for n, _ in shards.files] == [f"part-0000{k}.{fmt}" for k in range(3)]
     h = read_graph(str(tmp_path / "g"))
     src, dst = back(h.orig_ids[h.src], config, g.num_nodes), back(h.orig_ids[h.dst], config, g.num_nodes)
     assert np.array_equal(h.orig_ids, np.unique(original_ids(np.unique(np.concatenate([g.src, g.dst])), config)))
