@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import zipfile
 import zlib
+from dataclasses import dataclass
 from typing import Optional, Union
 
 import numpy as np
@@ -32,7 +33,7 @@ def _renumber(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(sorted distinct ids, each id's position among them), as np.unique(return_inverse=True),
     through a lookup table when the ids are not much sparser than their count (the common case)."""
     top = int(ids.max(initial=-1)) + 1
-    if top > 4 * ids.size + (1 << 20):
+    if top > 4 * ids.size + (1 << 20) or ids.min(initial=0) < 0:
         return np.unique(ids, return_inverse=True)
     present = np.zeros(top, dtype=bool)
     present[ids] = True
@@ -40,10 +41,15 @@ def _renumber(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.flatnonzero(present), position[ids]
 
 
-def temporal_graph(src: np.ndarray, dst: np.ndarray, t: np.ndarray, edge_feat: Optional[np.ndarray] = None,
-              edge_label: Optional[np.ndarray] = None, orig_ids: Optional[np.ndarray] = None) -> TemporalGraph:
-    """A TemporalGraph with renumbered ids (`orig_ids` given: ids already renumbered)."""
-    if orig_ids is None:
+def renumbered(src: np.ndarray, dst: np.ndarray, t: np.ndarray, edge_feat: Optional[np.ndarray] = None,
+               edge_label: Optional[np.ndarray] = None, bipartite: bool = False) -> TemporalGraph:
+    """A TemporalGraph (sorted by time, stably) of events given by original node ids, numbered
+    0..N-1 in order of original id (`bipartite`: src and dst are separate id spaces, dst numbered
+    after src); the original ids are kept as `orig_ids`."""
+    if bipartite:
+        (users, su), (items, di) = _renumber(src), _renumber(dst)
+        src, dst, orig_ids = su, di + users.size, np.concatenate([users, items])
+    else:
         orig_ids, inverse = _renumber(np.concatenate([src, dst]))
         src, dst = inverse[:src.size], inverse[src.size:]
     g = TemporalGraph(src, dst, t, edge_feat, edge_label, num_nodes=orig_ids.size, sort=True)
@@ -56,7 +62,7 @@ def load_snap(path: str) -> TemporalGraph:
     names = ["src", "dst", "time"]
     check = lambda v, _: check_ids(v, (0, 1)) or check_finite(v, names)  # noqa: E731
     _, a = read_table(path, ncols=3, check=check, what=" ".join(names))
-    return temporal_graph(a[:, 0].astype(np.int64), a[:, 1].astype(np.int64), a[:, 2])
+    return renumbered(a[:, 0].astype(np.int64), a[:, 1].astype(np.int64), a[:, 2])
 
 
 def load_signed(path: str) -> TemporalGraph:
@@ -66,36 +72,68 @@ def load_signed(path: str) -> TemporalGraph:
     names = ["source", "target", "rating", "time"]
     check = lambda v, _: check_ids(v, (0, 1)) or check_finite(v, names)  # noqa: E731
     _, a = read_table(path, sep=",", header=True, ncols=4, check=check, what=",".join(names))
-    return temporal_graph(a[:, 0].astype(np.int64), a[:, 1].astype(np.int64), a[:, 3], a[:, 2:3].astype(np.float32),
-                          (a[:, 2] > 0).astype(np.int64))
+    return renumbered(a[:, 0].astype(np.int64), a[:, 1].astype(np.int64), a[:, 3], a[:, 2:3].astype(np.float32),
+                      (a[:, 2] > 0).astype(np.int64))
 
 
-def _header_problem(names: list[str]) -> Optional[str]:
-    """What is wrong with a CSV header, if anything."""
+def header_problem(names: list[str], static: bool = False) -> Optional[str]:
+    """What is wrong with the header of a CSV of events (`static`: of a static graph's edges,
+    which has src and dst columns and no others but row numbers), if anything."""
     for role, keys in _ROLES.items():
         found = sum(n.lower() in keys for n in names)
-        if role in ("src", "dst", "t") and found != 1:
+        if (role in ("src", "dst") or role == "t" and not static) and found != 1:
             return f"header needs exactly one {role} column (one of {', '.join(keys)}), found {found}"
         if role in ("label", "weight") and found > 1:
             return f"header names more than one {role} column"
+    edge_roles = _ROLES["src"] + _ROLES["dst"] + _ROLES["skip"]
+    other = [n for n in names if n.lower() not in edge_roles]
+    if static and other:
+        return f"the edges of a static graph have src and dst columns only, found {other[0]!r}"
     return None
-
-
-def _csv_roles(names: list[str]) -> dict[str, Optional[int]]:
-    """Column index per role, found by header name (None: no such column)."""
-    return {role: max((j for j, n in enumerate(names) if n.lower() in keys), default=None)
-            for role, keys in _ROLES.items()}
 
 
 _NO_HEADER = ["src", "dst", "t"]  # columns of a CSV without header; further columns are features
 
 
+@dataclass(frozen=True)
+class Columns:
+    """Which column of a table of events (or of a static graph's edges) holds what, found from its
+    header names (`_ROLES`)."""
+
+    names: tuple[str, ...]  # the header's names (of a table without header: src, dst, t)
+    ncols: int  # fields per row: the names, and any unnamed feature fields past them
+    src: int
+    dst: int
+    t: Optional[int]  # None: the edges of a static graph
+    label: Optional[int]  # event labels (classes 0, 1, ...)
+    weight: Optional[int]  # Bitcoin's weight: the first feature, and its sign the label when no label column
+    features: tuple[int, ...]  # edge feature columns in order: the weight, then columns of no known role
+    skip: tuple[int, ...]  # row-number columns (TGN's idx)
+    bipartite: bool  # JODIE's user_id/item_id: separate id spaces, items numbered after users
+
+
+def csv_columns(names: Optional[list[str]], ncols: int, static: bool = False) -> Columns:
+    """The `Columns` of a table of `ncols` fields with header `names` (None: no header, so src,
+    dst, t, features; `static`: src, dst). Fields past the header's names (JODIE) are features."""
+    names = names or _NO_HEADER[:2 if static else 3]
+    skip = tuple(j for j, n in enumerate(names) if n.lower() in _ROLES["skip"])
+    if static:
+        src, dst = (next(j for j, n in enumerate(names) if n.lower() in _ROLES[r]) for r in ("src", "dst"))
+        return Columns(tuple(names), max(ncols, len(names)), src, dst, None, None, None, (), skip, False)
+    r = {role: max((j for j, n in enumerate(names) if n.lower() in keys), default=None)
+         for role, keys in _ROLES.items()}
+    taken = {r["src"], r["dst"], r["t"], r["label"], r["weight"], *skip}
+    features = ([] if r["weight"] is None else [r["weight"]]) + [j for j in range(ncols) if j not in taken]
+    bipartite = names[r["src"]].lower().startswith("user") and names[r["dst"]].lower().startswith("item")
+    return Columns(tuple(names), max(ncols, len(names)), r["src"], r["dst"], r["t"], r["label"], r["weight"],
+                   tuple(features), skip, bipartite)
+
+
 def _csv_check(values: np.ndarray, names: Optional[list[str]]) -> Optional[tuple[int, str]]:
     """First row with a bad node id or a NaN/inf value."""
-    names = names or _NO_HEADER
-    r = _csv_roles(names)
-    labels = None if r["label"] is None else check_ids(values, (r["label"],), "label")  # classes 0, 1, ...
-    return check_ids(values, (r["src"], r["dst"])) or labels or check_finite(values, names)
+    c = csv_columns(names, values.shape[1])
+    labels = None if c.label is None else check_ids(values, (c.label,), "label")  # classes 0, 1, ...
+    return check_ids(values, (c.src, c.dst)) or labels or check_finite(values, list(c.names))
 
 
 def load_csv(path: str) -> TemporalGraph:
@@ -107,27 +145,19 @@ def load_csv(path: str) -> TemporalGraph:
     a header the columns are src, dst, t, features. JODIE's `user_id`/`item_id` are separate
     id spaces: items are numbered after users.
     """
-    names, a = read_table(path, sep=",", header=True, check=_csv_check, header_problem=_header_problem)
-    names = names or _NO_HEADER
-    r = _csv_roles(names)
-    src, dst, t = a[:, r["src"]].astype(np.int64), a[:, r["dst"]].astype(np.int64), a[:, r["t"]]
-    skip = [j for j in range(len(names)) if names[j].lower() in _ROLES["skip"]]
-    taken = {r["src"], r["dst"], r["t"], r["label"], r["weight"], *skip}
-    feat_cols = ([] if r["weight"] is None else [r["weight"]]) + [j for j in range(a.shape[1]) if j not in taken]
-    edge_feat = a[:, feat_cols].astype(np.float32) if feat_cols else None
+    names, a = read_table(path, sep=",", header=True, check=_csv_check, header_problem=header_problem)
+    c = csv_columns(names, a.shape[1])
+    src, dst, t = a[:, c.src].astype(np.int64), a[:, c.dst].astype(np.int64), a[:, c.t]
+    edge_feat = a[:, list(c.features)].astype(np.float32) if c.features else None
     edge_label = None
-    if r["label"] is not None:
-        edge_label = a[:, r["label"]].astype(np.int64)
-    elif r["weight"] is not None:
-        edge_label = (a[:, r["weight"]] > 0).astype(np.int64)
-    idx = [j for j in skip if names[j].lower() == "idx"]
+    if c.label is not None:
+        edge_label = a[:, c.label].astype(np.int64)
+    elif c.weight is not None:
+        edge_label = (a[:, c.weight] > 0).astype(np.int64)
+    idx = [j for j in c.skip if c.names[j].lower() == "idx"]
     if idx:
         edge_feat = _tgn_edge_features(path, a[:, idx[0]].astype(np.int64), edge_feat)
-    orig_ids = None
-    if names[r["src"]].lower().startswith("user") and names[r["dst"]].lower().startswith("item"):
-        (users, su), (items, di) = _renumber(src), _renumber(dst)
-        src, dst, orig_ids = su, di + users.size, np.concatenate([users, items])
-    return temporal_graph(src, dst, t, edge_feat, edge_label, orig_ids)
+    return renumbered(src, dst, t, edge_feat, edge_label, c.bipartite)
 
 
 def _tgn_edge_features(path: str, idx: np.ndarray, edge_feat: Optional[np.ndarray]) -> Optional[np.ndarray]:

@@ -7,6 +7,8 @@ in its community that drift over time, with edge features tied to the pair.
 """
 from __future__ import annotations
 
+from typing import Iterator
+
 import numpy as np
 
 from gnndist.errors import GnndistError
@@ -116,6 +118,79 @@ def _mix(*parts: np.ndarray) -> np.ndarray:
     return h
 
 
+class _TemporalModel:
+    """The node-level state of `synthetic_temporal`'s model (communities, activity, each node's
+    partners), from which events of any time window are drawn."""
+
+    K_PREF, MEAN_SESSION = 4, 6.0
+
+    def __init__(self, rng: np.random.Generator, num_nodes: int, num_events: int, seed: int):
+        n = num_nodes
+        self.n, self.e, self.seed = n, num_events, seed
+        num_comm = max(1, int(round(np.sqrt(n) / 2)))
+        self.comm = rng.integers(0, num_comm, n)
+        self.sampler = _GroupSampler(self.comm, _power_law_weights(rng, n), num_comm)
+        self.counts = np.bincount(self.comm, minlength=num_comm)
+        self.members = np.argsort(self.comm, kind="stable")
+        self.first = np.concatenate([[0], np.cumsum(self.counts)])[:-1]
+
+    def events(self, rng: np.random.Generator, e: int, t0: float, span: float
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`e` events (src, dst, t sorted) of sessions starting in [t0, t0 + span)."""
+        n, k_pref, mean_session = self.n, self.K_PREF, self.MEAN_SESSION
+        # sessions: a source node, a start time, a main partner slot, and a length (>= 1 event)
+        lengths = rng.geometric(1.0 / mean_session, size=int(e / mean_session * 1.2) + 16)
+        while lengths.sum() < e:
+            lengths = np.concatenate([lengths, rng.geometric(1.0 / mean_session, size=lengths.size)])
+        lengths = lengths[:np.searchsorted(np.cumsum(lengths), e) + 1]
+        lengths[-1] -= lengths.sum() - e
+        s = lengths.size
+        who = self.sampler.draw(rng, size=s)
+        start = np.sort(rng.random(s)) * span  # sessions in start order: events come out nearly sorted
+        if t0:
+            start += t0
+        main_slot = rng.integers(0, k_pref, s)
+        sess = np.repeat(np.arange(s), lengths)
+        begin = np.cumsum(lengths) - lengths  # position of each session's first event
+        gaps = rng.exponential(0.02 * mean_session, e)  # within-session gaps, far below the mean spacing 1
+        gaps[begin] = 0.0
+        run = np.cumsum(gaps)
+        t = start[sess] + (run - run[begin][sess])
+        src = who[sess]
+        # partner: the session's main slot (60%), another slot (30%), or anyone (10%)
+        u = rng.random(e)
+        slot = np.where(u < 0.6, main_slot[sess], rng.integers(0, k_pref, e))
+        seed = self.seed
+        period = self.e / 8.0 * (0.5 + _mix(seed, src, slot, 1).astype(np.float64) / 2.0 ** 64)  # each slot drifts
+        phase = _mix(seed, src, slot, 2).astype(np.float64) / 2.0 ** 64
+        epoch = np.floor(t / period + phase).astype(np.int64)
+        c = self.comm[src]
+        dst = self.members[self.first[c] + (_mix(seed, src, slot, epoch) % self.counts[c].astype(np.uint64)
+                                            ).astype(np.int64)]
+        anyone = u >= 0.9
+        dst[anyone] = self.sampler.draw(rng, size=int(anyone.sum()))
+        clash = dst == src
+        dst[clash] = (src[clash] + 1 + rng.integers(0, n - 1, int(clash.sum()))) % n
+        order = np.argsort(t, kind="stable")
+        return src[order], dst[order], t[order]
+
+
+def _edge_features(rng: np.random.Generator, node_vec: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """Edge features: the two endpoints' fixed vectors plus noise."""
+    feat = rng.standard_normal((src.size, node_vec.shape[1]), dtype=np.float32)
+    feat *= np.float32(0.5)
+    feat += node_vec[src]
+    feat += node_vec[dst]
+    return feat
+
+
+def _check_temporal(num_nodes: int, num_events: int, edge_dim: int, seed: int) -> None:
+    _positive(num_nodes=num_nodes, num_events=num_events, edge_dim=edge_dim)
+    _check_seed(seed)
+    if num_nodes < 2:
+        raise GnndistError(f"{_named('num_nodes')} must be at least 2, got {num_nodes}")
+
+
 def synthetic_temporal(num_nodes: int = 1_000, num_events: int = 20_000, edge_dim: int = 8,
                        seed: int = 0) -> TemporalGraph:
     """Temporal interaction graph with exactly `num_events` events at times from 0 to about
@@ -126,53 +201,45 @@ def synthetic_temporal(num_nodes: int = 1_000, num_events: int = 20_000, edge_di
     at its own pace over time), sometimes another preferred one, rarely anyone. Edge features
     are a mix of the two endpoints' fixed vectors plus noise.
     """
-    _positive(num_nodes=num_nodes, num_events=num_events, edge_dim=edge_dim)
-    _check_seed(seed)
-    if num_nodes < 2:
-        raise GnndistError(f"{_named('num_nodes')} must be at least 2, got {num_nodes}")
+    _check_temporal(num_nodes, num_events, edge_dim, seed)
     rng = np.random.default_rng(seed)
-    n, e = num_nodes, num_events
-    k_pref, mean_session = 4, 6.0
-    num_comm = max(1, int(round(np.sqrt(n) / 2)))
-    comm = rng.integers(0, num_comm, n)
-    sampler = _GroupSampler(comm, _power_law_weights(rng, n), num_comm)
-    counts = np.bincount(comm, minlength=num_comm)
-    members = np.argsort(comm, kind="stable")
-    first = np.concatenate([[0], np.cumsum(counts)])[:-1]
-    # sessions: a source node, a start time, a main partner slot, and a length (>= 1 event)
-    lengths = rng.geometric(1.0 / mean_session, size=int(e / mean_session * 1.2) + 16)
-    while lengths.sum() < e:
-        lengths = np.concatenate([lengths, rng.geometric(1.0 / mean_session, size=lengths.size)])
-    lengths = lengths[:np.searchsorted(np.cumsum(lengths), e) + 1]
-    lengths[-1] -= lengths.sum() - e
-    s = lengths.size
-    who = sampler.draw(rng, size=s)
-    start = np.sort(rng.random(s)) * e  # sessions in start order: events come out nearly sorted
-    main_slot = rng.integers(0, k_pref, s)
-    sess = np.repeat(np.arange(s), lengths)
-    begin = np.cumsum(lengths) - lengths  # position of each session's first event
-    gaps = rng.exponential(0.02 * mean_session, e)  # within-session gaps, far below the mean spacing 1
-    gaps[begin] = 0.0
-    run = np.cumsum(gaps)
-    t = start[sess] + (run - run[begin][sess])
-    src = who[sess]
-    # partner: the session's main slot (60%), another slot (30%), or anyone (10%)
-    u = rng.random(e)
-    slot = np.where(u < 0.6, main_slot[sess], rng.integers(0, k_pref, e))
-    period = e / 8.0 * (0.5 + _mix(seed, src, slot, 1).astype(np.float64) / 2.0 ** 64)  # each slot drifts
-    phase = _mix(seed, src, slot, 2).astype(np.float64) / 2.0 ** 64
-    epoch = np.floor(t / period + phase).astype(np.int64)
-    c = comm[src]
-    dst = members[first[c] + (_mix(seed, src, slot, epoch) % counts[c].astype(np.uint64)).astype(np.int64)]
-    anyone = u >= 0.9
-    dst[anyone] = sampler.draw(rng, size=int(anyone.sum()))
-    clash = dst == src
-    dst[clash] = (src[clash] + 1 + rng.integers(0, n - 1, int(clash.sum()))) % n
-    order = np.argsort(t, kind="stable")
-    src, dst, t = src[order], dst[order], t[order]
-    node_vec = rng.standard_normal((n, edge_dim), dtype=np.float32)
-    feat = rng.standard_normal((e, edge_dim), dtype=np.float32)
-    feat *= np.float32(0.5)
-    feat += node_vec[src]
-    feat += node_vec[dst]
-    return TemporalGraph(src, dst, t, feat, num_nodes=n)
+    model = _TemporalModel(rng, num_nodes, num_events, seed)
+    src, dst, t = model.events(rng, num_events, 0.0, float(num_events))
+    node_vec = rng.standard_normal((num_nodes, edge_dim), dtype=np.float32)
+    return TemporalGraph(src, dst, t, _edge_features(rng, node_vec, src, dst), num_nodes=num_nodes)
+
+
+def synthetic_temporal_windows(num_nodes: int, num_events: int, edge_dim: int, seed: int, windows: int
+                               ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+    """`synthetic_temporal`'s model generated one time window at a time: (src, dst, t, edge
+    features) of each of `windows` consecutive windows, in time order (each sorted by time, every
+    time at or after the previous window's last).
+
+    Window w holds about `num_events / windows` events: those of the sessions that start in
+    [num_events * w / windows, num_events * (w + 1) / windows), less the few that run past its end
+    (held back for the next window). Window 0 draws from the generator's own random stream, so
+    one window gives exactly `synthetic_temporal(num_nodes, num_events, edge_dim, seed)`; window
+    w >= 1 from a stream seeded by (seed, w). Held between windows: the node-level state (a few
+    arrays of num_nodes entries, the node vectors [num_nodes, edge_dim]) and those held-back events.
+    """
+    _check_temporal(num_nodes, num_events, edge_dim, seed)
+    _positive(windows=windows)
+    rng = np.random.default_rng(seed)
+    model = _TemporalModel(rng, num_nodes, num_events, seed)
+    node_vec = None
+    held = (np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0), np.empty((0, edge_dim), np.float32))
+    for w in range(windows):
+        lo, hi = num_events * w // windows, num_events * (w + 1) // windows
+        if w:
+            rng = np.random.default_rng([seed, w])
+        src, dst, t = model.events(rng, hi - lo, float(lo), float(hi - lo)) if hi > lo else held[:3]
+        if node_vec is None:
+            node_vec = rng.standard_normal((num_nodes, edge_dim), dtype=np.float32)
+        new = (src, dst, t, _edge_features(rng, node_vec, src, dst)) if hi > lo else held
+        if hi > lo and held[0].size:
+            both = [np.concatenate([a, b]) for a, b in zip(held, new)]
+            order = np.argsort(both[2], kind="stable")
+            new = tuple(a[order] for a in both)
+        cut = new[2].size if w == windows - 1 else int(np.searchsorted(new[2], float(hi)))
+        held = tuple(a[cut:] for a in new)
+        yield tuple(a[:cut] for a in new)

@@ -1,6 +1,7 @@
 """Which loader or generator a DATA argument means (`DataSource`), and loading it."""
 from __future__ import annotations
 
+import glob
 import inspect
 import os
 from dataclasses import dataclass, field
@@ -11,6 +12,7 @@ from gnndist.datasets import catalog
 from gnndist.datasets.formats import load_csv, load_npz, load_signed, load_snap
 from gnndist.datasets.generators import synthetic_static, synthetic_temporal
 from gnndist.datasets.planetoid import PARTS, load_planetoid
+from gnndist.datasets.shards import is_shards, open_shards, read_graph
 from gnndist.datasets.tgb import is_tgb, load_tgb
 from gnndist.datasets.text import check_regular, open_bytes
 from gnndist.errors import GnndistError
@@ -33,6 +35,8 @@ FORMATS: dict[str, tuple[Callable[[str], Union[Graph, TemporalGraph]], str]] = {
                       "made undirected"),
     "planetoid": (load_planetoid, "static: Planetoid ind.NAME.{x,tx,allx,y,ty,ally,graph,test.index} "
                                   "(the folder or one file), with the public split"),
+    "shards": (read_graph, "temporal or static: shard files of one graph (CSV, SNAP text, Parquet), a folder or a "
+                           "glob: DIR/*.csv, DIR/events/*, or DIR/edges/* with node arrays DIR/nodes/*.npy"),
 }
 # generator name -> (generator(**options) -> Graph | TemporalGraph, one-line description)
 GENERATORS: dict[str, tuple[Callable[..., Union[Graph, TemporalGraph]], str]] = {
@@ -43,7 +47,7 @@ GENERATORS: dict[str, tuple[Callable[..., Union[Graph, TemporalGraph]], str]] = 
 }
 # format or generator name -> the kind of graph it gives
 KIND = {"snap": "temporal", "csv": "temporal", "signed": "temporal", "tgb": "temporal", "npz": "static",
-        "planetoid": "static", "synthetic-static": "static", "synthetic-temporal": "temporal"}
+        "planetoid": "static", "synthetic-static": "static", "synthetic-temporal": "temporal"}  # shards: either, by their layout
 _EXTENSIONS = {".npz": "npz", ".zip": "tgb", ".csv": "csv", ".txt": "snap", ".tsv": "snap", ".edges": "snap"}
 
 
@@ -65,11 +69,13 @@ def detect_format(path: str) -> str:
     gnndist's (a checkpoint, a metrics file) is said to be one."""
     refuse_gnndist_output(path)
     base = os.path.basename(os.path.normpath(path))
-    if os.path.isdir(path):
-        if any(f.startswith("ind.") for f in os.listdir(path)):
+    if os.path.isdir(path) or not os.path.exists(path):
+        if os.path.isdir(path) and any(f.startswith("ind.") for f in os.listdir(path)):
             return "planetoid"
         if is_tgb(path):
             return "tgb"
+        if is_shards(path):
+            return "shards"
         raise GnndistError(f"{path}: cannot tell the format of this folder (give --format: {', '.join(FORMATS)})")
     if base.startswith("ind.") and base.split(".", 2)[-1] in PARTS:
         return "planetoid"
@@ -121,9 +127,9 @@ def data_kind(name_or_path: str, format: Optional[str] = None) -> str:
     from gnndist.partition import is_store, read_store_meta
 
     if is_store(name_or_path):
-
         return read_store_meta(name_or_path)["kind"]
-    return KIND[_file_format(name_or_path, format)]
+    found = _file_format(name_or_path, format)
+    return open_shards(name_or_path, None if format == "shards" else format).kind if found == "shards" else KIND[found]
 
 
 def format_name(name_or_path: str, format: Optional[str] = None) -> str:
@@ -142,6 +148,8 @@ def _file_format(path: str, format: Optional[str]) -> str:
     if not os.path.exists(path) and (path in GENERATORS or catalog.is_named(path)):
         what = "a built-in dataset" if path in GENERATORS else "a dataset by name"
         raise GnndistError(f"--format {format} is for files; {path} is {what} (leave --format out)")
+    if not os.path.exists(path) and is_shards(path):  # a glob
+        return "shards"
     if not os.path.exists(path):
         raise GnndistError(f"{path}: no such file, folder or built-in dataset "
                            f"(built-ins: {', '.join(GENERATORS)}; datasets by name: {', '.join(catalog.CATALOG)})")
@@ -173,6 +181,7 @@ class DataSource:
             return [self.name] + [f"{k}={v}" for k, v in sorted(self.options.items())]
         if self.format is None and catalog.is_named(self.name):
             return catalog.identity(self.name)
-        files = sorted(p for p in ([path] if path.is_file() else path.rglob("*")) if p.is_file())
+        found = map(Path, glob.glob(self.name)) if not path.exists() else [path] if path.is_file() else path.rglob("*")
+        files = sorted(p for p in found if p.is_file())
         return ([str(path.resolve()), str(self.format)]
                 + [f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in files])

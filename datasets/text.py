@@ -83,7 +83,7 @@ def _show(token: str) -> str:
     return repr(token if len(token) <= 40 else token[:40] + "...")
 
 
-def _data_lines(chunk: bytes, sep: str) -> Iterator[tuple[int, list[str]]]:
+def data_lines(chunk: bytes, sep: str) -> Iterator[tuple[int, list[str]]]:
     """(line index within `chunk`, fields) of each line that holds data: '#' starts a comment,
     and a line of only whitespace (as numpy's reader counts it: bytes read as latin-1) is blank."""
     for i, line in enumerate(chunk.decode("latin1").split("\n")):
@@ -97,11 +97,12 @@ def _blank_out(chunk: bytes, sep: str) -> bytes:
     rejects a comma-separated line of only whitespace, such as a form feed."""
     lines = chunk.split(b"\n")
     keep = np.zeros(len(lines), dtype=bool)
-    keep[[i for i, _ in _data_lines(chunk, sep)]] = True
+    keep[[i for i, _ in data_lines(chunk, sep)]] = True
     return b"\n".join(line if k else b"" for line, k in zip(lines, keep))
 
 
-def _is_number(token: str) -> bool:
+def is_number(token: str) -> bool:
+    """Whether a field reads as a number (as Python's float reads it, without '_' separators)."""
     try:
         float(token)
     except ValueError:
@@ -109,15 +110,15 @@ def _is_number(token: str) -> bool:
     return "_" not in token
 
 
-def _raise_bad_line(path: str, chunk: bytes, line0: int, sep: str, ncols: Optional[int], want: str) -> None:
+def raise_bad_line(path: str, chunk: bytes, line0: int, sep: str, ncols: Optional[int], want: str) -> None:
     """Raise for the first line of `chunk` that is not `ncols` numbers (default: as many as its
     first data line)."""
-    for i, fields in _data_lines(chunk, sep):
+    for i, fields in data_lines(chunk, sep):
         ncols = ncols or len(fields)
         if len(fields) != ncols:
             raise GnndistError(f"{path}:{line0 + i}: expected {ncols} fields{want}, got {len(fields)}")
         for j, tok in enumerate(fields):
-            if not _is_number(tok):
+            if not is_number(tok):
                 raise GnndistError(f"{path}:{line0 + i}: field {j + 1} is not a number: {_show(tok)}")
     last = line0 + chunk.count(b"\n")
     raise GnndistError(f"{path}: a line in {line0}-{last} could not be parsed")
@@ -161,7 +162,7 @@ def read_table(path: str, sep: str = "whitespace", header: bool = False, ncols: 
             head, _, rest = body.partition(b"\n")
             text = head.decode("utf-8", "replace")
             names = [n.strip().strip('"').strip() for n in text.split(None if sep == "whitespace" else sep)]
-            if all(_is_number(n) for n in names):  # no header: the line is data
+            if all(is_number(n) for n in names):  # no header: the line is data
                 names, header = None, False
                 chunk = body
             else:
@@ -175,17 +176,17 @@ def read_table(path: str, sep: str = "whitespace", header: bool = False, ncols: 
             chunk = _blank_out(chunk, sep)
             values = _parse(chunk, sep)
         if values is None or (values.size and ncols is not None and values.shape[1] != ncols):
-            _raise_bad_line(path, chunk, line0, sep, ncols, want)
+            raise_bad_line(path, chunk, line0, sep, ncols, want)
         if values.size:
             if ncols is None:
                 ncols = values.shape[1]
                 if names is not None and ncols < len(names):
-                    raise GnndistError(f"{path}:{line0 + next(_data_lines(chunk, sep))[0]}: expected "
+                    raise GnndistError(f"{path}:{line0 + next(data_lines(chunk, sep))[0]}: expected "
                                        f"{len(names)} fields (one per header name), got {ncols}")
             found = check(values, names) if check is not None else None
             if found is not None:
                 row, msg = found
-                line = next(i for k, (i, _) in enumerate(_data_lines(chunk, sep)) if k == row)
+                line = next(i for k, (i, _) in enumerate(data_lines(chunk, sep)) if k == row)
                 raise GnndistError(f"{path}:{line0 + line}: {msg}")
             parts.append(values)
         line0 += chunk.count(b"\n")

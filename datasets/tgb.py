@@ -23,7 +23,7 @@ from typing import Optional
 
 import numpy as np
 
-from gnndist.datasets.formats import as_ints, temporal_graph
+from gnndist.datasets.formats import as_ints, renumbered
 from gnndist.errors import GnndistError, first_line
 from gnndist.graph import TemporalGraph
 
@@ -161,7 +161,7 @@ def load_tgb(path: str) -> TemporalGraph:
             if table.num_columns > 4 else None
         if src.min() < 0 or label.min() < 0:
             raise GnndistError(f"{where}: node ids and state labels must be >= 0")
-        return temporal_graph(src, dst, t, feat, label)
+        return renumbered(src, dst, t, feat, label)
     table = files.read(edges, {1: string, 2: string}, 4)
     t, w = _numbers(table, 0, where), _numbers(table, 3, where)
     if layout == "genre":
@@ -175,7 +175,7 @@ def load_tgb(path: str) -> TemporalGraph:
         (src, dst), strings, rank = _first_seen(table.column(1), table.column(2))
         num_classes = len(strings)
     feat = np.log2(np.where(w == 0, 1.0, w)) if layout == "weighted" else w
-    g = temporal_graph(src, dst, t, feat.astype(np.float32))
+    g = renumbered(src, dst, t, feat.astype(np.float32))
     if layout in ("trade", "genre"):
         _, label_file = files.find("node_labels")
         if label_file is None:

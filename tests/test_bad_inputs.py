@@ -194,6 +194,13 @@ def train(task: str, *flags: str) -> Callable[[Ctx], list[str]]:
     return lambda ctx: ["train", *(TEMPORAL if task == "link" else STATIC), "--task", task, "--quiet", *flags]
 
 
+def shard_folder(c: Ctx, **change: str) -> str:
+    """A folder of four CSV shard files, those named in `change` (part_3=...) replaced."""
+    for k in range(4):
+        c.file(f"sh/part-{k}.csv", change.get(f"part_{k}", f"src,dst,t\n{k},{k + 1},{k}.5\n"))
+    return str(c.tmp / "sh")
+
+
 def flags_case(id: str, task: str, flags: Sequence[str], expect: Sequence[str]) -> Case:
     """A train case that the flags alone refuse, before any data is read."""
     return Case(id, train(task, *flags), expect, loads=False)
@@ -216,6 +223,10 @@ CASES = [
     Case("snap-inf-time", partition(lambda c: c.file("i.txt", "1 2 inf\n")), ["i.txt:1", "time is inf"]),
     Case("snap-gz-cut", partition(lambda c: c.file("g.txt.gz", gzip.compress(b"1 2 3\n" * 500)[:30], raw=True)),
          ["g.txt.gz", "cannot read"]),
+    Case("shards-bad-row-in-shard-3", partition(lambda c: shard_folder(c, part_3="src,dst,t\n1,2,3\n4,5\n")),
+         ["part-3.csv:3", "expected 3 fields, got 2"]),
+    Case("shards-header-differs", partition(lambda c: shard_folder(c, part_3="src,dst,time\n1,2,3\n")),
+         ["part-3.csv: header 'src,dst,time' differs from", "part-0.csv's 'src,dst,t'"]),
     Case("npz-garbage", partition(lambda c: c.file("g.npz", b"PK\x03\x04garbage")), ["g.npz", "not a readable .npz"]),
     Case("npz-missing-array", partition(lambda c: c.npz("m.npz", adj_data=np.ones(1))),
          ["m.npz", "missing array 'adj_shape'"]),
@@ -324,7 +335,7 @@ CASES = [
     Case("out-under-a-file", lambda c: ["partition", *STATIC, "--parts", "2", "--out", c.file("f", "x") + "/s"],
          ["is not a folder"]),
     # ---- gnndist info / --verify and damaged or hand-edited stores
-    Case("info-not-a-store", lambda c: ["info", str(Path(c.file("d/x.txt", "x")).parent)],
+    Case("info-not-a-store", lambda c: ["info", str(Path(c.file("d/x.md", "x")).parent)],
          ["is not a partition store (no meta.json)"]),
     Case("info-meta-not-json", info(lambda c, s: (s / "meta.json").write_text("{oops")),
          ["meta.json", "not valid JSON"]),

@@ -245,6 +245,8 @@ def test_missing_path_unknown_format_and_file_options(tmp_path):
         load(p, format="xml")
     with pytest.raises(GnndistError, match="options of the built-in generators only"):
         load(p, num_nodes=5)
+    assert load(str(tmp_path)).num_events == 1  # a folder of shard files
+    write(tmp_path, "notes.md", "about g.txt\n")
     with pytest.raises(GnndistError, match="cannot tell the format"):
         load(str(tmp_path))
 

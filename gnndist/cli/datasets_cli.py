@@ -1,7 +1,9 @@
 """List the datasets by name, the built-in generators (with their options) and the file formats
 gnndist reads; `--json` prints the datasets by name as JSON.
 
-With DATA, load it and print its size instead, e.g. `gnndist datasets cora`.
+With DATA, load it and print its size instead, e.g. `gnndist datasets cora`; with `--write-shards
+DIR`, write it as shard files (e.g. `gnndist datasets synthetic-temporal --num-events 100000000
+--write-shards big/ --shards 64`).
 """
 from __future__ import annotations
 
@@ -10,7 +12,8 @@ import json
 from typing import Union
 
 from gnndist.datasets.catalog import catalog, catalog_text
-from gnndist.datasets.registry import FORMATS, GENERATORS, DataSource, generator_options, load
+from gnndist.datasets.registry import FORMATS, GENERATORS, DataSource, generator_options
+from gnndist.datasets.shard_writer import ShardWriteConfig, write_data_shards
 from gnndist.errors import GnndistError
 from gnndist.graph import MASKS, Graph, TemporalGraph
 
@@ -33,6 +36,11 @@ def add_data_args(p: argparse.ArgumentParser, stores: bool = True, checkpoints: 
     p.add_argument("data", metavar="DATA", help="a built-in dataset name (see `gnndist datasets`), a file or folder"
                    + "".join(f", or {a}" for a in also))
     p.add_argument("--format", default=None, help="file format, when the extension does not tell")
+    _add_generator_args(p)
+
+
+def _add_generator_args(p: argparse.ArgumentParser) -> None:
+    """One flag per generator option, and `--data-seed`."""
     g = p.add_argument_group("built-in generators")
     for opt, (kind, names) in _generator_flags().items():
         g.add_argument(f"--{opt.replace('_', '-')}", type=kind, default=None, dest=opt,
@@ -69,6 +77,13 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", default=None, help="file format, when the extension does not tell")
     p.add_argument("--json", action="store_true", help="print the datasets by name as a JSON list (name, kind, "
                    "files with url and sha256, size, source, licence, paper, folder)")
+    _add_generator_args(p)
+    g = p.add_argument_group("writing DATA as shard files")
+    g.add_argument("--write-shards", metavar="DIR", default=None,
+                   help="write DATA as shard files into the new folder DIR (synthetic-temporal: generated a shard "
+                        "at a time, for graphs larger than memory)")
+    g.add_argument("--shards", type=int, default=None, help="number of shard files (default: 4)")
+    g.add_argument("--shard-format", default=None, help="parquet (default), csv or snap")
 
 
 def describe(g: Union[Graph, TemporalGraph]) -> str:
@@ -90,8 +105,21 @@ def run(args: argparse.Namespace) -> int:
             raise GnndistError("--json lists the datasets by name; leave DATA out")
         print(json.dumps(catalog(), indent=1))
         return 0
+    given = {name: v for name, v in (("num_shards", args.shards), ("format", args.shard_format)) if v is not None}
+    if args.write_shards is None and given:
+        flag = "--shards" if "num_shards" in given else "--shard-format"
+        raise GnndistError(f"{flag} applies with --write-shards DIR")
+    if args.write_shards is not None:
+        if args.data is None:
+            raise GnndistError("--write-shards needs DATA: a built-in dataset name, a file or a folder")
+        source = source_from_args(args)
+        config = ShardWriteConfig(seed=source.options.get("seed", 0), **given)
+        shards = write_data_shards(source.name, source.format, source.options, args.write_shards, config)
+        print(f"wrote {len(shards.files)} {shards.format} shard files of {args.data} to {args.write_shards} "
+              f"({sum(size for _, size in shards.files) / 2**20:.1f} MiB)")
+        return 0
     if args.data is not None:
-        print(f"{args.data}: {describe(load(args.data, format=args.format))}")
+        print(f"{args.data}: {describe(source_from_args(args).load())}")
         return 0
     print(catalog_text() + "\n")
     print("built-in generators (gnndist train|partition NAME; scale with --num-nodes/--num-edges/--num-events, "
