@@ -1,16 +1,26 @@
-"""Training checkpoints: one file per epoch (DIR/epoch-0003.pt), written atomically and read
-back with `weights_only=True`. The last 2 epochs are kept, so that a run whose ranks crashed
-between their writes can resume from the older epoch that every rank completed. A run that
-replaces an earlier run's checkpoint keeps it in DIR/.replaced until it ends well (`run`)."""
+"""Training checkpoints: one file per checkpoint, written atomically and read back with
+`torch.load(weights_only=True)` (tensors, numbers, strings, lists and dicts; no pickled object).
+
+A checkpoint folder DIR holds DIR/epoch-0003.pt (the state after epoch 3, trained and
+validated) and DIR/epoch-0003-step-000120.pt (the state after 120 training steps of epoch 3);
+a run of W > 1 ranks writes each rank's in DIR/rank{r}/. Each folder keeps its newest `keep`
+complete checkpoints (default 2), so that a run whose ranks stopped between their writes can
+resume from the older one that every rank completed. `Writer` writes them in the background
+from a copy in host memory. A run that replaces an earlier run's checkpoint keeps it in
+DIR/.replaced until it ends well (`run`). The format is docs/guide/long-runs.md's.
+"""
 from __future__ import annotations
 
+import math
 import os
 import random
 import shutil
+import threading
 import zipfile
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional, Union
 
 import numpy as np
 import torch
@@ -20,8 +30,42 @@ from gnndist.errors import GnndistError, first_line
 from gnndist.io import atomic_file
 from gnndist.outputs import CHECKPOINT_FILE, RANK_FOLDER, REPLACED, checkpoint_name
 
-FORMAT = 1
-KEEP = 2  # complete epochs kept in a checkpoint folder
+FORMAT = 2  # what `save` writes: 1 had end-of-epoch checkpoints only and node state by this store's ids
+READS = (1, 2)  # the formats `load` reads
+KEEP = 2  # complete checkpoints kept in a folder, by default
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where in a run a checkpoint is: after `step` training steps of `epoch`, or (`step` None)
+    after the whole epoch, validation included."""
+
+    epoch: int
+    step: Optional[int] = None
+
+    @property
+    def key(self) -> tuple[int, float]:
+        return self.epoch, math.inf if self.step is None else self.step
+
+    def __lt__(self, other: "Position") -> bool:
+        return self.key < other.key
+
+    @property
+    def name(self) -> str:
+        return checkpoint_name(self.epoch, self.step)
+
+    @property
+    def code(self) -> int:
+        """One int64 for collectives (`from_code`)."""
+        return (self.epoch << 32) | (0xFFFFFFFF if self.step is None else self.step)
+
+    @classmethod
+    def from_code(cls, code: int) -> "Position":
+        step = code & 0xFFFFFFFF
+        return cls(code >> 32, None if step == 0xFFFFFFFF else step)
+
+    def __str__(self) -> str:
+        return f"epoch {self.epoch}" + ("" if self.step is None else f", step {self.step}")
 
 
 def rng_state() -> dict[str, Any]:
@@ -50,83 +94,160 @@ def set_rng_state(state: dict[str, Any]) -> None:
             torch.cuda.set_rng_state(cuda_state, device)
 
 
-def _epoch_files(directory: Path) -> dict[int, Path]:
-    """Epoch -> checkpoint file in `directory`, complete or not."""
+def _files(directory: Path) -> dict[Position, Path]:
+    """Position -> checkpoint file in `directory`, complete or not."""
     if not directory.is_dir():
         return {}
     found = {}
     for f in directory.iterdir():
         m = CHECKPOINT_FILE.fullmatch(f.name)
         if m and f.is_file():
-            found[int(m[1])] = f
+            found[Position(int(m[1]), None if m[2] is None else int(m[2]))] = f
     return found
 
 
-def epochs(directory: str | os.PathLike) -> list[int]:
-    """The epochs whose checkpoint in DIR is complete (a whole torch archive), ascending."""
-    return sorted(e for e, f in _epoch_files(Path(directory)).items() if zipfile.is_zipfile(f))
+def complete(path: Path) -> bool:
+    """Whether a checkpoint file is whole (a torch archive to its end)."""
+    return path.is_file() and zipfile.is_zipfile(path)
 
 
-def save(directory: str | os.PathLike, payload: dict[str, Any]) -> Path:
-    """Write `payload` (tensors, numbers, strings, lists, dicts; its "epoch" an integer >= 0) as
-    DIR/epoch-NNNN.pt, atomically; then keep only it and the newest complete earlier epoch (a
-    later one belongs to a run this one replaces)."""
-    epoch = payload.get("epoch")
-    if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
-        raise ValueError(f"a checkpoint payload needs an integer epoch >= 0, got {epoch!r}")
+def positions(directory: Union[str, os.PathLike]) -> list[Position]:
+    """The positions of the complete checkpoints in DIR, oldest first."""
+    return sorted(p for p, f in _files(Path(directory)).items() if complete(f))
+
+
+def epochs(directory: Union[str, os.PathLike]) -> list[int]:
+    """The epochs whose end-of-epoch checkpoint in DIR is complete, ascending."""
+    return [p.epoch for p in positions(directory) if p.step is None]
+
+
+def _position_of(payload: dict[str, Any]) -> Position:
+    epoch, step = payload.get("epoch"), payload.get("step")
+    for name, v in (("epoch", epoch), ("step", step)):
+        if (v is not None or name == "epoch") and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
+            raise ValueError(f"a checkpoint payload needs an integer {name} >= 0, got {v!r}")
+    return Position(epoch, step)
+
+
+def save(directory: Union[str, os.PathLike], payload: dict[str, Any], keep: int = KEEP) -> Path:
+    """Write `payload` (tensors, numbers, strings, lists, dicts; its "epoch" an integer >= 0, its
+    "step" one or absent) as DIR's checkpoint of that position, atomically; then keep only it and
+    the newest `keep` - 1 complete earlier ones (a later one belongs to a run this one replaces)."""
+    at = _position_of(payload)
     directory = Path(directory)
-    path = directory / checkpoint_name(epoch)
+    path = directory / at.name
     with atomic_file(path) as f:
         torch.save({"format": FORMAT, **payload}, f)
-    older = [e for e in epochs(directory) if e < epoch][-(KEEP - 1):]
-    for e, f in _epoch_files(directory).items():
-        if e != epoch and e not in older:
+    older = [p for p in positions(directory) if p < at][-(keep - 1):] if keep > 1 else []
+    for p, f in _files(directory).items():
+        if p != at and p not in older:
             f.unlink(missing_ok=True)
     for f in directory.glob(".epoch-*.pt.tmp-*"):  # left by a writer that was killed
         f.unlink(missing_ok=True)
     return path
 
 
+class HostCopy:
+    """Copies of a payload's tensors in host memory, made into buffers kept from one copy to the
+    next (after the first, a copy allocates nothing)."""
+
+    def __init__(self) -> None:
+        self._buffers: dict[str, torch.Tensor] = {}
+
+    def __call__(self, tree: Any, path: str = "") -> Any:
+        if isinstance(tree, torch.Tensor):
+            buf = self._buffers.get(path)
+            if buf is None or buf.shape != tree.shape or buf.dtype != tree.dtype:
+                buf = self._buffers[path] = torch.empty(tree.shape, dtype=tree.dtype, device="cpu")
+            return buf.copy_(tree.detach())
+        if isinstance(tree, dict):
+            return {k: self(v, f"{path}/{k}") for k, v in tree.items()}
+        if isinstance(tree, (list, tuple)):
+            return type(tree)(self(v, f"{path}/{i}") for i, v in enumerate(tree))
+        return tree
+
+
+class Writer:
+    """Writes a folder's checkpoints in a thread of its own (`save`): the caller waits for the copy
+    of the payload to host memory only, and for the write before it, if not done yet."""
+
+    def __init__(self, directory: Union[str, os.PathLike], keep: int = KEEP) -> None:
+        self.directory, self.keep = Path(directory), keep
+        self._copy = HostCopy()
+        self._thread: Optional[threading.Thread] = None
+        self._error: Optional[BaseException] = None
+
+    def save(self, payload: dict[str, Any]) -> None:
+        """Copy `payload` to host memory, then write it (`save`) in the background."""
+        self.wait()
+        host = self._copy(payload)
+        # not a daemon: a rank that stops on an error finishes the write first
+        self._thread = threading.Thread(target=self._write, args=(host,), name="gnndist-checkpoint")
+        self._thread.start()
+
+    def _write(self, payload: dict[str, Any]) -> None:
+        try:
+            save(self.directory, payload, self.keep)
+        except BaseException as e:  # raised in the caller's thread (`wait`)
+            self._error = e
+
+    def wait(self) -> None:
+        """Wait for the write under way; a one-line error where it failed."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        error, self._error = self._error, None
+        if error is not None:
+            raise GnndistError(f"cannot write a checkpoint to {self.directory}: {first_line(error)}")
+
+
 def rank_folders_in(directory: Path) -> list[int]:
-    """The ranks r whose folder rank{r} is in the checkpoint folder `directory` (a W-rank link
-    run's; a host of a multi-host run holds its own ranks' only), ascending."""
+    """The ranks r whose folder rank{r} is in the checkpoint folder `directory` (a W-rank run's;
+    a host of a multi-host run holds its own ranks' only), ascending."""
     if not directory.is_dir():
         return []
     return sorted(int(m[1]) for f in directory.iterdir() if (m := RANK_FOLDER.fullmatch(f.name)) and f.is_dir())
 
 
+def folder_of(directory: Union[str, os.PathLike], world: int, rank: int) -> Path:
+    """Where rank `rank` of a `world`-rank run writes its checkpoints in `directory`."""
+    return Path(directory) / f"rank{rank}" if world > 1 else Path(directory)
+
+
 def model_folder(directory: Path) -> Path:
-    """The folder of checkpoint folder `directory` whose epochs a trained model is read from:
-    its lowest rank folder here (every rank of a W-rank link run holds the same parameters),
+    """The folder of checkpoint folder `directory` whose checkpoints a trained model is read
+    from: its lowest rank folder here (every rank of a W-rank run holds the same parameters),
     else `directory` itself."""
     ranks = rank_folders_in(directory)
     return directory / f"rank{ranks[0]}" if ranks else directory
 
 
 def _holds(folder: Path) -> bool:
-    """Whether `folder` holds epoch files of a run (in .replaced too)."""
-    return bool(_epoch_files(folder) or _epoch_files(folder / REPLACED))
+    """Whether `folder` holds checkpoint files of a run (in .replaced too)."""
+    return bool(_files(folder) or _files(folder / REPLACED))
 
 
 def _resumable(folder: Path) -> bool:
-    """Whether the newest complete epoch in `folder` is a link run's, which --resume continues
-    (a node run's is for gnndist predict)."""
-    held = epochs(folder)
+    """Whether the newest complete checkpoint in `folder` is one --resume continues (not one of
+    a node run of format 1, which is for gnndist predict only)."""
+    held = positions(folder)
     try:
-        payload = torch.load(folder / checkpoint_name(held[-1]), map_location="cpu", weights_only=True, mmap=True)
+        payload = torch.load(folder / held[-1].name, map_location="cpu", weights_only=True, mmap=True)
     except Exception:  # none, or not a torch file of ours: nothing --resume could continue
         return False
     config = payload.get("config") if isinstance(payload, dict) else None
-    return not (isinstance(config, dict) and config.get("task") == "node")
+    return not (isinstance(config, dict) and config.get("task") == "node" and "rng" not in payload)
 
 
-def check_folder(directory: str | os.PathLike, rank_folders: int, resume: bool) -> None:
+def check_folder(directory: Union[str, os.PathLike], rank_folders: int, resume: Union[bool, str]) -> None:
     """Refuse (GnndistError), before a run starts, a checkpoint folder that the run would mix with
-    another run's: one written in the other layout (one folder of epochs, or a folder per rank:
-    `rank_folders` is W where this run's W ranks write rank0 .. rank{W-1}, else 0), or holding a
-    rank's folder this run has no rank for (a host may hold only its own ranks' folders); and,
-    without `resume`, a folder of a run that stopped while replacing an earlier one (both its
-    epochs and the earlier run's in .replaced are there: which to keep is the user's call)."""
+    another run's: one written in the other layout (one folder of checkpoints, or a folder per
+    rank: `rank_folders` is W where this run's W ranks write rank0 .. rank{W-1}, else 0), or
+    holding a rank's folder this run has no rank for (a host may hold only its own ranks'
+    folders); with `resume` True (a run that may continue a checkpoint of another number of
+    ranks) neither is refused. Without `resume`, a folder of a run that stopped while replacing
+    an earlier one is refused too (both its checkpoints and the earlier run's in .replaced are
+    there: which to keep is the user's call)."""
     directory = Path(directory)
     ranks = [r for r in rank_folders_in(directory) if _holds(directory / f"rank{r}")]
     writes = f"a folder per rank for {rank_folders} ranks" if rank_folders else "one folder of epochs"
@@ -134,44 +255,48 @@ def check_folder(directory: str | os.PathLike, rank_folders: int, resume: bool) 
     if rank_folders and _holds(directory):
         held = "a checkpoint written as one folder of epochs (by one process, or by a node run)"
     elif ranks and not rank_folders:
-        held = f"the per-rank folders of a link run ({', '.join(f'rank{r}/' for r in ranks)})"
+        held = f"the per-rank folders of a run on several ranks ({', '.join(f'rank{r}/' for r in ranks)})"
     elif ranks and ranks[-1] >= rank_folders:
-        held = f"rank{ranks[-1]}/ of a link run on more ranks"
-    if held:
+        held = f"rank{ranks[-1]}/ of a run on more ranks"
+    if held and resume is not True:
         raise GnndistError(f"{directory} holds {held}, and this run writes {writes}: choose another --checkpoint, "
-                           f"or delete that one")
+                           f"or delete that one" + (" (--resume without auto continues it on this number of ranks)" if resume else ""))
     if not resume:
         for folder in [directory / f"rank{r}" for r in range(rank_folders)] if rank_folders else [directory]:
             _refuse_two_runs(folder)
 
 
 def _refuse_two_runs(folder: Path) -> None:
-    """Refuse to replace a folder that holds both a run's epochs and, in .replaced, the epochs of
+    """Refuse to replace a folder that holds both a run's checkpoints and, in .replaced, those of
     the earlier run it was replacing when it stopped."""
     aside = folder / REPLACED
-    mine = epochs(folder)
-    if mine and _epoch_files(aside):
+    mine = positions(folder)
+    if mine and _files(aside):
         keep = "--resume continues the stopped run; " if _resumable(folder) else ""
-        raise GnndistError(f"{folder} holds {_epochs_text(mine)} of a run that stopped while replacing an earlier "
+        raise GnndistError(f"{folder} holds {positions_text(mine)} of a run that stopped while replacing an earlier "
                            f"run's (kept in {aside}): {keep}to start anew, delete one of them, or choose another "
                            f"--checkpoint")
 
 
-def _epochs_text(held: list[int]) -> str:
-    """'epoch 3' or 'epochs 2, 3'."""
-    return f"epoch{'s' * (len(held) > 1)} {', '.join(map(str, held))}"
+def positions_text(held: list[Position]) -> str:
+    """'epoch 3', 'epochs 2, 3', or, with checkpoints within an epoch, 'checkpoints of epoch 2,
+    step 40; epoch 2'."""
+    if all(p.step is None for p in held):
+        return f"epoch{'s' * (len(held) > 1)} {', '.join(str(p.epoch) for p in held)}"
+    return f"checkpoint{'s' * (len(held) > 1)} of {'; '.join(map(str, held))}"
 
 
 @contextmanager
-def run(directory: Optional[str | os.PathLike], resume: bool, restore: bool = True) -> Iterator[None]:
+def run(directory: Optional[Union[str, os.PathLike]], resume: bool, restore: bool = True) -> Iterator[None]:
     """The block of a training run that writes its checkpoint to DIR (None: no checkpoint).
-    Without `resume`, the epoch files an earlier run left in DIR move to DIR/.replaced first, and
-    the first rank of each host says which; a DIR that holds both a stopped run's epochs and the ones it was replacing
-    is refused (`check_folder`), and a stopped run's unfinished files beside .replaced are
-    deleted. A run that ends well deletes DIR/.replaced. One that fails keeps it, and its error
-    names it; with `restore`, a run that fails before its first save moves the files back (not
-    for the per-rank folders of a W-rank run, whose ranks could then hold different runs'
-    epochs). A failed run loses no checkpoint, and its own epochs stay there to --resume."""
+    Without `resume`, the checkpoints an earlier run left in DIR move to DIR/.replaced first,
+    and the first rank of each host says which; a DIR that holds both a stopped run's
+    checkpoints and the ones it was replacing is refused (`check_folder`), and a stopped run's
+    unfinished files beside .replaced are deleted. A run that ends well deletes DIR/.replaced.
+    One that fails keeps it, and its error names it; with `restore`, a run that fails before its
+    first save moves the files back (not for the per-rank folders of a W-rank run, whose ranks
+    could then hold different runs' checkpoints). A failed run loses no checkpoint, and its own
+    stay there to --resume."""
     if directory is None:
         yield
         return
@@ -179,19 +304,19 @@ def run(directory: Optional[str | os.PathLike], resume: bool, restore: bool = Tr
     aside = directory / REPLACED
     moved = False
 
-    def kept() -> Optional[Path]:  # where an earlier run's epochs stay if the run stops now
-        return None if (moved and restore and not _epoch_files(directory)) or not _epoch_files(aside) else aside
+    def kept() -> Optional[Path]:  # where an earlier run's checkpoints stay if the run stops now
+        return None if (moved and restore and not _files(directory)) or not _files(aside) else aside
 
     if not resume:
         _refuse_two_runs(directory)
-        left = list(_epoch_files(directory).values()) + list(directory.glob(".epoch-*.pt.tmp-*"))
-        if left and _epoch_files(aside):  # only unfinished files of a stopped run (`_refuse_two_runs`)
+        left = list(_files(directory).values()) + list(directory.glob(".epoch-*.pt.tmp-*"))
+        if left and _files(aside):  # only unfinished files of a stopped run (`_refuse_two_runs`)
             for f in left:
                 f.unlink()
         elif left:
-            if dist.first_on_host() and (earlier := epochs(directory)):  # once a host, for its folder
-                dist.say(f"replacing the checkpoint of an earlier run in {directory} ({_epochs_text(earlier)}): kept "
-                         f"in {aside} until this run ends well, then deleted"
+            if dist.first_on_host() and (earlier := positions(directory)):  # once a host, for its folder
+                dist.say(f"replacing the checkpoint of an earlier run in {directory} ({positions_text(earlier)}): "
+                         f"kept in {aside} until this run ends well, then deleted"
                          + ("; --resume continues it instead" if _resumable(directory) else ""))
             aside.mkdir(exist_ok=True)
             for f in left:
@@ -201,7 +326,7 @@ def run(directory: Optional[str | os.PathLike], resume: bool, restore: bool = Tr
     try:
         yield
     except BaseException as e:
-        if moved and restore and not _epoch_files(directory):
+        if moved and restore and not _files(directory):
             for f in aside.iterdir():
                 os.replace(f, directory / f.name)
             aside.rmdir()
@@ -227,35 +352,52 @@ def interrupt_note() -> str:
     return next((f"an earlier run's checkpoint is kept in {k}" for k in kept if k is not None), "")
 
 
-def load(directory: str | os.PathLike, epoch: Optional[int] = None, needs: tuple[str, ...] = ()) -> dict[str, Any]:
-    """The payload saved in DIR for `epoch` (default: the newest); a missing, truncated or
-    foreign checkpoint, or one without the keys `needs`, is a `GnndistError` naming the file."""
+def load(directory: Union[str, os.PathLike], at: Union[None, int, Position] = None,
+         needs: tuple[str, ...] = (), mmap: bool = False) -> dict[str, Any]:
+    """The payload saved in DIR at position `at` (an int: the end of that epoch; default: the
+    newest); a missing, truncated or foreign checkpoint, or one without the keys `needs`, is a
+    `GnndistError` naming the file. `mmap`: the tensors are read from the file as they are used."""
     directory = Path(directory)
-    files = _epoch_files(directory)
+    files = _files(directory)
     if not files:
         raise GnndistError(f"no checkpoint to resume from in {directory} (no epoch-NNNN.pt files)")
-    if epoch is None:
-        epoch = max(files)
-    if epoch not in files:
-        raise GnndistError(f"{directory} holds no checkpoint of epoch {epoch} (it holds epochs "
-                           f"{', '.join(map(str, sorted(files)))})")
-    path = files[epoch]
-    older = [e for e in epochs(directory) if e < epoch]
-    fallback = f"; epoch {older[-1]} is complete: move {path.name} away to resume from it" if older else ""
+    at = max(files) if at is None else Position(at) if isinstance(at, int) else at
+    if at not in files:
+        raise GnndistError(f"{directory} holds no checkpoint of {at} (it holds {positions_text(sorted(files))})")
+    path = files[at]
+    older = [p for p in positions(directory) if p < at]
+    fallback = f"; {older[-1]} is complete: move {path.name} away to resume from it" if older else ""
     size = path.stat().st_size
     if not zipfile.is_zipfile(path):
         why = "it is empty (0 bytes)" if size == 0 else f"it is truncated or not a torch file ({size:,} bytes)"
         raise GnndistError(f"cannot read checkpoint {path}: {why}{fallback}")
     try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
+        payload = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as e:  # empty, truncated, foreign or pickled-object files
         raise GnndistError(f"cannot read checkpoint {path}: {first_line(e)}{fallback}") from None
-    if not isinstance(payload, dict) or payload.get("format") != FORMAT or payload.get("epoch") != epoch:
-        raise GnndistError(f"{path} is not a gnndist checkpoint of epoch {epoch} (format {FORMAT}){fallback}")
+    version = payload.get("format") if isinstance(payload, dict) else None
+    if isinstance(version, int) and version > FORMAT:
+        raise GnndistError(f"{path} is of checkpoint format {version}, written by a newer gnndist (this one reads "
+                           f"formats {', '.join(map(str, READS))}): upgrade gnndist")
+    if version not in READS or payload.get("epoch") != at.epoch or payload.get("step") != at.step:
+        raise GnndistError(f"{path} is not a gnndist checkpoint of {at} (format {FORMAT}){fallback}")
     missing = [k for k in needs if k not in payload]
-    if missing:  # not damage: the older epochs are of the same run, and lack them too
+    if missing:  # not damage: the older checkpoints are of the same run, and lack them too
         config = payload.get("config")
         node = isinstance(config, dict) and config.get("task") == "node"
         whose = " (a node run's, for gnndist predict)" if node else ""
         raise GnndistError(f"{path} is not a whole training checkpoint{whose}: it lacks {', '.join(missing)}")
     return payload
+
+
+def drop_other_worlds(directory: Union[str, os.PathLike], world: int) -> None:
+    """Delete the checkpoints in DIR of ranks a `world`-rank run has not (a run resumed from a
+    checkpoint of another number of ranks, once it has ended well): rank folders above its own,
+    and one folder's checkpoints where it writes a folder per rank, or the reverse."""
+    directory = Path(directory)
+    if world > 1:
+        for f in _files(directory).values():
+            f.unlink(missing_ok=True)
+    for r in rank_folders_in(directory):
+        if world == 1 or r >= world:
+            shutil.rmtree(directory / f"rank{r}", ignore_errors=True)

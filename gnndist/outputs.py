@@ -29,6 +29,7 @@ import gnndist
 from gnndist.errors import GnndistError
 from gnndist.io import write_json
 from gnndist.runlog import require_tensorboard
+from gnndist.validate import Int, OneOf, Real, check
 
 PathLike = Union[str, os.PathLike]
 # kind -> (what it is, in messages; the flag that names it; True for a folder)
@@ -37,21 +38,26 @@ KINDS = {"store": ("partition store", "--out", True), "metrics": ("metrics file"
          "checkpoint": ("checkpoint folder", "--checkpoint", True), "log_dir": ("log folder", "--log-dir", True),
          "plot": ("plot", "output path", False), "predictions": ("predictions", "-o", False)}
 SOFTWARE = f"gnndist {gnndist.__version__}"  # the PNG tEXt "Software" value of gnndist's plots
-CHECKPOINT_FILE = re.compile(r"epoch-(\d+)\.pt")  # one epoch's checkpoint; `checkpoint_name` writes it
+# a checkpoint: after epoch N (validated), or after S training steps of epoch N; `checkpoint_name` writes it
+CHECKPOINT_FILE = re.compile(r"epoch-(\d+)(?:-step-(\d+))?\.pt")
 RANK_FOLDER = re.compile(r"rank(\d+)")  # the folder of rank r's epochs in a W-rank link run's checkpoint
 REPLACED = ".replaced"  # the folder of a checkpoint that a running or failed run replaces (gnndist.checkpoint.run)
-# what a checkpoint folder may hold: epoch files (per rank in rank{r}/, replaced ones in .replaced/)
-# and the temp files of interrupted atomic writes (gnndist.io.atomic_file: ".NAME.tmp-XXXX")
-_CHECKPOINT_ENTRY = re.compile(rf"(rank\d+/)?({re.escape(REPLACED)}/)?\.?epoch-\d+\.pt(\.tmp-\w+)?")
-_CHECKPOINT_TOP = re.compile(rf"rank\d+|{re.escape(REPLACED)}|\.?epoch-\d+\.pt(\.tmp-\w+)?")  # its top-level names
+PROGRESS = ".progress"  # the last training step a rank finished (gnndist.resume: the steps a restart runs again)
+# what a checkpoint folder may hold: checkpoint files (per rank in rank{r}/, replaced ones in .replaced/),
+# the temp files of interrupted atomic writes (gnndist.io.atomic_file: ".NAME.tmp-XXXX") and a rank's
+# progress file
+_FILE = r"\.?epoch-\d+(-step-\d+)?\.pt(\.tmp-\w+)?"
+_CHECKPOINT_ENTRY = re.compile(rf"(rank\d+/)?(({re.escape(REPLACED)}/)?{_FILE}|{re.escape(PROGRESS)})")
+_CHECKPOINT_TOP = re.compile(rf"rank\d+|{re.escape(REPLACED)}|{re.escape(PROGRESS)}|{_FILE}")  # its top-level names
 _TFEVENTS = re.compile(r"(.+/)?events\.out\.tfevents\.[^/]+")
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _MAX_METRICS_BYTES = 64 << 20  # a larger file is not a metrics file gnndist wrote
 
 
-def checkpoint_name(epoch: int) -> str:
-    """File name of epoch `epoch`'s checkpoint, e.g. epoch-0003.pt."""
-    return f"epoch-{epoch:04d}.pt"
+def checkpoint_name(epoch: int, step: Optional[int] = None) -> str:
+    """File name of the checkpoint after epoch `epoch` (epoch-0003.pt), or after `step` training
+    steps of it (epoch-0003-step-000120.pt)."""
+    return f"epoch-{epoch:04d}.pt" if step is None else f"epoch-{epoch:04d}-step-{step:06d}.pt"
 
 
 def plot_metadata() -> dict[str, str]:
@@ -272,20 +278,34 @@ _FOREIGN = {"store": _foreign_store, "metrics": _foreign_metrics, "test_metrics"
 
 @dataclass(frozen=True)
 class Outputs:
-    """Where a run writes: the metrics JSON (rank 0), the checkpoint folder (each epoch), and the
-    TensorBoard folder (rank 0; `gnndist.runlog`)."""
+    """Where a run writes: the metrics JSON (rank 0), the checkpoint folder (each epoch, and every
+    `checkpoint_every` steps or `checkpoint_minutes` minutes within one; `gnndist.checkpoint`), and
+    the TensorBoard folder (rank 0; `gnndist.runlog`). `resume`: True continues the checkpoint in
+    `checkpoint` (on this or another number of ranks); "auto" continues it where it is this same
+    run's (data, settings, ranks), else starts anew (`gnndist.resume`)."""
 
     metrics_out: Optional[str] = None
     checkpoint: Optional[str] = None
-    resume: bool = False
+    resume: Union[bool, str] = False
     log_dir: Optional[str] = None
+    checkpoint_every: Optional[int] = None
+    checkpoint_minutes: Optional[float] = None
+    keep_checkpoints: int = 2  # the complete checkpoints kept (the newest ones)
 
     def check(self, data: Any) -> None:
         """Refuse, before any work, outputs that would overwrite the input `data` (a path, a
         `DataSource`, or a graph) or files gnndist did not write (`check_output`), or one another.
         (Whether a checkpoint folder holds another run's is `gnndist.checkpoint.check_folder`'s.)"""
-        if self.resume and not self.checkpoint:
-            raise GnndistError("--resume needs --checkpoint DIR")
+        check("resume", self.resume, OneOf((False, True, "auto"), "--resume takes no value or auto, got {got}"))
+        check("checkpoint_every", self.checkpoint_every, Int(optional=True))
+        check("checkpoint_minutes", self.checkpoint_minutes, Real(low_open=True, optional=True))
+        check("keep_checkpoints", self.keep_checkpoints, Int())
+        if self.checkpoint_every is not None and self.checkpoint_minutes is not None:
+            raise GnndistError("--checkpoint-every and --checkpoint-minutes: give one of them")
+        needs = [f for f, v in (("--resume", self.resume), ("--checkpoint-every", self.checkpoint_every),
+                                ("--checkpoint-minutes", self.checkpoint_minutes)) if v not in (None, False)]
+        if needs and not self.checkpoint:
+            raise GnndistError(f"{needs[0]} needs --checkpoint DIR")
         given = [(f, Path(p).resolve()) for f, p in (("--metrics-out", self.metrics_out),
                                                      ("--checkpoint", self.checkpoint), ("--log-dir", self.log_dir)) if p]
         for i, (flag_a, a) in enumerate(given):

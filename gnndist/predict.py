@@ -63,6 +63,9 @@ class SavedModel:
                                + (f"; an earlier run's checkpoint is kept in {aside}" if checkpoint.epochs(aside) else ""))
         payload = checkpoint.load(folder)
         best, config = payload.get("best"), payload.get("config")
+        if best is None and isinstance(config, dict):
+            raise GnndistError(f"{folder} holds no trained model yet: its newest checkpoint is of epoch "
+                               f"{payload['epoch']}, step {payload.get('step')}, before the first validation")
         if not isinstance(best, dict) or not isinstance(config, dict) or "model" not in best:
             raise GnndistError(f"{folder} holds no trained model (no best-validation parameters)")
         task = "node" if config.get("task") == "node" else "link"
@@ -107,14 +110,16 @@ class SavedModel:
 
 def describe_checkpoint(directory: PathLike) -> dict[str, Any]:
     """What `gnndist info CHECKPOINT` shows of a checkpoint folder: the run's task, model and
-    ranks, the epochs it ran and those kept, the selected epoch with its validation metrics, and
-    the run's settings (`config`)."""
+    ranks, the epochs it ran, the epochs kept (ended, validated) and every checkpoint kept, the
+    selected epoch with its validation metrics, and the run's settings (`config`)."""
     saved = SavedModel.load(directory)
     folder = Path(directory)
     selected = next((h for h in saved.history if h.get("epoch") == saved.selected_epoch), {})
+    kept = checkpoint.positions(checkpoint.model_folder(folder))
     return {"checkpoint": str(directory), "task": saved.task, "model": saved.config.get("model"),
             "world_size": saved.config.get("world_size", 1), "rank_folders": checkpoint.rank_folders_in(folder),
-            "epochs_run": len(saved.history), "epochs_kept": checkpoint.epochs(checkpoint.model_folder(folder)),
+            "epochs_run": len(saved.history), "epochs_kept": [p.epoch for p in kept if p.step is None],
+            "checkpoints_kept": [{"epoch": p.epoch, "step": p.step} for p in kept],
             "selected_epoch": saved.selected_epoch,
             "selected_val": {k[4:]: v for k, v in selected.items() if k.startswith("val_")}, "config": saved.config}
 

@@ -79,7 +79,19 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="write TensorBoard event files here: the loss of every step, every figure of every epoch, "
                         "the test metrics (rank 0; needs the tensorboard package)")
     p.add_argument("--checkpoint", default=None, metavar="DIR",
-                   help="write a checkpoint each epoch here (for --resume, and for `gnndist predict`)")
+                   help="write a checkpoint each epoch here (for --resume, restarts, and `gnndist predict`)")
+    p.add_argument("--checkpoint-every", type=int, default=None, metavar="N",
+                   help="also write one every N training steps (written in the background)")
+    p.add_argument("--checkpoint-minutes", type=float, default=None, metavar="M",
+                   help="also write one every M minutes (instead of --checkpoint-every)")
+    p.add_argument("--keep-checkpoints", type=int, default=2, metavar="K",
+                   help="keep the newest K complete checkpoints (default 2)")
+    p.add_argument("--resume", nargs="?", const=True, default=False, choices=("auto",),
+                   help="continue the checkpoint in --checkpoint (on this or, link runs, another number of ranks); "
+                        "--resume auto: continue it if it is this same run's (data, flags, ranks), else start anew")
+    p.add_argument("--max-restarts", type=int, default=0, metavar="N",
+                   help="with --nproc: start the ranks again after one fails, up to N times; each restart resumes "
+                        "from the newest checkpoint every rank completed (under torchrun: torchrun --max-restarts)")
     p.add_argument("--cache", choices=CACHE_POLICIES, default=None,
                    help="cache of remote rows (node features; edge features of sampled events)")
     p.add_argument("--cache-size", type=float, default=None,
@@ -102,7 +114,6 @@ def configure(p: argparse.ArgumentParser) -> None:
                            "events' sources send a surplus over an even share to ranks below it, so that no rank "
                            "waits for a busier one at each step) or owner (the owner of its source; no event "
                            "travels)")
-    link.add_argument("--resume", action="store_true", help="continue from the checkpoint in --checkpoint")
     node = p.add_argument_group("node classification (static)")
     node.add_argument("--fanouts", type=_ints, default=None,
                       help="per-hop fanouts (-1: all; a list that starts with -1 takes '=': --fanouts=-1,10) "
@@ -141,6 +152,8 @@ def check_flags(args: argparse.Namespace) -> None:
         check_seeds("seeds", args.seeds)
         if args.seed is not None:
             raise GnndistError("--seed and --seeds together: --seeds runs one training per seed; give one of them")
+        if args.max_restarts:
+            raise GnndistError("--seeds runs several trainings; it takes no --max-restarts")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -171,10 +184,11 @@ def run(args: argparse.Namespace) -> int:
     if is_store(args.data):
         refuse_dataset_flags(args)
     data = args.data if is_store(args.data) else source_from_args(args)
-    outputs = Outputs(args.metrics_out, args.checkpoint, args.resume, args.log_dir)
+    outputs = Outputs(args.metrics_out, args.checkpoint, args.resume, args.log_dir, args.checkpoint_every,
+                      args.checkpoint_minutes, args.keep_checkpoints)
     with allocating(f"gnndist train on {args.data}"):
         if args.seeds is None:
-            train(data, cfg, args.nproc, outputs)
+            train(data, cfg, args.nproc, outputs, args.max_restarts)
         else:
             over_seeds(train, data, cfg, args.seeds, args.nproc, outputs)
     return 0

@@ -58,6 +58,12 @@ def in_torchrun() -> bool:
     return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
 
 
+def restart_count() -> int:
+    """How often the launcher has started this rank's group again after a failure (0 at a first
+    start, and outside a launch)."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+
+
 def first_on_host() -> bool:
     """Whether this process is its host's first rank (local rank 0; also outside any launch)."""
     return int(os.environ.get("LOCAL_RANK", "0")) == 0
@@ -158,14 +164,15 @@ def _probe_tcp_store() -> None:
 
 
 class Heartbeat:
-    """This rank's entries in the job's store, `gnndist/<restart>/<kind>/<rank>`: its host, a
-    heartbeat (a thread sets `beat` to "<beats> <collectives entered>" every BEAT_S) and, when it
-    fails with its own error, that error's line (`failed`). `diagnose` reads the others' entries
-    to tell who is gone."""
+    """This rank's entries in the job's store, `gnndist/<kind>/<rank>`: its host, a heartbeat (a
+    thread sets `beat` to "<beats> <collectives entered>" every BEAT_S) and, when it fails with
+    its own error, that error's line (`failed`). `diagnose` reads the others' entries to tell who
+    is gone. (A job whose ranks are restarted has a store of its own for each start:
+    `launch._refuse_shared_store_restarts`; the restart counts of its hosts may differ.)"""
 
     def __init__(self, rank: int, world: int, host: Host) -> None:
         self.rank, self.world, self.host = rank, world, host
-        self.prefix = f"gnndist/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
+        self.prefix = "gnndist/"
         self._lock, self._verdict = threading.Lock(), None  # why the first failed collective failed
         self._query = _tcp_store(timeout_s())  # the first connection waits as long as a collective would
         self._query.set_timeout(datetime.timedelta(seconds=STORE_S))
@@ -319,11 +326,18 @@ def setup(device: str = "cpu") -> torch.device:
         host = this_host(os.environ["MASTER_ADDR"])
         said = _choose_interfaces(host, backend)
         if _heartbeat is None:
+            if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+                _held_store.append(_rank0_store(r, w, host))
             _heartbeat = _join_heartbeat(r, w, host)
         if said and r == 0 and _several_nodes(w):
             print(said, file=sys.stderr, flush=True)
+        store = {}
+        if _held_store:  # a prefix per process group: this process may join one again
+            _held_store.append(_held_store[-1])
+            store = {"store": dist.PrefixStore(f"gnndist-pg/{len(_held_store)}", _held_store[0]), "rank": r,
+                     "world_size": w}
         try:
-            dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s()),
+            dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s()), **store,
                                     **({"device_id": dev} if dev.type == "cuda" else {}))
         except (RuntimeError, dist.DistError) as e:
             raise PeerFailure(_join_failure(_heartbeat, e)) from None
@@ -333,6 +347,23 @@ def setup(device: str = "cpu") -> torch.device:
         if dev.type == "cuda":
             host_group("counts")
     return dev
+
+
+_held_store: list[Any] = []  # the job's store where this process holds it or joined it (`_rank0_store`)
+
+
+def _rank0_store(rank: int, world: int, host: Host) -> Any:
+    """The job's store at MASTER_ADDR:MASTER_PORT where no launcher holds one for its ranks (a
+    restartable launch: torch's restarted ranks cannot share the launcher's): rank 0 holds it,
+    for the rest of its process; the others connect, waiting for it up to GNNDIST_TIMEOUT."""
+    addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    try:
+        return dist.TCPStore(addr, port, world, is_master=rank == 0, wait_for_workers=False,
+                             timeout=datetime.timedelta(seconds=timeout_s()))
+    except (OSError, RuntimeError, dist.DistError) as e:
+        raise GnndistError(f"rank {rank} (host {host}) cannot " + ("hold" if rank == 0 else "reach")
+                           + f" the job's store at {addr}:{port} (MASTER_ADDR:MASTER_PORT; rank 0 holds it): "
+                           f"{first_line(e)}") from None
 
 
 def rank_gpu(local_rank: int) -> torch.device:

@@ -181,8 +181,9 @@ def _fingerprint(meta: dict, args: tuple) -> dict:
     config = {k: v for a in args if dataclasses.is_dataclass(a) and not isinstance(a, Outputs)
               for k, v in (a.fingerprint() if hasattr(a, "fingerprint") else dataclasses.asdict(a)).items()
               if k != "quiet"}
-    config.update({flag: bool(getattr(o, flag[2:])) for o in args if isinstance(o, Outputs)
-                   for flag in ("--checkpoint", "--resume")})
+    for o in (a for a in args if isinstance(a, Outputs)):  # a restarted rank resumes as --resume does
+        config.update({"--checkpoint": bool(o.checkpoint), "--resume": bool(o.resume) or dist.restart_count() > 0,
+                       "--checkpoint-every": o.checkpoint_every, "--checkpoint-minutes": o.checkpoint_minutes})
     return {"gnndist": __version__, "torch": torch.__version__,
             "store": hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest(),
             "config": json.loads(json.dumps(config, default=str))}
@@ -246,19 +247,26 @@ def over_seeds(train: Callable[..., dict], data: Data, cfg: Any, seeds: list[int
 
 
 def run_job(data: Data, nproc: int, split: Split, rank_fn: Callable[..., Any], *args: Any, device: str = "cpu",
-            quiet: bool = False, outputs: Optional[Outputs] = None, rank_checkpoints: bool = False) -> Any:
+            quiet: bool = False, outputs: Optional[Outputs] = None, max_restarts: int = 0) -> Any:
     """`rank_fn(source, device, *args)` on every rank of the job, once the rank has joined the
     process group (on `device`), where `source` is what `rank_source` gives (a store's part
     opened: `partition.open_part`): in this process (nproc 1), on `nproc` local ranks, or on
     this rank of a torchrun world (which first checks, with every other rank, that they run the
     same job). Returns rank 0's result (this rank's under torchrun). Torch runs on
     `threads.job_threads` meanwhile. `outputs`: checked before any work; the process holding
-    rank 0's metrics prints and writes them (`outputs.report`). `rank_checkpoints`: each of
-    W > 1 ranks writes its checkpoint to a folder of its own."""
+    rank 0's metrics prints and writes them (`outputs.report`); each of W > 1 ranks writes its
+    checkpoint to a folder of its own. `max_restarts`: how often `launch` restarts the `nproc`
+    ranks after one fails (a run then resumes from its checkpoint: `gnndist.resume`)."""
     _refuse_rerun_script()
     dist.timeout_s()  # a bad GNNDIST_TIMEOUT is told before anything starts
     check("nproc", nproc, Int())
     check("device", device, OneOf(DEVICES))
+    check("max_restarts", max_restarts, Int(0))
+    if max_restarts and dist.in_torchrun():
+        raise GnndistError("--max-restarts restarts the ranks that --nproc starts; under torchrun, give torchrun "
+                           "--max-restarts")
+    if max_restarts and nproc == 1:
+        raise GnndistError("--max-restarts restarts the ranks that --nproc W > 1 starts; one process is not restarted")
     if not isinstance(data, (DataSource, Graph, TemporalGraph, str, os.PathLike)):
         raise GnndistError("the data must be a Graph, a TemporalGraph, a DataSource, a dataset name or a path, "
                            f"got {type(data).__name__}")
@@ -266,7 +274,8 @@ def run_job(data: Data, nproc: int, split: Split, rank_fn: Callable[..., Any], *
     if outputs is not None:
         outputs.check(data)
         if outputs.checkpoint:
-            checkpoint.check_folder(outputs.checkpoint, world if rank_checkpoints and world > 1 else 0, outputs.resume)
+            resume = True if dist.restart_count() > 0 else outputs.resume
+            checkpoint.check_folder(outputs.checkpoint, world if world > 1 else 0, resume)
     with threads.job_threads():
         if dist.in_torchrun():
             result = _torchrun_rank(data, split, rank_fn, args, device, quiet)
@@ -276,7 +285,7 @@ def run_job(data: Data, nproc: int, split: Split, rank_fn: Callable[..., Any], *
             if device.startswith("cuda"):
                 dist.rank_gpu(nproc - 1)  # told before the data is split and the ranks start
             result = launch(nproc, _on_rank, make_store(data, nproc, split, quiet), split.kind, rank_fn, device,
-                            args)[0]
+                            args, max_restarts=max_restarts)[0]
     if outputs is not None and dist.writes_outputs():
         report(result, outputs)
     return result
@@ -327,6 +336,7 @@ def _torchrun_rank(data: Data, split: Split, rank_fn: Callable[..., Any], args: 
     world = int(os.environ["WORLD_SIZE"])
     _thread_locks_only()
     try:
+        _refuse_shared_store_restarts()
         dev = dist.setup(device)
         source = rank_source(data, world, split, quiet)
         if isinstance(source, str):
@@ -350,6 +360,37 @@ def _torchrun_rank(data: Data, split: Split, rank_fn: Callable[..., Any], args: 
     return result
 
 
+def _refuse_shared_store_restarts() -> None:
+    """Under torchrun --max-restarts, a restarted rank of this torch cannot join a store that the
+    ranks share with torchrun (it reads the keys of the ranks before it, and waits): refused at
+    the first start, not found out when a rank is lost."""
+    if int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0) > 0 and \
+            os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        raise GnndistError("torchrun --max-restarts: restarted ranks cannot join the store torchrun shares with "
+                           "them (pytorch issue 135712); start torchrun with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 "
+                           "in its environment, and --rdzv-backend c10d or --standalone")
+
+
+def _attempt_dir() -> Path:
+    """This rank's folder in $GNNDIST_LAUNCH_ERRDIR: one per start of the ranks (the first, then
+    each restart)."""
+    d = Path(os.environ[ERRDIR], str(dist.restart_count()))
+    d.mkdir(exist_ok=True)
+    return d
+
+
+def lost_rank() -> Optional[int]:
+    """The rank whose failure made `launch` restart the ranks this time (None at a first start,
+    under torchrun, or where it was not seen)."""
+    errdir, count = os.environ.get(ERRDIR), dist.restart_count()
+    if not errdir or count == 0:
+        return None
+    try:
+        return int(Path(errdir, str(count - 1), "lost").read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def _thread_locks_only() -> None:
     """A rank draws its progress bars under a thread lock: tqdm's default, a multiprocessing lock,
     would make the launcher warn of a leaked semaphore when a rank is killed."""
@@ -358,12 +399,13 @@ def _thread_locks_only() -> None:
 
 def _run_rank(cores: list[int], entrypoint: Callable[..., Any], *args: Any) -> Any:
     """Child side of `launch`: on its slice of the launcher's `cores` (`threads.rank_cores`), a
-    user error leaves its one-line message in the folder $GNNDIST_LAUNCH_ERRDIR (and this rank's
-    pid, so that `launch` can end a rank that does not stop)."""
+    user error leaves its one-line message in this start's folder of $GNNDIST_LAUNCH_ERRDIR (and
+    this rank's pid, so that `launch` can end a rank that does not stop, and tell which one
+    failed)."""
     mine = threads.rank_cores(cores, int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"]))
     if mine is not None:
         threads.pin(mine)
-    errdir, r = os.environ[ERRDIR], os.environ.get("RANK", "0")
+    errdir, r = _attempt_dir(), os.environ.get("RANK", "0")
     Path(errdir, f"pid-{r}").write_text(str(os.getpid()))
     _thread_locks_only()
     signal.signal(signal.SIGINT, _interrupt_once)
@@ -388,33 +430,71 @@ def _interrupt_once(signum: int, frame: Any) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     note = checkpoint.interrupt_note()
     if note:
-        Path(os.environ[ERRDIR], f"interrupted-{os.environ.get('RANK', '0')}.note").write_text(note)
+        Path(_attempt_dir(), f"interrupted-{os.environ.get('RANK', '0')}.note").write_text(note)
     raise KeyboardInterrupt
 
 
-def _end_stragglers(errdir: str, done: threading.Event, grace: float = 2.0) -> None:
-    """Once a rank has left an error line, give the others `grace` seconds to leave theirs, then
-    kill the ranks still running: torch's launcher would wait 30 s for a stuck or stopped one."""
-    while not done.wait(0.1):
-        if any(f.endswith(".txt") for f in os.listdir(errdir)):
-            if done.wait(grace):
-                return
-            for f in os.listdir(errdir):
-                if f.startswith("pid-"):
-                    try:
-                        os.kill(int(Path(errdir, f).read_text()), signal.SIGKILL)
-                    except (ProcessLookupError, ValueError):
-                        pass
-            return
+def _newest_attempt(errdir: str) -> Optional[Path]:
+    """The folder of the latest start of the ranks in `errdir` (None before the first)."""
+    found = [int(f.name) for f in Path(errdir).iterdir() if f.name.isdigit() and f.is_dir()]
+    return Path(errdir, str(max(found))) if found else None
 
 
-def launch(nproc: int, entrypoint: Callable[..., Any], *args: Any) -> list[Any]:
+def _ended(pid: int) -> Optional[bool]:
+    """Whether the child process `pid` has ended: None while it runs, else True unless it is
+    seen to have exited with status 0 (torch's launcher collects a child that ended within its
+    0.1 s watch: then how is not known). The child is left for that launcher to collect."""
+    try:
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:  # collected already
+        return True
+    return None if info is None else info.si_code != os.CLD_EXITED or info.si_status != 0
+
+
+def _watch_ranks(errdir: str, done: threading.Event, grace: float = 2.0) -> None:
+    """Over each start of the ranks: note the rank whose process ends first, unless seen to end
+    well (its start's "lost" file, which the restarted ranks read: `lost_rank`; torch's launcher
+    stops the others once one has ended); once a rank has left an error line, give the others
+    `grace` seconds to leave theirs, then kill the ranks still running (torch's launcher would
+    wait 30 s for a stuck or stopped one)."""
+    seen_lost, ended, error_at = set(), set(), None
+    while not done.wait(0.02):
+        attempt = _newest_attempt(errdir)
+        if attempt is None:
+            continue
+        pids = {f.name[4:]: f for f in attempt.iterdir() if f.name.startswith("pid-")}
+        if attempt not in seen_lost:
+            try:
+                gone = {r: _ended(int(f.read_text())) for r, f in pids.items()}
+            except ValueError:  # a pid being written
+                gone = {}
+            if any(v is not None for v in gone.values()):
+                first = [r for r, v in gone.items() if v]
+                if len(first) == 1:
+                    (attempt / "lost").write_text(first[0])
+                seen_lost.add(attempt)
+        if attempt in ended or not any(f.suffix == ".txt" for f in attempt.iterdir()):
+            continue
+        error_at = error_at or time.monotonic()
+        if time.monotonic() - error_at >= grace:
+            for f in pids.values():
+                try:
+                    os.kill(int(f.read_text()), signal.SIGKILL)
+                except (ProcessLookupError, ValueError):
+                    pass
+            ended.add(attempt)
+            error_at = None
+
+
+def launch(nproc: int, entrypoint: Callable[..., Any], *args: Any, max_restarts: int = 0) -> list[Any]:
     """Run `entrypoint(*args)` on `nproc` local ranks with torch's elastic launcher, each
-    pinned to its slice of this process's cores (`threads.rank_cores`).
+    pinned to its slice of this process's cores (`threads.rank_cores`); where a rank fails, all
+    are started again, up to `max_restarts` times (each restarted rank runs `entrypoint` again,
+    with $TORCHELASTIC_RESTART_COUNT above 0).
 
-    Returns the per-rank return values in rank order. If a rank fails, raises `GnndistError`
-    with the one-line reason of the rank that failed first (not of its peers' follow-up errors),
-    within a few seconds of the ranks' own exits.
+    Returns the per-rank return values in rank order. If the ranks fail for good, raises
+    `GnndistError` with the one-line reason of the rank that failed first (not of its peers'
+    follow-up errors), within a few seconds of the ranks' own exits.
     """
     import logging
     import tempfile
@@ -428,41 +508,42 @@ def launch(nproc: int, entrypoint: Callable[..., Any], *args: Any) -> list[Any]:
             if name.startswith(("torch.distributed.elastic", "torch.multiprocessing")):
                 logging.getLogger(name).setLevel(logging.CRITICAL)
     config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id="gnndist",
-                          rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0", max_restarts=0,
+                          rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0", max_restarts=max_restarts,
                           monitor_interval=0.1, start_method="spawn")
     # as torchrun does: ranks share the cores, so each gets its part (unless the user chose)
     cores = sorted(os.sched_getaffinity(0))  # each rank is pinned to its slice of them
-    omp = os.environ.get("OMP_NUM_THREADS")
-    if omp is None:
-        os.environ["OMP_NUM_THREADS"] = str(max(1, len(cores) // nproc))
+    # restarted ranks join a store of their own (`_refuse_shared_store_restarts`)
+    env = {"OMP_NUM_THREADS": str(max(1, len(cores) // nproc))} | (
+        {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"} if max_restarts else {})
+    env = {k: v for k, v in env.items() if k not in os.environ}
     with tempfile.TemporaryDirectory(prefix="gnndist-err-") as errdir:
-        os.environ[ERRDIR] = errdir
+        os.environ.update({ERRDIR: errdir, **env})
         done = threading.Event()
-        reaper = threading.Thread(target=_end_stragglers, args=(errdir, done), daemon=True)
-        reaper.start()
+        watcher = threading.Thread(target=_watch_ranks, args=(errdir, done), daemon=True)
+        watcher.start()
         try:
             out = elastic_launch(config, _run_rank)(cores, entrypoint, *args)
         except ChildFailedError as e:
-            files = sorted((f for f in os.listdir(errdir) if f.endswith(".txt")),
-                           key=lambda f: (not f.startswith("own"), f))
+            attempt = _newest_attempt(errdir)
+            files = sorted((f for d in (Path(errdir), attempt) if d is not None for f in d.iterdir()
+                            if f.suffix == ".txt"), key=lambda f: (not f.name.startswith("own"), f.name))
             if files:
-                with open(os.path.join(errdir, files[0])) as f:
-                    raise GnndistError(f.read()) from None
+                raise GnndistError(files[0].read_text()) from None
             rank_, failure = e.get_first_failure()
             host = dist.this_host("127.0.0.1")
             raise GnndistError(f"rank {rank_} (host {host}) {_exit_cause(failure.exitcode)}") from None
         except SignalException as e:  # Ctrl-C: torch's agent has stopped the ranks
             if e.sigval != signal.SIGINT:
                 raise
-            notes = sorted(f for f in os.listdir(errdir) if f.endswith(".note"))
-            note = Path(errdir, notes[0]).read_text() if notes else ""
+            attempt = _newest_attempt(errdir)
+            notes = sorted(f for f in attempt.iterdir() if f.suffix == ".note") if attempt else []
+            note = notes[0].read_text() if notes else ""
             raise KeyboardInterrupt(note + (", and the other ranks' in theirs" if len(notes) > 1 else "")) from None
         finally:
-            del os.environ[ERRDIR]
+            for k in (ERRDIR, *env):
+                del os.environ[k]
             done.set()
-            reaper.join()
-            if omp is None:
-                del os.environ["OMP_NUM_THREADS"]
+            watcher.join()
     return [out[r] for r in sorted(out)]
 
 

@@ -23,14 +23,14 @@ import math
 import os
 import time
 from dataclasses import asdict
-from typing import Callable, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from gnndist import checkpoint
+from gnndist import checkpoint, resume
 from gnndist.runtime import dist, threads
 from gnndist.errors import GnndistError
 from gnndist.footprint import memory_checked, node_footprint
@@ -215,6 +215,10 @@ def check_training_graph(graph) -> None:
 # The trainer
 
 COUNTERS = ("requests", "hits", "misses", "bytes_fetched", "bytes_saved")
+RESUMED = ("config", "model", "optimizer", "rng", "history", "best")  # what a resume reads
+# the settings a resumed run must share with its checkpoint, and its rank count (--resume auto: all settings)
+SAME_ON_RESUME = ("model", "batch_size", "fanouts", "lr", "weight_decay", "hidden", "dropout", "row_norm", "seed",
+                  "num_features", "num_classes", "world_size")
 
 
 def shuffle_values(ids: np.ndarray, salt: int) -> np.ndarray:
@@ -266,6 +270,9 @@ class NodeTrainer:
         torch.manual_seed(cfg.seed + 1 + dist.rank())  # dropout masks differ between ranks
         self.counter_totals = dict.fromkeys(COUNTERS, 0)
         self.on_loss: Optional[Callable[[float], None]] = None  # called with each training step's global loss
+        # of the epoch in progress: epoch, steps done, their [loss sum, correct, count] and time
+        # (resumed from a checkpoint by `train_epoch`)
+        self.epoch_state: Optional[dict[str, Any]] = None
         self.row_norm = cfg.row_norm == "on" or (cfg.row_norm == "auto" and graph.min_feature() >= 0)
         # the three splits' node counts over the ranks (a store's parts: no rank sees whole masks)
         self.split_sizes = dist.all_reduce(torch.tensor([graph.train_ids.size, graph.val_ids.size,
@@ -284,9 +291,10 @@ class NodeTrainer:
         return mb.to(self.device)
 
     def _batches(self, chunks: list[np.ndarray], fanouts: Optional[list[int]], key: tuple[int, ...],
-                 sample_only: bool = False) -> tuple[int, PrefetchLoader]:
+                 sample_only: bool = False, first: int = 0) -> tuple[int, PrefetchLoader]:
         """The globally agreed step count over this rank's seeds of each step (`chunks`; empty
-        ones once they run out), and a prefetching loader of (seeds, batch) per step."""
+        ones once they run out), and a prefetching loader of (seeds, batch) per step from step
+        `first` on."""
         steps = dist.agree_max(len(chunks), self.device)
         fanouts = fanouts or [-1] * self.model.num_layers
 
@@ -297,7 +305,7 @@ class NodeTrainer:
                 return seeds, self.graph.sample(seeds, fanouts, seed).node_ids
             return seeds, self.batch(seeds, fanouts, seed)
 
-        return steps, PrefetchLoader(range(steps), make, enabled=self.cfg.prefetch)
+        return steps, PrefetchLoader(range(first, steps), make, enabled=self.cfg.prefetch)
 
     def _epoch_chunks(self, epoch: int) -> list[np.ndarray]:
         """This rank's seeds of each step of an epoch (a collective). The global batches are the
@@ -340,16 +348,24 @@ class NodeTrainer:
                 p.grad /= count
         return stats
 
+    @property
+    def steps_per_epoch(self) -> int:
+        """Training steps (global batches) in one epoch."""
+        return -(-self.split_sizes[0] // self.cfg.batch_size)
+
     @threads.job_threads()
     def train_epoch(self, epoch: int, on_step: Optional[Callable[[int, np.ndarray], None]] = None) -> dict:
-        """One epoch: this rank's share of each global batch (epochs count from 1); returns the
-        epoch's global metrics. `on_step(step, seeds)` runs after each optimizer step."""
+        """One epoch: this rank's share of each global batch (epochs count from 1; where `epoch_state`
+        is of this epoch, from the step it resumes at); returns the epoch's global metrics.
+        `on_step(step, seeds)` runs after each optimizer step (`step` from 0)."""
         self.graph.reset_counters()
-        totals = torch.zeros(3, dtype=torch.float64)
-        t0 = time.perf_counter()
-        steps, batches = self._batches(self._epoch_chunks(epoch), self.cfg.fanouts, (epoch, 1))
-        for step, (seeds, batch) in enumerate(tqdm(batches, total=steps, desc=f"epoch {epoch}", unit="step",
-                                                   leave=False, disable=self._quiet())):
+        at = self.epoch_state if self.epoch_state is not None and self.epoch_state["epoch"] == epoch else None
+        first = 0 if at is None else at["step"]
+        totals = torch.tensor([0.0] * 3 if at is None else at["totals"], dtype=torch.float64)
+        self._clock = (time.perf_counter(), 0.0 if at is None else at["time_s"])
+        steps, batches = self._batches(self._epoch_chunks(epoch), self.cfg.fanouts, (epoch, 1), first=first)
+        for step, (seeds, batch) in enumerate(tqdm(batches, total=steps, initial=first, desc=f"epoch {epoch}",
+                                                   unit="step", leave=False, disable=self._quiet()), first):
             stats = self.compute_grads(seeds, batch).double().cpu()
             if not math.isfinite(float(stats[0])):  # the global loss: every rank stops here
                 raise GnndistError(f"the training loss became {float(stats[0])} at epoch {epoch}, step {step}; "
@@ -358,9 +374,11 @@ class NodeTrainer:
             if self.on_loss is not None:
                 self.on_loss(float(stats[0]) / max(float(stats[2]), 1.0))
             self.opt.step()
+            self.epoch_state = {"epoch": epoch, "step": step + 1, "totals": totals.tolist()}
             if on_step is not None:
                 on_step(step, seeds)
-        elapsed = time.perf_counter() - t0
+        self.epoch_state = None
+        elapsed = self._elapsed()
         loss, correct, count = totals.tolist()
         counters = self._global_counters()
         for k in COUNTERS:
@@ -368,6 +386,25 @@ class NodeTrainer:
         return {"epoch": epoch, "loss": loss / max(count, 1), "train_acc": correct / max(count, 1),
                 "time_s": elapsed, "nodes_per_s": count / elapsed if elapsed > 0 else 0.0,
                 "cache_hit_rate": hit_rate(counters["hits"], counters["requests"]), "remote_bytes": counters["bytes_fetched"]}
+
+    def _elapsed(self) -> float:
+        """Seconds of the epoch in progress (before a resume included)."""
+        t0, before = self._clock
+        return before + time.perf_counter() - t0
+
+    def state_dict(self) -> dict[str, Any]:
+        """Parameters, optimizer, the run's cache counters and, within an epoch, its `epoch_state`:
+        what a checkpoint holds of the trainer (live tensors: copy them to keep them)."""
+        epoch_state = None if self.epoch_state is None else {**self.epoch_state, "time_s": self._elapsed()}
+        return {"model": self.model.state_dict(), "optimizer": self.opt.state_dict(),
+                "cache_counters": dict(self.counter_totals), "epoch_state": epoch_state}
+
+    def load_state_dict(self, saved: dict[str, Any]) -> None:
+        """Take what `state_dict` gave."""
+        self.model.load_state_dict(saved["model"])
+        self.opt.load_state_dict(saved["optimizer"])
+        self.counter_totals.update(saved.get("cache_counters", {}))
+        self.epoch_state = saved.get("epoch_state")
 
     def eval_logits(self, ids: np.ndarray, phase: int = 0) -> torch.Tensor:
         """Logits [len(ids), C] of `ids` (nodes this rank owns) in eval mode, in steps of the global
@@ -394,43 +431,65 @@ class NodeTrainer:
 
     def fit(self, log: Callable[[str], None] = dist.log, outputs: Outputs = Outputs()) -> dict:
         """Train `cfg.epochs` epochs, validating after each; test the best-validation parameters.
-        Rank 0 logs to `outputs.log_dir` and writes a checkpoint to `outputs.checkpoint` each epoch
-        (one file: parameters and optimizer state are the same on every rank). Returns the metrics
-        dict (the same on every rank)."""
+        Rank 0 logs to `outputs.log_dir`; each rank writes its checkpoint to `outputs.checkpoint`
+        each epoch, and within epochs as `outputs` asks (`resume.Checkpointer`), and resumes where
+        `outputs.resume` or a restart asks (`resume.find`; on the same number of ranks). Returns
+        the metrics dict (the same on every rank)."""
         cfg, lead = self.cfg, dist.rank() == 0
         check_split_sizes(self.split_sizes)  # a store's parts (raw data: `check_training_graph`, earlier)
         config = {**asdict(cfg), "task": "node", "num_features": self.graph.num_features,
                   "num_classes": self.graph.num_classes, "world_size": dist.world_size()}
-        runlog = RunLog(outputs.log_dir if lead else None)
-        self.on_loss = runlog.step
-        epochs, best, best_state, best_epoch, stop_reason = [], -1.0, None, 0, "epochs"
-        for epoch in range(1, cfg.epochs + 1):
-            if cfg.patience is not None and epochs and epoch - 1 - best_epoch >= cfg.patience:
-                stop_reason = "patience"
-                break
-            rec = self.train_epoch(epoch)
-            rec["val_acc"] = self.evaluate(self.graph.val_ids, phase=epoch)
-            epochs.append(rec)
-            if rec["val_acc"] > best:
-                best, best_epoch, best_state = rec["val_acc"], epoch, copy.deepcopy(self.model.state_dict())
-            if not cfg.quiet:
-                log(f"epoch {epoch:3d}  loss {rec['loss']:.4f}  val_acc {rec['val_acc']:.4f}  "
-                    f"{rec['nodes_per_s']:,.0f} nodes/s" + cache_note(rec))
-            runlog.epoch(rec)
-            if outputs.checkpoint and lead:
-                checkpoint.save(outputs.checkpoint, {
-                    "config": config, "epoch": epoch, "model": self.model.state_dict(),
-                    "optimizer": self.opt.state_dict(), "history": epochs,
-                    "best": {"epoch": best_epoch, "val_acc": best, "model": best_state}})
-        if best_state is not None:
-            self.model.load_state_dict(best_state)
-        test_acc = self.evaluate(self.graph.test_ids, phase=cfg.epochs + 1)
-        c = self.counter_totals
-        test = {"acc": test_acc, "best_epoch": best_epoch, "best_val_acc": best}
-        runlog.test(test, best_epoch)
+        found = resume.start(outputs, self.device, RESUMED,
+                             lambda saved, whole: resume.changed(saved, config, SAME_ON_RESUME, whole), other_ranks=False)
+        spe = self.steps_per_epoch
+        with checkpoint.run(resume.folder(outputs), resume.keeps(outputs, found), restore=dist.world_size() == 1):
+            epochs, best, best_state, best_epoch, restarts, at = [], -1.0, None, 0, [], checkpoint.Position(0)
+            if found is not None:
+                saved = found.payload
+                self.load_state_dict(saved)
+                checkpoint.set_rng_state(saved["rng"])
+                epochs, at = list(saved["history"]), found.position
+                best, best_epoch, best_state = saved["best"]["val_acc"], saved["best"]["epoch"], saved["best"]["model"]
+                restarts = resume.resumed(found, outputs.checkpoint, spe, self.device)
+            first = at.epoch + (at.step is None)
+            if first > cfg.epochs:
+                raise GnndistError(f"the checkpoint already holds {first - 1} epochs; ask for more with --epochs")
+            runlog = RunLog(outputs.log_dir if lead else None, first_step=resume.global_step(first, at.step or 0, spe))
+            self.on_loss = runlog.step
+            stop_reason = "epochs"
+
+            def payload(epoch: int, step: Optional[int] = None) -> dict[str, Any]:
+                return {"config": config, "epoch": epoch, "step": step, **self.state_dict(),
+                        "rng": checkpoint.rng_state(), "history": epochs, "restarts": restarts,
+                        "best": {"epoch": best_epoch, "val_acc": best, "model": best_state}}
+
+            with resume.Checkpointer(outputs, spe, self.device) as saver:
+                for epoch in range(first, cfg.epochs + 1):
+                    if cfg.patience is not None and epochs and epoch - 1 - best_epoch >= cfg.patience:
+                        stop_reason = "patience"
+                        break
+                    rec = self.train_epoch(epoch, lambda step, seeds: saver.step(epoch, step + 1,
+                                                                                lambda: payload(epoch, step + 1)))
+                    rec["val_acc"] = self.evaluate(self.graph.val_ids, phase=epoch)
+                    epochs.append(rec)
+                    if rec["val_acc"] > best:
+                        best, best_epoch, best_state = rec["val_acc"], epoch, copy.deepcopy(self.model.state_dict())
+                    if not cfg.quiet:
+                        log(f"epoch {epoch:3d}  loss {rec['loss']:.4f}  val_acc {rec['val_acc']:.4f}  "
+                            f"{rec['nodes_per_s']:,.0f} nodes/s" + cache_note(rec))
+                    runlog.epoch(rec)
+                    saver.save(payload(epoch))
+            if best_state is not None:
+                self.model.load_state_dict(best_state)
+            test_acc = self.evaluate(self.graph.test_ids, phase=cfg.epochs + 1)
+            c = self.counter_totals
+            test = {"acc": test_acc, "best_epoch": best_epoch, "best_val_acc": best}
+            runlog.test(test, best_epoch)
         return {"task": "node", "model": cfg.model, "world_size": dist.world_size(),
                 "config": asdict(cfg), "epochs": epochs, "selected_epoch": best_epoch, "stop_reason": stop_reason,
-                "test": test, "cache": {"policy": cfg.cache, "capacity": cache_capacity(cfg.cache_size), **c, "hit_rate": hit_rate(c["hits"], c["requests"])}}
+                "restarts": restarts, "test": test,
+                "cache": {"policy": cfg.cache, "capacity": cache_capacity(cfg.cache_size), **c,
+                          "hit_rate": hit_rate(c["hits"], c["requests"])}}
 
     def _global_counters(self) -> dict[str, int]:
         """This epoch's feature-store counters summed over ranks."""
@@ -470,18 +529,18 @@ def node_rank(source: Union[Graph, RankPart], device: torch.device, cfg: NodeCon
               outputs: Outputs = Outputs()) -> dict:
     """Train on this rank: `source` is the whole graph (one rank) or its part of a partition
     store (one part per rank); the metrics (`NodeTrainer.fit`)."""
-    with checkpoint.run(outputs.checkpoint if dist.rank() == 0 else None, resume=False):
-        return NodeTrainer(rank_graph(source, cfg, device), cfg, device).fit(outputs=outputs)
+    return NodeTrainer(rank_graph(source, cfg, device), cfg, device).fit(outputs=outputs)
 
 
-def train_node(data: Data, cfg: NodeConfig = NodeConfig(), nproc: int = 1, outputs: Outputs = Outputs()) -> dict:
+def train_node(data: Data, cfg: NodeConfig = NodeConfig(), nproc: int = 1, outputs: Outputs = Outputs(),
+               max_restarts: int = 0) -> dict:
     """Node classification on `data` (a `Graph`, a dataset name or path, a `DataSource`, or a
-    static partition store) with `nproc` local ranks, or as this rank of a torchrun world.
-    Returns the metrics (of rank 0, or of this rank under torchrun); rank 0 prints the results
-    and writes `outputs`. Local ranks import the calling script again: call from under
+    static partition store) with `nproc` local ranks (started again, resuming from the
+    checkpoint, up to `max_restarts` times after a rank fails), or as this rank of a torchrun
+    world. Returns the metrics (of rank 0, or of this rank under torchrun); rank 0 prints the
+    results and writes `outputs`. Local ranks import the calling script again: call from under
     `if __name__ == "__main__":`."""
     check_type("cfg", cfg, NodeConfig)
     check_type("outputs", outputs, Outputs)
-    if outputs.resume:
-        raise GnndistError("--resume is for --task link; a node checkpoint (--checkpoint) is for `gnndist predict`")
-    return run_job(data, nproc, SPLIT, node_rank, cfg, outputs, device=cfg.device, quiet=cfg.quiet, outputs=outputs)
+    return run_job(data, nproc, SPLIT, node_rank, cfg, outputs, device=cfg.device, quiet=cfg.quiet, outputs=outputs,
+                   max_restarts=max_restarts)

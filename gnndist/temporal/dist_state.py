@@ -314,14 +314,15 @@ class PartitionedNodeState(_RankState):
         self._send_next_reply()
 
     def state_dict(self) -> dict[str, Tensor]:
-        """This rank's rows, with the id range they belong to."""
-        return {**self.local.state_dict(), "node_range": torch.tensor([self.lo, self.hi])}
+        """This rank's rows (of the ids `held_ids`)."""
+        return self.local.state_dict()
 
-    def load_state_dict(self, state: dict[str, Tensor]) -> None:
+    def held_ids(self) -> np.ndarray:
+        return np.arange(self.lo, self.hi, dtype=np.int64)
+
+    def load_rows(self, ids: np.ndarray, rows: dict[str, Tensor]) -> int:
+        """Set this rank's rows among the global node ids `ids` (`NodeState.load_rows`)."""
         self._drop_reply()
-        state = dict(state)
-        got = state.pop("node_range").tolist()
-        if got != [self.lo, self.hi]:
-            raise ValueError(f"node state rows are of ids {got[0]}..{got[1] - 1}, this rank owns "
-                             f"{self.lo}..{self.hi - 1}")
-        self.local.load_state_dict(state)
+        mine = (ids >= self.lo) & (ids < self.hi)
+        at = torch.from_numpy(np.flatnonzero(mine))
+        return self.local.load_rows(ids[mine] - self.lo, {k: v.index_select(0, at) for k, v in rows.items()})

@@ -18,7 +18,7 @@ from typing import Any, Optional, Union
 import numpy as np
 import torch
 
-from gnndist import checkpoint
+from gnndist import checkpoint, resume
 from gnndist.errors import GnndistError
 from gnndist.outputs import Outputs
 from gnndist.partition import RankPart, open_part
@@ -36,79 +36,83 @@ from gnndist.validate import check_type
 
 SPLIT = Split("temporal", "temporal")
 RESUMED = ("config", "model", "optimizer", "node_state", "rng", "history", "best")  # what a resume reads
-# the settings a resumed run must share with its checkpoint
+# the settings a resumed run must share with its checkpoint (--resume auto: all of them, and the ranks)
 SAME_ON_RESUME = ("model", "batch_size", "lr", "lr_schedule", "clip_grad", "memory_dim", "time_dim", "num_neighbors",
-                  "sampling", "neg", "seed", "memory", "num_nodes", "num_events", "edge_dim", "world_size")
+                  "sampling", "neg", "seed", "memory", "num_nodes", "num_events", "edge_dim")
 
 
 def fit(trainer: LinkTrainer, outputs: Outputs = Outputs()) -> dict[str, Any]:
     """Train with model selection on validation AP, then test the selected parameters; write a
-    checkpoint each epoch (`checkpoint.run`). Returns the metrics (the same on every rank)."""
+    checkpoint each epoch, and within epochs as `outputs` asks (`checkpoint.run`,
+    `resume.Checkpointer`); resume where `outputs.resume` or a restart asks (`resume.find`).
+    Returns the metrics (the same on every rank)."""
     ev, cfg = trainer.events, trainer.cfg
-    folder = None if not outputs.checkpoint else (
-        Path(outputs.checkpoint) / f"rank{ev.rank}" if ev.num_parts > 1 else Path(outputs.checkpoint))
     config = {**cfg.to_dict(), "num_nodes": ev.num_nodes, "num_events": ev.num_events, "edge_dim": ev.edge_dim,
               "world_size": ev.num_parts, "partition": ev.partition_key()}
-    with checkpoint.run(folder, outputs.resume, restore=ev.num_parts == 1):
-        history, best, first = resume(trainer, folder, config, outputs.checkpoint) if outputs.resume else ([], None, 1)
+    found = resume.start(outputs, trainer.device, RESUMED, lambda saved, whole: differs(saved, config, whole))
+    spe = trainer.steps_per_epoch
+    with checkpoint.run(resume.folder(outputs), resume.keeps(outputs, found), restore=ev.num_parts == 1):
+        history, best, restarts, at = [], None, [], checkpoint.Position(0)
+        if found is not None:
+            history, best, restarts, at = load(trainer, found, outputs.checkpoint)
+        first = at.epoch + (at.step is None)
         if first > cfg.epochs:
             raise GnndistError(f"the checkpoint already holds {first - 1} epochs; ask for more with --epochs")
         runlog = RunLog(outputs.log_dir if dist.rank() == 0 else None,
-                        first_step=(first - 1) * trainer.steps_per_epoch)
+                        first_step=resume.global_step(first, at.step or 0, spe))
         trainer.on_loss = runlog.step
-        for epoch in range(first, cfg.epochs + 1):
-            if cfg.patience is not None and history and history[-1]["epoch"] - best["epoch"] >= cfg.patience:
-                break
-            rec = trainer.train_epoch(epoch)
-            val = link_metrics(*trainer.evaluate(trainer.train_end, trainer.val_end, "val")[:2], across_ranks=True)
-            rec.update(val_ap=val["ap"], val_auc=val["auc"], val_mrr=val["mrr"])
-            history.append(rec)
-            runlog.epoch(rec)
-            if best is None or val["ap"] > best["val_ap"]:
-                best = {"epoch": epoch, "val_ap": val["ap"], "model": copy.deepcopy(trainer.model.state_dict())}
-            if dist.rank() == 0 and not cfg.quiet:
-                print(f"epoch {epoch}: loss {rec['loss']:.4f}, {rec['events_per_s']:,.0f} events/s, "
-                      f"val AP {val['ap']:.4f} AUC {val['auc']:.4f} MRR {val['mrr']:.4f}", file=sys.stderr)
-            if folder is not None:
-                checkpoint.save(folder, {"config": config, "epoch": epoch, **trainer.state_dict(),
-                                         "rng": checkpoint.rng_state(), "history": history, "best": best})
+
+        def payload(epoch: int, step: Optional[int] = None) -> dict[str, Any]:
+            return {"config": config, "epoch": epoch, "step": step, **trainer.state_dict(),
+                    "rng": checkpoint.rng_state(), "history": history, "best": best, "restarts": restarts}
+
+        with resume.Checkpointer(outputs, spe, trainer.device) as saver:
+            for epoch in range(first, cfg.epochs + 1):
+                if cfg.patience is not None and history and history[-1]["epoch"] - best["epoch"] >= cfg.patience:
+                    break
+                trainer.on_step = lambda step: saver.step(epoch, step, lambda: payload(epoch, step))
+                rec = trainer.train_epoch(epoch)
+                val = link_metrics(*trainer.evaluate(trainer.train_end, trainer.val_end, "val")[:2], across_ranks=True)
+                rec.update(val_ap=val["ap"], val_auc=val["auc"], val_mrr=val["mrr"])
+                history.append(rec)
+                runlog.epoch(rec)
+                if best is None or val["ap"] > best["val_ap"]:
+                    best = {"epoch": epoch, "val_ap": val["ap"], "model": copy.deepcopy(trainer.model.state_dict())}
+                if dist.rank() == 0 and not cfg.quiet:
+                    print(f"epoch {epoch}: loss {rec['loss']:.4f}, {rec['events_per_s']:,.0f} events/s, "
+                          f"val AP {val['ap']:.4f} AUC {val['auc']:.4f} MRR {val['mrr']:.4f}", file=sys.stderr)
+                saver.save(payload(epoch))
         test = selected_test_metrics(trainer, best)
         runlog.test(test, best["epoch"])
+    resume.finish(outputs, found)
     return {"task": "link", "model": cfg.model, "world_size": ev.num_parts, "memory": cfg.memory, "share": cfg.share,
             "neg": cfg.neg, "config": config, "epochs": history, "selected_epoch": best["epoch"],
             "stop_reason": "patience" if history[-1]["epoch"] < cfg.epochs else "epochs",
-            "ranks": trainer.rank_metrics(), "test": test}
+            "restarts": restarts, "ranks": trainer.rank_metrics(), "test": test}
 
 
-def resume(trainer: LinkTrainer, folder: Path, config: dict[str, Any], name: str) -> tuple[list, dict, int]:
-    """Load the newest checkpoint in `folder` (this rank's of the checkpoint `name`) that every
-    rank holds into `trainer`: (history, best, first epoch to run); a one-line error where it was
-    written with other settings."""
-    held = checkpoint.epochs(folder)
-    if not held:
-        checkpoint.load(folder)  # says what is wrong with what is there
-    saved = checkpoint.load(folder, common_epoch(held, trainer.device), needs=RESUMED)
-    if saved["config"].get("partition", config["partition"]) != config["partition"]:  # older ones: not kept
-        raise GnndistError(f"checkpoint in {name} was written on another partition of the data (its ranks own "
-                           "other nodes): resume on the partition store it was trained on")
-    for key in SAME_ON_RESUME:
-        if saved["config"].get(key) != config[key]:
-            raise GnndistError(f"checkpoint in {name} was written with {key}={saved['config'].get(key)}, "
-                               f"this run has {key}={config[key]}")
-    trainer.load_state_dict(saved)
+def differs(saved: dict[str, Any], config: dict[str, Any], whole: bool) -> Optional[str]:
+    """Why a checkpoint's settings `saved` are not this run's `config` (None: they are): the
+    settings a resume must share (`whole`: every one but `quiet`, and the rank count)."""
+    if saved.get("world_size", 1) == config["world_size"] and saved.get("partition", config["partition"]) != \
+            config["partition"]:  # checkpoints before the partition was recorded: not known
+        return ("was written on another partition of the data (its ranks own other nodes): resume on the partition "
+                "store it was trained on")
+    return resume.changed(saved, config, SAME_ON_RESUME, whole)
+
+
+def load(trainer: LinkTrainer, found: resume.Found, directory: str) -> tuple[list, dict, list, checkpoint.Position]:
+    """Load the checkpoint `found` into `trainer` (its node state re-cut for this run's ranks where
+    it was written on another number of them): (history, best, restarts, position; a collective)."""
+    saved, parts = found.payload, None
+    if found.world != trainer.events.num_parts:  # every row from the ranks that held them
+        every_row = found.world == 1 or saved["config"].get("memory") == "replicated"
+        parts = [saved["node_state"]] + [checkpoint.load(f.parent, found.position, mmap=True)["node_state"]
+                                         for f in ([] if every_row else found.files[1:])]
+    trainer.load_state_dict(saved, parts)
     checkpoint.set_rng_state(saved["rng"])
-    return list(saved["history"]), saved["best"], int(saved["epoch"]) + 1
-
-
-def common_epoch(epochs: list[int], device: torch.device) -> int:
-    """The newest checkpointed epoch every rank holds (a collective): after a crash between two
-    ranks' writes, the older complete one."""
-    held = torch.cat(dist.all_gather_varsize(torch.tensor(sorted(epochs), dtype=torch.int64, device=device)))
-    counts = torch.bincount(held.cpu(), minlength=1) if held.numel() else torch.zeros(1, dtype=torch.int64)
-    common = torch.nonzero(counts == dist.world_size()).flatten()
-    if common.numel() == 0:
-        raise GnndistError("no checkpointed epoch is complete on every rank; start afresh without --resume")
-    return int(common.max())
+    restarts = resume.resumed(found, directory, trainer.steps_per_epoch, trainer.device)
+    return list(saved["history"]), saved["best"], restarts, found.position
 
 
 def selected_test_metrics(trainer: LinkTrainer, best: dict[str, Any]) -> dict[str, Any]:
@@ -160,9 +164,12 @@ def link_rank(source: Union[TemporalGraph, RankPart], device: torch.device, cfg:
     return fit(LinkTrainer(rank_events(source), cfg, device), outputs)
 
 
-def train_link(data: Data, cfg: Optional[LinkConfig] = None, nproc: int = 1, outputs: Outputs = Outputs()) -> dict:
+def train_link(data: Data, cfg: Optional[LinkConfig] = None, nproc: int = 1, outputs: Outputs = Outputs(),
+               max_restarts: int = 0) -> dict:
     """Link prediction on `data` (a `TemporalGraph`, a dataset name or path, a `DataSource`, or
-    a temporal partition store) on `nproc` local ranks, or as this rank of a torchrun world.
+    a temporal partition store) on `nproc` local ranks (started again, resuming from the
+    checkpoint, up to `max_restarts` times after a rank fails), or as this rank of a torchrun
+    world.
     Returns the metrics (of rank 0, or of this rank under torchrun); rank 0 prints the results
     and writes `outputs`. Local ranks import the calling script again: call from under
     `if __name__ == "__main__":`."""
@@ -170,4 +177,4 @@ def train_link(data: Data, cfg: Optional[LinkConfig] = None, nproc: int = 1, out
     check_type("cfg", cfg, LinkConfig)
     check_type("outputs", outputs, Outputs)
     return run_job(data, nproc, SPLIT, link_rank, cfg, outputs, device=cfg.device, quiet=cfg.quiet,
-                   outputs=outputs, rank_checkpoints=True)
+                   outputs=outputs, max_restarts=max_restarts)

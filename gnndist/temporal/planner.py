@@ -45,10 +45,12 @@ class Planner:
         self.state, self.timers, self.owners_embed = state, timers, owners_embed
         self.partitioned_reads = partitioned  # the node state's reads are planned too
 
-    def batches(self, start: int, stop: int) -> Iterator[tuple[int, int, int]]:
-        """(index, first, last + 1) of the global batches over the events [start, stop)."""
+    def batches(self, start: int, stop: int, first: int = 0) -> Iterator[tuple[int, int, int]]:
+        """(index, first, last + 1) of the global batches over the events [start, stop), from
+        batch `first` on."""
         b = self.cfg.batch_size
-        for index, s in enumerate(range(start, stop, b)):
+        for index in range(first, -(-(stop - start) // b)):
+            s = start + index * b
             yield index, s, min(s + b, stop)
 
     def events_of(self, start: int, stop: int, negatives: Optional[Negatives] = None) -> BatchEvents:
@@ -73,11 +75,12 @@ class Planner:
         return self._on_device(*self._plan([events], window=False)[0][0])
 
     def steps(self, start: int, stop: int, negatives: Optional[Callable[..., np.ndarray]] = None,
-              per_event: int = 0) -> Iterator[tuple[int, Batch]]:
-        """(size, this rank's batch) of each global batch over the events [start, stop), in order;
-        `negatives(index, size, rows, src, dst)` gives the `per_event` negatives of each event of
-        batch `index`. Planned a window at a time (see the module docstring)."""
-        todo = list(self.batches(start, stop))
+              per_event: int = 0, first: int = 0) -> Iterator[tuple[int, Batch]]:
+        """(size, this rank's batch) of each global batch over the events [start, stop), in order,
+        from batch `first` on (a resumed epoch); `negatives(index, size, rows, src, dst)` gives the
+        `per_event` negatives of each event of batch `index`. Planned a window at a time (see the
+        module docstring; what a batch holds does not depend on the window it is planned in)."""
+        todo = list(self.batches(start, stop, first))
         ks = [self.model.k] * self.model.sampling.hops
         # sized for a full batch's queries (every rank sizes it alike): 3 per event in training,
         # 2 + n in an evaluation with n negatives

@@ -127,6 +127,18 @@ class NodeState:
         return {"memory": self.memory, "last_update": self.last_update, "mail": self.mail,
                 "mail_time": self.mail_time}
 
+    def held_ids(self) -> np.ndarray:
+        """The global node ids of the rows this state holds, in row order."""
+        return np.arange(self.num_nodes, dtype=np.int64)
+
+    def load_rows(self, ids: np.ndarray, rows: dict[str, Tensor]) -> int:
+        """Set the rows of the global node ids `ids` (a host array) this state holds to `rows`
+        (as `state_dict` names them, one row per id); how many it set."""
+        at = torch.from_numpy(ids).to(self.memory.device)
+        for name, mine in self.state_dict().items():
+            mine.index_copy_(0, at, rows[name].to(mine.device, mine.dtype))
+        return int(ids.size)
+
     def load_state_dict(self, state: dict[str, Tensor]) -> None:
         for name, mine in self.state_dict().items():
             value = state[name]

@@ -57,7 +57,7 @@ def rank_metrics(events: RankEvents, state: Any, neighbours: Neighbours, cache_c
     ev = events
     indptr, nbr, eid, ts = ev.tcsr()
     cache = neighbours.features.cache
-    state_tensors = [] if state is None else [t for k, t in state.state_dict().items() if k != "node_range"]
+    state_tensors = [] if state is None else list(state.state_dict().values())
     c = cache_counters
     mine = [ev.rank, ev.num_held, int(nbr.size), ev.num_held if ev.edge_feat is not None else 0,
             0 if state is None else int(state_tensors[0].shape[0]),

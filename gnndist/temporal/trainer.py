@@ -166,12 +166,19 @@ class LinkTrainer:
         self.set_state(state)
         self.cache_counters: dict[str, int] = {}
         self.on_loss: Optional[Callable[[float], None]] = None  # called with each training step's global loss
+        self.on_step: Optional[Callable[[int], None]] = None  # called after each training step: its epoch's steps done
+        # of the epoch in progress: epoch, steps done, their loss summed over events (resumed from
+        # a checkpoint by `train_epoch`), and the clock (`_clock`: its time before this process)
+        self.epoch_state: Optional[dict[str, Any]] = None
+        self._clock = (0.0, 0.0, 0.0, 0.0)  # (perf_counter, cpu seconds at the start here, time and cpu before)
         fill_edge_cache(cfg, self.planner, self.train_end)
 
     def set_state(self, state: Optional[NodeState]) -> None:
         """Train and evaluate on `state` (the node state `new_state` makes, or one of its kind)."""
         self.state = None if state is None else TimedState(state, self.timers)
         self.planner.state, self.split.state = self.state, state
+        # the data's own ids of its rows (what a checkpoint keys them by)
+        self._held_orig = None if state is None else torch.from_numpy(self.events.new_to_orig[state.held_ids()])
 
     def _load_kernels(self) -> None:
         """The numba kernels a step runs, compiled (first run on a machine) or loaded now, not in
@@ -280,32 +287,43 @@ class LinkTrainer:
 
     @threads.job_threads()
     def train_epoch(self, epoch: int) -> dict[str, Any]:
-        """One pass over the training events from a reset state; the epoch's metrics (all ranks)."""
+        """One pass over the training events from a reset state (or, where `epoch_state` is of this
+        epoch, from the step it resumes at, the node state as loaded); the epoch's metrics (all
+        ranks)."""
         cfg = self.cfg
         self.model.train()
-        self.reset_state()
+        at = self.epoch_state if self.epoch_state is not None and self.epoch_state["epoch"] == epoch else None
+        if at is None:
+            self.reset_state()
         reset_traffic(self.timers, self.neighbours, None if self.state is None else self.state.state)
         lr = cfg.lr if cfg.lr_schedule == "constant" else cfg.lr * 0.5 * (1 + math.cos(math.pi * (epoch - 1) / cfg.epochs))
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        total, t0, c0, k0 = 0.0, time.perf_counter(), self.cpu_seconds(), dist.collectives_entered()
+        first, total = (0, 0.0) if at is None else (at["step"], at["loss_sum"])
+        self._clock = (time.perf_counter(), self.cpu_seconds(), *((0.0, 0.0) if at is None else (at["time_s"], at["cpu_s"])))
+        k0 = dist.collectives_entered()
         n = self.events.num_nodes
         with self._bar(self.train_end, f"epoch {epoch}") as bar:
+            bar.update(min(first * cfg.batch_size, self.train_end))
             ahead = Lookahead(self.planner.steps(0, self.train_end, lambda index, size, rows, src, dst: train_negatives(
-                cfg.seed, epoch, index, size, rows, dst, n), per_event=1))
-            for size, batch in ahead:
+                cfg.seed, epoch, index, size, rows, dst, n), per_event=1, first=first))
+            for step, (size, batch) in enumerate(ahead, first + 1):
                 loss = self.step(batch, size, ahead)[0]
                 total += loss * size
+                self.epoch_state = {"epoch": epoch, "step": step, "loss_sum": total}
                 if self.on_loss is not None:
                     self.on_loss(loss)
                 bar.update(size)
+                if self.on_step is not None:
+                    self.on_step(step)
         self.timers.wait()
-        seconds = time.perf_counter() - t0
+        self.epoch_state = None
+        seconds, cpu = self._elapsed()
         self.cache_counters = dict(self.neighbours.features.counters)
         grads = self.events.num_parts * self.steps_per_epoch * sum(p.numel() * p.element_size() for p in self.params)
         return {"epoch": epoch, "loss": total / self.train_end, "lr": lr, "time_s": seconds,
-                "cpu_s": self.cpu_seconds() - c0, "events_per_s": self.train_end / seconds,
-                "collectives_per_step": (dist.collectives_entered() - k0) / self.steps_per_epoch,
+                "cpu_s": cpu, "events_per_s": self.train_end / seconds,
+                "collectives_per_step": (dist.collectives_entered() - k0) / max(self.steps_per_epoch - first, 1),
                 **epoch_traffic(self.timers, self.neighbours, None if self.state is None else self.state.state,
                                 seconds, grads if self.events.num_parts > 1 else 0, self.cfg.num_neighbors,
                                 self.device)}
@@ -343,12 +361,45 @@ class LinkTrainer:
         return rank_metrics(self.events, None if self.state is None else self.state.state, self.neighbours,
                             self.cache_counters, self.device)
 
-    def state_dict(self) -> dict[str, Any]:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "node_state": None if self.state is None else self.state.state_dict()}
+    def _elapsed(self) -> tuple[float, float]:
+        """Wall and CPU seconds of the epoch in progress (before a resume included)."""
+        t0, c0, before_s, before_cpu = self._clock
+        return before_s + time.perf_counter() - t0, before_cpu + self.cpu_seconds() - c0
 
-    def load_state_dict(self, saved: dict[str, Any]) -> None:
+    def state_dict(self) -> dict[str, Any]:
+        """Parameters, optimizer, node state (its rows keyed by the data's own node ids,
+        `node_ids`) and, within an epoch, `epoch_state`: what a checkpoint holds of the
+        trainer (live tensors: copy them to keep them)."""
+        epoch_state = None
+        if self.epoch_state is not None:
+            time_s, cpu_s = self._elapsed()
+            epoch_state = {**self.epoch_state, "time_s": time_s, "cpu_s": cpu_s}
+        node_state = None
+        if self.state is not None:
+            node_state = {"node_ids": self._held_orig, **self.state.state.state_dict()}
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "node_state": node_state, "epoch_state": epoch_state}
+
+    def load_state_dict(self, saved: dict[str, Any], node_states: Optional[list[dict[str, Any]]] = None) -> None:
+        """Take what `state_dict` gave; the node state from `node_states` where given (those of
+        every rank of a run on another number of ranks, or of one that held every row)."""
         self.model.load_state_dict(saved["model"])
         self.optimizer.load_state_dict(saved["optimizer"])
         if self.state is not None:
-            self.state.load_state_dict(saved["node_state"])
+            self.load_node_states([saved["node_state"]] if node_states is None else node_states)
+        self.epoch_state = saved.get("epoch_state")
+
+    def load_node_states(self, parts: list[dict[str, Any]]) -> None:
+        """This rank's rows of the node states `parts` (each keyed by the data's node ids; of a
+        checkpoint of format 1: by this store's ids, all rows or a `node_range` of them)."""
+        st, ev = self.state.state, self.events
+        held = st.held_ids().size
+        got = 0
+        for part in parts:
+            if "node_ids" in part:
+                ids = ev.orig_to_new[part["node_ids"].numpy()]
+            else:
+                ids = np.arange(*part["node_range"].tolist()) if "node_range" in part else np.arange(ev.num_nodes)
+            got += st.load_rows(ids, {k: v for k, v in part.items() if k not in ("node_ids", "node_range")})
+        if got != held:
+            raise GnndistError(f"the checkpoint's node state holds {got:,} of the {held:,} rows of rank {ev.rank}")
