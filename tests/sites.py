@@ -12,7 +12,8 @@ from gnndist.runtime import dist as gdist
 
 DEVICE_SITES = {
     "temporal/trainer.py": {"__init__", "forward", "step"},
-    "temporal/fit.py": {"common_epoch", "selected_test_metrics"},
+    "temporal/fit.py": {"selected_test_metrics"},
+    "gnndist/resume.py": {"_all", "_common", "find", "_steps_run", "resumed", "_due"},
     "temporal/traffic.py": {"epoch_traffic", "rank_metrics"},
     "temporal/dist_state.py": {"_gather", "_to_owners", "_answer"},
     "static/trainer.py": {"__init__", "min_feature", "_batches", "compute_grads", "evaluate", "_global_counters"},

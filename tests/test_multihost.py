@@ -77,19 +77,24 @@ class Hosts:
         p = _ip(*args)
         assert p.returncode == 0, f"ip {' '.join(args)}: {p.stderr}"
 
-    def start(self, i: int, argv: list[str], timeout: str = "60", c10d: bool = False) -> subprocess.Popen:
+    def start(self, i: int, argv: list[str], timeout: str = "60", c10d: bool = False, restarts: int = 0
+              ) -> subprocess.Popen:
         """Host `i`'s torchrun node running `gnndist train ARGV` (stderr in host{i}.err), joined
         by --node-rank and --master-addr, or with `c10d` by the c10d rendezvous (which, where a
-        host's name resolves to 127.0.0.1, needs is_host=1 on the endpoint and --local-addr)."""
+        host's name resolves to 127.0.0.1, needs is_host=1 on the endpoint and --local-addr);
+        with `restarts`, torchrun --max-restarts (and a store of the ranks' own, which restarts
+        need)."""
         env = {k: v for k, v in os.environ.items() if not k.endswith("_SOCKET_IFNAME")}
         env.update(GNNDIST_TIMEOUT=timeout, OMP_NUM_THREADS="1", GNNDIST_CACHE=str(self.tmp / f"cache{i}"))
+        if restarts:
+            env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
         if c10d:
             join = ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"{ADDRS[0]}:{PORT}", "--rdzv-id", "job1",
                     "--local-addr", ADDRS[i], *(["--rdzv-conf", "is_host=1"] if i == 0 else [])]
         else:
             join = ["--node-rank", str(i), "--master-addr", ADDRS[0], "--master-port", str(PORT)]
         cmd = ["ip", "netns", "exec", self.ns[i], sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
-               "--nproc-per-node", "1", *join, "-m", "gnndist", "train", *argv]
+               "--nproc-per-node", "1", "--max-restarts", str(restarts), *join, "-m", "gnndist", "train", *argv]
         with open(self.tmp / f"host{i}.err", "w") as err:
             p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=err, text=True)
         self.procs.append(p)
@@ -310,3 +315,38 @@ def test_a_host_whose_part_is_damaged_is_named_by_the_other_within_30s(hosts, st
             f"{local[1]}/part1/t.npy is corrupted") in hosts.err(1)  # its own line says which rank it is
     for i in range(2):
         _clean_failure(hosts.err(i))
+
+
+def test_a_host_killed_mid_epoch_rejoins_with_resume_auto_and_the_job_ends_as_uninterrupted(hosts, tmp_path):
+    """Each host's torchrun with --max-restarts 1 and the c10d rendezvous, checkpoints every 10
+    steps in a folder of its own: host 1's torchrun is killed (every process of it) after step 12
+    of epoch 2; host 0's restarts its rank, which waits in the rendezvous; host 1's is started again with
+    the same command and --resume auto. Both resume from the newest checkpoint both ranks
+    completed, and the job ends with the figures of the same run on --nproc 2, uninterrupted."""
+    data = ["synthetic-temporal", "--num-nodes", "150", "--num-events", "4000"]  # 56 steps of 50 an epoch
+    flags = [*TGN, "--batch-size", "50", "--epochs", "2"]
+    store, ref = tmp_path / "store", tmp_path / "ref.json"
+    assert main(["partition", *data, "--parts", "2", "--out", str(store), "--quiet"]) == 0
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OMP_NUM_THREADS", "1")
+        mp.setenv("GNNDIST_TIMEOUT", "60")
+        assert main(["train", str(store), *flags, "--nproc", "2", "--metrics-out", str(ref)]) == 0
+    local = [_own_part_store(store, tmp_path / f"host{i}" / "store", i) for i in range(2)]
+    ck, out = [tmp_path / f"host{i}" / "ck" for i in range(2)], tmp_path / "hosts.json"
+    argv = [[str(local[i]), *flags, "--checkpoint", str(ck[i]), "--checkpoint-every", "10"] for i in range(2)]
+    argv[0] += ["--metrics-out", str(out)]
+    first = [hosts.start(i, argv[i], c10d=True, restarts=1) for i in range(2)]
+    deadline, progress = time.monotonic() + 90, ck[1] / "rank1" / ".progress"  # its last step: "epoch step"
+    while [int(x) for x in (progress.read_text().split() if progress.exists() else [0, 0])] < [2, 12]:
+        assert time.monotonic() < deadline and all(p.poll() is None for p in first), hosts.err(0)[-3000:]
+        time.sleep(0.01)
+    hosts.kill_host(1)
+    again = hosts.start(1, argv[1] + ["--resume", "auto"], c10d=True, restarts=1)
+    rcs = [p.wait(timeout=150) for p in (first[0], again)]
+    assert rcs == [0, 0], hosts.err(0)[-3000:] + hosts.err(1)[-3000:]
+    got = json.loads(out.read_text())
+    _same_metrics(got, json.loads(ref.read_text()))
+    (r,) = got["restarts"]
+    # a checkpoint every 10 steps of the run: of epoch 2 at its steps 4, 14, ...; torchrun does not tell the rank lost
+    assert r["epoch"] == 2 and r["step"] % 10 == 4 and r["rank_lost"] is None, r
+    assert re.search(r"^restart 1: resuming from epoch 2, step \d+ of 56 \(the checkpoint in ", hosts.err(0), re.M)

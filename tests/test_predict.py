@@ -133,17 +133,20 @@ def test_log_dir_errors_are_one_line_and_write_nothing(tmp_path, capsys, monkeyp
 
 # ------------------------------------------------------------------------------------------ node checkpoints
 
-def test_node_checkpoint_is_one_file_with_the_selected_parameters(runs, capsys):
+def test_node_checkpoint_holds_the_selected_parameters_in_a_folder_per_rank(runs, capsys):
     for name in ("node1", "node2"):
         m, ck = metrics(runs[name]), runs[name]["ckpt"]
-        assert sorted(p.name for p in ck.iterdir()) == ["epoch-0002.pt", "epoch-0003.pt"]  # no rank folders
-        saved = checkpoint.load(ck)
+        ranks = [f"rank{r}" for r in range(m["world_size"])] if m["world_size"] > 1 else []
+        assert sorted(p.name for p in ck.iterdir() if p.is_dir()) == ranks
+        for folder in [ck / r for r in ranks] or [ck]:
+            assert sorted(p.name for p in folder.iterdir()) == [".progress", "epoch-0002.pt", "epoch-0003.pt"]
+        saved = checkpoint.load(checkpoint.model_folder(ck))
         assert saved["epoch"] == 3 and saved["history"] == m["epochs"]
         assert saved["config"]["task"] == "node" and saved["config"]["world_size"] == m["world_size"]
         assert saved["best"]["epoch"] == m["selected_epoch"] and saved["best"]["val_acc"] == m["test"]["best_val_acc"]
         assert set(saved["optimizer"]) == {"state", "param_groups"} and saved["model"].keys() == saved["best"]["model"].keys()
     err = one_line_error([*NODE, "--checkpoint", str(runs["node1"]["ckpt"]), "--resume"], capsys)
-    assert "--resume is for --task link" in err
+    assert "the checkpoint already holds 3 epochs; ask for more with --epochs" in err
 
 
 # ------------------------------------------------------------------------------------------ predict: link

@@ -11,10 +11,12 @@ the others that they hold the same store and configuration and run the same vers
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
 import os
+import select
 import signal
 import sys
 import threading
@@ -440,50 +442,58 @@ def _newest_attempt(errdir: str) -> Optional[Path]:
     return Path(errdir, str(max(found))) if found else None
 
 
-def _ended(pid: int) -> Optional[bool]:
-    """Whether the child process `pid` has ended: None while it runs, else True unless it is
-    seen to have exited with status 0 (torch's launcher collects a child that ended within its
-    0.1 s watch: then how is not known). The child is left for that launcher to collect."""
+def _ended_well(pid: int) -> bool:
+    """Whether the ended child process `pid` is seen to have exited with status 0 (not where
+    torch's launcher has collected it already: then how is not known). It stays for that
+    launcher to collect."""
     try:
         info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:  # collected already
-        return True
-    return None if info is None else info.si_code != os.CLD_EXITED or info.si_status != 0
+    except ChildProcessError:
+        return False
+    return info is not None and info.si_code == os.CLD_EXITED and info.si_status == 0
 
 
 def _watch_ranks(errdir: str, done: threading.Event, grace: float = 2.0) -> None:
-    """Over each start of the ranks: note the rank whose process ends first, unless seen to end
-    well (its start's "lost" file, which the restarted ranks read: `lost_rank`; torch's launcher
-    stops the others once one has ended); once a rank has left an error line, give the others
-    `grace` seconds to leave theirs, then kill the ranks still running (torch's launcher would
-    wait 30 s for a stuck or stopped one)."""
-    seen_lost, ended, error_at = set(), set(), None
-    while not done.wait(0.02):
-        attempt = _newest_attempt(errdir)
-        if attempt is None:
-            continue
-        pids = {f.name[4:]: f for f in attempt.iterdir() if f.name.startswith("pid-")}
-        if attempt not in seen_lost:
-            try:
-                gone = {r: _ended(int(f.read_text())) for r, f in pids.items()}
-            except ValueError:  # a pid being written
-                gone = {}
-            if any(v is not None for v in gone.values()):
-                first = [r for r, v in gone.items() if v]
-                if len(first) == 1:
-                    (attempt / "lost").write_text(first[0])
-                seen_lost.add(attempt)
-        if attempt in ended or not any(f.suffix == ".txt" for f in attempt.iterdir()):
-            continue
-        error_at = error_at or time.monotonic()
-        if time.monotonic() - error_at >= grace:
-            for f in pids.values():
-                try:
-                    os.kill(int(f.read_text()), signal.SIGKILL)
-                except (ProcessLookupError, ValueError):
-                    pass
-            ended.add(attempt)
-            error_at = None
+    """Over each start of the ranks: note the rank whose process ends first, unless it ends well
+    (its start's "lost" file, which the restarted ranks read: `lost_rank`; torch's launcher then
+    stops the others); once a rank has left an error line, give the others `grace` seconds to
+    leave theirs, then kill the ranks still running (torch's launcher would wait 30 s for a
+    stuck or stopped one). A process's end is seen at once (a pidfd per rank)."""
+    watched: dict[int, tuple[Path, str, int]] = {}  # pidfd -> (start folder, rank, pid)
+    noted, ended, error_at = set(), set(), None
+    poller = select.poll()
+    try:
+        while not done.is_set():
+            attempt = _newest_attempt(errdir)
+            for f in attempt.iterdir() if attempt is not None else ():
+                if f.name.startswith("pid-") and (attempt, f.name) not in noted:
+                    try:
+                        pid = int(f.read_text())
+                        fd = os.pidfd_open(pid)
+                    except (ValueError, ProcessLookupError):  # being written, or gone already
+                        continue
+                    noted.add((attempt, f.name))
+                    watched[fd] = (attempt, f.name[4:], pid)
+                    poller.register(fd, select.POLLIN)
+            for fd, _ in poller.poll(20):
+                where, rank, pid = watched.pop(fd)
+                poller.unregister(fd)
+                os.close(fd)
+                if not (where / "lost").exists() and not _ended_well(pid):
+                    (where / "lost").write_text(rank)
+            if attempt is None or attempt in ended or not any(f.suffix == ".txt" for f in attempt.iterdir()):
+                continue
+            error_at = error_at or time.monotonic()
+            if time.monotonic() - error_at >= grace:
+                for where, _, pid in watched.values():
+                    if where == attempt:
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(pid, signal.SIGKILL)
+                ended.add(attempt)
+                error_at = None
+    finally:
+        for fd in watched:
+            os.close(fd)
 
 
 def launch(nproc: int, entrypoint: Callable[..., Any], *args: Any, max_restarts: int = 0) -> list[Any]:

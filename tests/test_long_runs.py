@@ -1,0 +1,232 @@
+"""Long runs survive their faults: checkpoints within an epoch, restarts by the launcher, resumes
+on another number of ranks, and saves cut off mid-write.
+
+References: the same run uninterrupted (the same operations in the same order: equal to 1e-6),
+and the same checkpoint resumed on the ranks that wrote it (equal to 1e-5 on other ranks, the
+W-rank equivalence carried through a resume).
+"""
+import io
+import json
+import os
+import shutil
+import signal
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from gnndist import checkpoint
+from gnndist.checkpoint import Position
+from gnndist.datasets import load
+from gnndist.outputs import Outputs, checkpoint_name, write_metrics
+from gnndist.partition import partition_graph
+from gnndist.runtime import dist as gdist
+from gnndist.runtime.launch import launch
+from gnndist.static.config import NodeConfig
+from gnndist.static.trainer import NodeTrainer, rank_graph
+from gnndist.temporal.config import LinkConfig
+from gnndist.temporal.events import RankEvents
+from gnndist.temporal.fit import fit, rank_events
+from gnndist.temporal.trainer import LinkTrainer
+
+TEMPORAL = dict(num_nodes=80, num_events=1200)  # 840 training events: 17 steps of 50 per epoch
+STATIC = dict(num_nodes=400, num_edges=2000)  # 113 training nodes: 8 steps of 16 per epoch
+EVERY = 5  # steps between checkpoints: epoch 2 holds one at its step 3 (link) and 2 (node)
+
+
+def link_config(memory="partitioned"):
+    return LinkConfig(memory_dim=16, time_dim=16, batch_size=50, epochs=2, quiet=True, memory=memory, cache="adaptive")
+
+
+NODE = NodeConfig.for_model("sage", hidden=16, batch_size=16, epochs=2, quiet=True)
+
+
+def close(got, want, tol):
+    """The test figures and every epoch's loss of two runs' metrics, equal to `tol`."""
+    assert got["test"] == pytest.approx(want["test"], abs=tol, nan_ok=True)
+    assert [e["loss"] for e in got["epochs"]] == pytest.approx([e["loss"] for e in want["epochs"]], abs=tol)
+
+
+def stop_at(method, count, action):
+    """`method` (a bound method), doing `action()` before its `count`-th call."""
+    calls = []
+
+    def wrapped(*a, **kw):
+        calls.append(1)
+        if len(calls) == count:
+            action()
+        return method(*a, **kw)
+    return wrapped
+
+
+def kill_me():
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+class Stop(Exception):
+    pass
+
+
+def stop():
+    raise Stop
+
+
+# ------------------------------------------------------------------------------------------ one job, restarted
+
+def cut_at(at: Position):
+    """torch.save, writing half the file of the checkpoint at `at` and then killing its process."""
+    real = torch.save
+
+    def save(obj, f, *a, **kw):
+        if isinstance(obj, dict) and Position(obj.get("epoch", -1), obj.get("step")) == at:
+            buf = io.BytesIO()
+            real(obj, buf)
+            f.write(buf.getvalue()[:len(buf.getvalue()) // 2])
+            f.flush()
+            kill_me()
+        return real(obj, f, *a, **kw)
+    return save
+
+
+def restarted_worker(tstore, sstore, root):
+    """Each phase once over the job's starts (a phase done leaves its metrics), on 2 ranks:
+    - link-ref, node-ref: the link (partitioned memory) and node runs, uninterrupted;
+    - link: with checkpoints, rank 1 killed while its checkpoint of step 8 of epoch 2 is half
+      written (first start); restarted, rank 0 first copies the checkpoint folder as it is;
+    - replicated: the link run with replicated memory, stopped before step 6 of epoch 2, its
+      checkpoint folder copied, then resumed from it;
+    - node: with checkpoints, rank 1 killed before step 6 of epoch 2 (second start)."""
+    gdist.setup("cpu")
+    root = Path(root)
+    for phase in ("link-ref", "link", "replicated", "node-ref", "node"):
+        out, ck = root / f"{phase}.json", root / phase
+        if out.exists():
+            continue
+        outputs = Outputs() if phase.endswith("-ref") else Outputs(checkpoint=str(ck), checkpoint_every=EVERY)
+        killed = gdist.rank() == 1 and gdist.restart_count() == {"link": 0, "node": 1}.get(phase)
+        if phase == "link" and gdist.restart_count() > 0 and gdist.rank() == 0:
+            shutil.copytree(ck, root / "link-copy")
+        if phase.startswith("node"):
+            tr = NodeTrainer(rank_graph(sstore, NODE, torch.device("cpu")), NODE)
+            if killed:
+                tr.opt.step = stop_at(tr.opt.step, 8 + 6, kill_me)
+            m = tr.fit(outputs=outputs)
+        elif phase == "replicated":
+            tr = LinkTrainer(rank_events(tstore), link_config("replicated"))
+            tr.step = stop_at(tr.step, 17 + 6, stop)
+            with pytest.raises(Stop):
+                fit(tr, outputs)
+            if gdist.rank() == 0:
+                shutil.copytree(ck, root / "replicated-copy")
+            gdist.agree_max(0)
+            m = fit(LinkTrainer(rank_events(tstore), link_config("replicated")), replace(outputs, resume=True))
+        else:
+            if killed:
+                torch.save = cut_at(Position(2, 8))
+            m = fit(LinkTrainer(rank_events(tstore), link_config()), outputs)
+        if gdist.rank() == 0:
+            write_metrics(out, m)
+    gdist.teardown()
+
+
+@pytest.fixture(scope="module")
+def graphs():
+    return load("synthetic-temporal", **TEMPORAL), load("synthetic-static", **STATIC)
+
+
+@pytest.fixture(scope="module")
+def stores(graphs, tmp_path_factory):
+    root = tmp_path_factory.mktemp("stores")
+    tg, g = graphs
+    out = {w: root / f"temporal{w}" for w in (2, 3)}
+    for w, path in out.items():
+        partition_graph(tg, w, method="temporal", out=path)
+    partition_graph(g, 2, method="metis", balance=["nodes", "train"], out=root / "static2")
+    out["static"] = root / "static2"
+    return out
+
+
+@pytest.fixture(scope="module")
+def restarted(stores, tmp_path_factory):
+    root = tmp_path_factory.mktemp("restarts")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GNNDIST_TIMEOUT", "60")
+        launch(2, restarted_worker, str(stores[2]), str(stores["static"]), str(root), max_restarts=2)
+    return root, {p.stem: json.loads(p.read_text()) for p in root.glob("*.json")}
+
+
+def test_a_rank_killed_within_an_epoch_is_restarted_and_the_link_run_ends_as_uninterrupted(restarted):
+    """Rank 1 of 2 killed (SIGKILL) while it writes its checkpoint of step 8 of epoch 2 (partitioned
+    memory, an adaptive edge cache): the launcher starts both again, they resume by themselves
+    from the checkpoint both completed (step 3 of epoch 2: of the run's 20th step) and end with
+    the uninterrupted run's figures; the metrics name the restart. The cut-off file is left
+    beside rank 1's complete checkpoints (and deleted by its next save)."""
+    root, m = restarted
+    close(m["link"], m["link-ref"], 1e-6)
+    assert m["link-ref"]["restarts"] == []
+    (r,) = m["link"]["restarts"]
+    assert (r["restart"], r["rank_lost"], r["epoch"], r["step"]) == (1, 1, 2, 3)
+    assert r["steps_lost"] >= 8 - 3  # rank 0 ran on while rank 1 wrote
+    held = sorted(f.name for f in (root / "link-copy" / "rank1").iterdir())
+    assert [f for f in held if f.startswith("epoch")] == [checkpoint_name(1), Position(2, 3).name]
+    assert [f.split(".tmp-")[0] for f in held if ".tmp-" in f] == [f".{Position(2, 8).name}"]
+    assert not any(".tmp-" in f.name for f in (root / "link" / "rank1").iterdir())
+
+
+def test_a_rank_killed_within_an_epoch_is_restarted_and_the_node_run_ends_as_uninterrupted(restarted):
+    """Rank 1 of 2 killed before the optimizer step of step 6 of epoch 2 (the job's second
+    restart): resumed from step 2 of epoch 2 (the run's step 10), it ends as uninterrupted."""
+    _, m = restarted
+    close(m["node"], m["node-ref"], 1e-6)
+    (r,) = m["node"]["restarts"]
+    assert (r["restart"], r["rank_lost"], r["epoch"], r["step"]) == (2, 1, 2, 2)
+    assert r["steps_lost"] == 6 - 2  # rank 1 died after step 6's gradient sum: rank 0 ended it
+
+
+# ------------------------------------------------------------------------------------------ other ranks
+
+def resume_worker(store, root):
+    """This world's resume of each copied 2-rank checkpoint (partitioned, replicated memory)."""
+    gdist.setup("cpu")
+    out = {}
+    for memory, ck in (("partitioned", "link-copy"), ("replicated", "replicated-copy")):
+        copy = Path(root) / f"{ck}-on{gdist.world_size()}"
+        if gdist.rank() == 0:
+            shutil.copytree(Path(root) / ck, copy)
+        gdist.agree_max(0)
+        out[memory] = fit(LinkTrainer(rank_events(store), link_config(memory)),
+                          Outputs(checkpoint=str(copy), resume=True))
+    gdist.teardown()
+    return out
+
+
+@pytest.fixture(scope="module")
+def recut(graphs, stores, restarted):
+    root, m = restarted
+    on = {2: {"partitioned": m["link"], "replicated": m["replicated"]}}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GNNDIST_TIMEOUT", "60")
+        on[3] = launch(3, resume_worker, str(stores[3]), str(root))[0]
+    on[1] = {}
+    for memory, ck in (("partitioned", "link-copy"), ("replicated", "replicated-copy")):
+        shutil.copytree(root / ck, root / f"{ck}-on1")
+        on[1][memory] = fit(LinkTrainer(RankEvents.from_graph(graphs[0]), link_config(memory)),
+                            Outputs(checkpoint=str(root / f"{ck}-on1"), resume=True))
+    return root, on
+
+
+@pytest.mark.parametrize("memory", ["replicated", "partitioned"])
+@pytest.mark.parametrize("world", [1, 3])
+def test_a_checkpoint_of_2_ranks_resumed_on_1_or_3_ends_as_on_2(recut, memory, world):
+    """The checkpoint of 2 ranks at step 3 of epoch 2 (node state re-cut by the data's node ids
+    for the new ranks' parts) resumes on 1 and on 3 ranks to the figures it reaches on 2; the
+    resumed run's checkpoint is in its own ranks' layout, the other one's files deleted."""
+    root, on = recut
+    got, want = on[world][memory], on[2][memory]
+    close(got, want, 1e-5)
+    assert [(r["epoch"], r["step"]) for r in got["restarts"]] == [(2, 3)]
+    copy = root / f"{'link' if memory == 'partitioned' else 'replicated'}-copy-on{world}"
+    folders = sorted(f.name for f in copy.iterdir() if f.is_dir())
+    assert folders == ([] if world == 1 else [f"rank{r}" for r in range(world)])
+    assert checkpoint.epochs(checkpoint.model_folder(copy)) == [2]
