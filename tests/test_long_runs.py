@@ -19,6 +19,7 @@ import torch
 from gnndist import checkpoint
 from gnndist.checkpoint import Position
 from gnndist.datasets import load
+from gnndist.errors import GnndistError
 from gnndist.outputs import Outputs, checkpoint_name, write_metrics
 from gnndist.partition import partition_graph
 from gnndist.runtime import dist as gdist
@@ -35,8 +36,9 @@ STATIC = dict(num_nodes=400, num_edges=2000)  # 113 training nodes: 8 steps of 1
 EVERY = 5  # steps between checkpoints: epoch 2 holds one at its step 3 (link) and 2 (node)
 
 
-def link_config(memory="partitioned"):
-    return LinkConfig(memory_dim=16, time_dim=16, batch_size=50, epochs=2, quiet=True, memory=memory, cache="adaptive")
+def link_config(memory="partitioned", **kw):
+    return LinkConfig(**{**dict(memory_dim=16, time_dim=16, batch_size=50, epochs=2, quiet=True, memory=memory,
+                                cache="adaptive"), **kw})
 
 
 NODE = NodeConfig.for_model("sage", hidden=16, batch_size=16, epochs=2, quiet=True)
@@ -230,3 +232,70 @@ def test_a_checkpoint_of_2_ranks_resumed_on_1_or_3_ends_as_on_2(recut, memory, w
     folders = sorted(f.name for f in copy.iterdir() if f.is_dir())
     assert folders == ([] if world == 1 else [f"rank{r}" for r in range(world)])
     assert checkpoint.epochs(checkpoint.model_folder(copy)) == [2]
+
+
+# ------------------------------------------------------------------------------------------ one process
+
+def test_checkpoints_by_the_minute_and_resume_auto(graphs, tmp_path, capsys):
+    """--checkpoint-minutes: a checkpoint once the time is up (the ranks agree every 10 steps);
+    --resume auto continues a checkpoint of this same run to the uninterrupted figures, and
+    starts anew beside one of other settings, saying why."""
+    def trainer(**kw):
+        return LinkTrainer(RankEvents.from_graph(graphs[0]), link_config("replicated", **kw))
+    want = fit(trainer())
+    ck = str(tmp_path / "ck")
+    tr = trainer()
+    tr.step = stop_at(tr.step, 17 + 15, stop)
+    with pytest.raises(Stop):
+        fit(tr, Outputs(checkpoint=ck, checkpoint_minutes=1e-9))
+    # due at once, taken at the run's steps 10, 20, 30 (and the end of epoch 1): the newest 2 kept
+    assert checkpoint.positions(ck) == [Position(2, 3), Position(2, 13)]
+    got = fit(trainer(), Outputs(checkpoint=ck, resume="auto"))
+    close(got, want, 1e-6)
+    assert "resuming from epoch 2, step 13 of 17" in capsys.readouterr().err
+    fit(trainer(lr=0.01), Outputs(checkpoint=ck, resume="auto"))
+    assert capsys.readouterr().err.startswith(f"starting anew: the checkpoint in {ck} was written with lr=0.001, "
+                                              f"this run has lr=0.01\n")
+
+
+def test_checkpoint_files_are_checked_and_predict_reads_format_1(tmp_path):
+    """A checkpoint of a newer format, or not gnndist's, is one line; `gnndist predict` reads the
+    end-of-epoch checkpoints of format 1 (before checkpoints within an epoch)."""
+    from gnndist.predict import SavedModel
+
+    model = {"w": torch.ones(2)}
+    torch.save({"format": 1, "epoch": 3, "config": {"model": "tgn"}, "model": model, "history": [],
+                "best": {"epoch": 2, "val_ap": 0.5, "model": model}}, tmp_path / checkpoint_name(3))
+    saved = SavedModel.load(tmp_path)
+    assert (saved.task, saved.epoch, saved.selected_epoch) == ("link", 3, 2) and torch.equal(saved.params["w"], model["w"])
+    torch.save({"format": 3, "epoch": 4}, tmp_path / checkpoint_name(4))
+    with pytest.raises(GnndistError, match="epoch-0004.pt is of checkpoint format 3, written by a newer gnndist "
+                                           "\\(this one reads formats 1, 2\\): upgrade gnndist$"):
+        checkpoint.load(tmp_path)
+    torch.save([1, 2], tmp_path / checkpoint_name(4))
+    with pytest.raises(GnndistError, match="epoch-0004.pt is not a gnndist checkpoint of epoch 4 \\(format 2\\); "
+                                           "epoch 3 is complete: move epoch-0004.pt away to resume from it$"):
+        checkpoint.load(tmp_path)
+
+
+def test_flags_of_long_runs_refused_before_any_work(tmp_path, capsys, monkeypatch):
+    from gnndist.cli import main
+    from gnndist.runtime import launch as glaunch
+
+    base = ["train", "synthetic-temporal", "--num-nodes", "50", "--num-events", "500", "--quiet"]
+    for argv, line in (
+            (["--checkpoint", str(tmp_path / "ck"), "--checkpoint-every", "5", "--checkpoint-minutes", "1"],
+             "--checkpoint-every and --checkpoint-minutes: give one of them"),
+            (["--checkpoint-every", "5"], "--checkpoint-every needs --checkpoint DIR"),
+            (["--resume", "auto"], "--resume needs --checkpoint DIR"),
+            (["--checkpoint", str(tmp_path / "ck"), "--keep-checkpoints", "0"],
+             "--keep-checkpoints must be an integer from 1"),
+            (["--max-restarts", "2"], "--max-restarts restarts the ranks that --nproc W > 1 starts")):
+        assert main(base + argv) == 2
+        err = capsys.readouterr().err
+        assert line in err and err.count("\n") == 1, err
+    assert not (tmp_path / "ck").exists()
+    monkeypatch.setenv("TORCHELASTIC_MAX_RESTARTS", "1")
+    monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", "True")
+    with pytest.raises(GnndistError, match="start torchrun with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1"):
+        glaunch._refuse_shared_store_restarts()

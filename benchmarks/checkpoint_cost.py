@@ -1,0 +1,87 @@
+"""The cost of checkpoints within an epoch, on the speed setting of benchmarks/dist_tgnn.py
+(synthetic-temporal, 1M events, 100k nodes; TGN memory 100, batch 200, one epoch).
+
+    python benchmarks/checkpoint_cost.py                       # 1 process and 2 ranks, every 100 steps
+    python benchmarks/checkpoint_cost.py --ranks 2 --events 200000   # quick
+
+Per setting (one process as `gnndist train` runs it; W ranks with partitioned memory), three
+runs alternated, each one `gnndist train` command in a fresh process: without checkpoints,
+with `--checkpoint DIR --checkpoint-every N`, and without again; printed: training events/s of
+each, the checkpointed run's over the mean of the two without (goal: at least 0.95), and of
+one checkpoint (rank 0's newest within the epoch): its size, the copy of its state to host
+memory that the training step waits for (into the buffers of the copy before, as in a run),
+and the write (`gnndist.checkpoint.save`: serialise, write, fsync, rename), which runs in the
+background. Not a test: the machine's other load moves events/s by a few percent.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from dist_tgnn import gnndist, train  # noqa: E402  (the same fresh-process runs)
+
+MiB = 2**20
+
+
+def one_checkpoint(folder: Path) -> tuple[int, float, float]:
+    """Rank 0's newest checkpoint within the epoch in `folder`: (bytes, seconds of the copy to
+    host memory, seconds of the write), the times the median of 3."""
+    from gnndist import checkpoint
+
+    rank0 = checkpoint.model_folder(folder)
+    at = max(p for p in checkpoint.positions(rank0) if p.step is not None)
+    payload = checkpoint.load(rank0, at)
+    copy = checkpoint.HostCopy()
+    copy(payload)  # a run's first copy makes the buffers; the later ones fill them
+    copies, writes = [], []
+    with tempfile.TemporaryDirectory(prefix="ckpt-write-") as out:
+        for _ in range(3):
+            t0 = time.perf_counter()
+            host = copy(payload)
+            copies.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            checkpoint.save(out, host)
+            writes.append(time.perf_counter() - t0)
+    return (rank0 / at.name).stat().st_size, statistics.median(copies), statistics.median(writes)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--events", type=int, default=1_000_000)
+    p.add_argument("--nodes", type=int, default=None, help="default: events / 10")
+    p.add_argument("--every", type=int, default=100, help="steps between checkpoints")
+    p.add_argument("--ranks", default="1,2")
+    a = p.parse_args()
+    data = ["synthetic-temporal", "--num-nodes", str(a.nodes or max(a.events // 10, 2)), "--num-events", str(a.events)]
+    print(f"synthetic-temporal {a.events:,} events; TGN memory 100, batch 200, 1 epoch; --checkpoint-every {a.every}")
+    head = (f"{'setting':<28}{'none ev/s':>11}{'every ev/s':>11}{'none ev/s':>11}{'ratio':>7}{'ckpt MiB':>10}"
+            f"{'copy ms':>9}{'write s':>9}")
+    print(head + "\n" + "-" * len(head), flush=True)
+    with tempfile.TemporaryDirectory(prefix="ckpt-cost-") as tmp:
+        tmp = Path(tmp)
+        for w in [int(r) for r in a.ranks.split(",")]:
+            if w == 1:
+                label, argv = "1 process", data
+            else:
+                store = tmp / f"store{w}"
+                gnndist("partition", *data, "--parts", str(w), "--out", str(store), "--quiet")
+                label, argv = f"{w} ranks, partitioned", [str(store), "--nproc", str(w), "--memory", "partitioned"]
+            common = [*argv, "--batch-size", "200"]
+            ck = tmp / f"ck{w}"
+            rates = [train(tmp, *common)["epochs"][0]["events_per_s"],
+                     train(tmp, *common, "--checkpoint", str(ck), "--checkpoint-every", str(a.every))["epochs"][0][
+                         "events_per_s"],
+                     train(tmp, *common)["epochs"][0]["events_per_s"]]
+            size, copy_s, write_s = one_checkpoint(ck)
+            ratio = rates[1] * 2 / (rates[0] + rates[2])
+            print(f"{label:<28}{rates[0]:>11,.0f}{rates[1]:>11,.0f}{rates[2]:>11,.0f}{ratio:>7.3f}{size / MiB:>10.1f}"
+                  f"{copy_s * 1e3:>9.1f}{write_s:>9.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
