@@ -28,7 +28,7 @@ import torch
 from gnndist.runtime import dist
 from gnndist.errors import GnndistError, first_line
 from gnndist.io import atomic_file
-from gnndist.outputs import CHECKPOINT_FILE, RANK_FOLDER, REPLACED, checkpoint_name
+from gnndist.outputs import CHECKPOINT_FILE, PROGRESS, RANK_FOLDER, REPLACED, checkpoint_name
 
 FORMAT = 2  # what `save` writes: 1 had end-of-epoch checkpoints only and node state by this store's ids
 READS = (1, 2)  # the formats `load` reads
@@ -260,7 +260,8 @@ def check_folder(directory: Union[str, os.PathLike], rank_folders: int, resume: 
         held = f"rank{ranks[-1]}/ of a run on more ranks"
     if held and resume is not True:
         raise GnndistError(f"{directory} holds {held}, and this run writes {writes}: choose another --checkpoint, "
-                           f"or delete that one" + (" (--resume without auto continues it on this number of ranks)" if resume else ""))
+                           "or delete that one" + (" (--resume without auto continues it on this number of ranks)"
+                                                   if resume else ""))
     if not resume:
         for folder in [directory / f"rank{r}" for r in range(rank_folders)] if rank_folders else [directory]:
             _refuse_two_runs(folder)
@@ -289,8 +290,8 @@ def positions_text(held: list[Position]) -> str:
 @contextmanager
 def run(directory: Optional[Union[str, os.PathLike]], resume: bool, restore: bool = True) -> Iterator[None]:
     """The block of a training run that writes its checkpoint to DIR (None: no checkpoint).
-    Without `resume`, the checkpoints an earlier run left in DIR move to DIR/.replaced first,
-    and the first rank of each host says which; a DIR that holds both a stopped run's
+    Without `resume`, the checkpoints (and progress file) an earlier run left in DIR move to
+    DIR/.replaced first, and the first rank of each host says which; a DIR that holds both a stopped run's
     checkpoints and the ones it was replacing is refused (`check_folder`), and a stopped run's
     unfinished files beside .replaced are deleted. A run that ends well deletes DIR/.replaced.
     One that fails keeps it, and its error names it; with `restore`, a run that fails before its
@@ -309,7 +310,8 @@ def run(directory: Optional[Union[str, os.PathLike]], resume: bool, restore: boo
 
     if not resume:
         _refuse_two_runs(directory)
-        left = list(_files(directory).values()) + list(directory.glob(".epoch-*.pt.tmp-*"))
+        left = list(_files(directory).values()) + list(directory.glob(".epoch-*.pt.tmp-*")) + \
+            [f for f in [directory / PROGRESS] if f.is_file()]
         if left and _files(aside):  # only unfinished files of a stopped run (`_refuse_two_runs`)
             for f in left:
                 f.unlink()

@@ -47,7 +47,7 @@ PROGRESS = ".progress"  # the last training step a rank finished (gnndist.resume
 # the temp files of interrupted atomic writes (gnndist.io.atomic_file: ".NAME.tmp-XXXX") and a rank's
 # progress file
 _FILE = r"\.?epoch-\d+(-step-\d+)?\.pt(\.tmp-\w+)?"
-_CHECKPOINT_ENTRY = re.compile(rf"(rank\d+/)?(({re.escape(REPLACED)}/)?{_FILE}|{re.escape(PROGRESS)})")
+_CHECKPOINT_ENTRY = re.compile(rf"(rank\d+/)?({re.escape(REPLACED)}/)?({_FILE}|{re.escape(PROGRESS)})")
 _CHECKPOINT_TOP = re.compile(rf"rank\d+|{re.escape(REPLACED)}|{re.escape(PROGRESS)}|{_FILE}")  # its top-level names
 _TFEVENTS = re.compile(r"(.+/)?events\.out\.tfevents\.[^/]+")
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

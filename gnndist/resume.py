@@ -198,12 +198,11 @@ def _steps_run(directory: Path, spe: int, device: torch.device) -> Optional[int]
     return None if done < 0 else done
 
 
-def resumed(found: Found, directory: Union[str, os.PathLike], steps_per_epoch: int, device: torch.device
-            ) -> list[dict[str, Any]]:
+def resumed(found: Found, outputs: Outputs, steps_per_epoch: int, device: torch.device) -> list[dict[str, Any]]:
     """The restarts of a run resumed from `found`: those its checkpoint records and this one
-    (when, the rank lost, the position resumed from, the steps run again); says on one line
-    (rank 0) from where it resumes (a collective)."""
-    at = found.position
+    (when, the rank lost, the position resumed from, the steps run again); a restart or
+    --resume auto says on one line (rank 0) from where it resumes (a collective)."""
+    at, directory = found.position, outputs.checkpoint
     step = steps_per_epoch if at.step is None else at.step
     done = _steps_run(Path(directory), steps_per_epoch, device)
     lost = None if done is None else max(done - ((at.epoch - 1) * steps_per_epoch + step), 0)
@@ -212,10 +211,12 @@ def resumed(found: Found, directory: Union[str, os.PathLike], steps_per_epoch: i
     record = {"time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "restart": count, "rank_lost": gone, "epoch": at.epoch, "step": step, "steps_lost": lost}
     what = f"restart {count}" + (f" (rank {gone} was lost)" if gone is not None else "") + ": " if count else ""
-    where = f"epoch {at.epoch}, step {step} of {steps_per_epoch}" if at.step is not None else f"the end of epoch {at.epoch}"
+    where = (f"epoch {at.epoch}, step {step} of {steps_per_epoch}" if at.step is not None
+             else f"the end of epoch {at.epoch}")
     ranks = f", written on {found.world} rank(s)" if found.world != dist.world_size() else ""
-    dist.log(f"{what}resuming from {where} (the checkpoint in {directory}{ranks})"
-             + ("" if not lost else f"; {lost} training step(s) to run again"))
+    if count or mode(outputs.resume) == "auto":
+        dist.log(f"{what}resuming from {where} (the checkpoint in {directory}{ranks})"
+                 + ("" if not lost else f"; {lost} training step(s) to run again"))
     return list(found.payload.get("restarts", [])) + [record]
 
 

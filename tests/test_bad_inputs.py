@@ -465,8 +465,9 @@ CASES = [
                                                       "--quiet"], ["--num-nodes applies to a dataset", "is a partition store"]),
     Case("train-model-unknown-without-task", lambda c: ["train", *STATIC, "--model", "GAT", "--quiet"],
          ["--model must be one of tgn, jodie, apan, dyrep, tgat (link) or sage, gcn, gat (node), got 'GAT'"], loads=False),
-    flags_case("train-resume-on-node", "node", ["--checkpoint", "ck", "--resume"],
-               ["--resume is for --task link; a node checkpoint (--checkpoint) is for `gnndist predict`"]),
+    flags_case("train-checkpoint-every-and-minutes", "node", ["--checkpoint", "ck", "--checkpoint-every", "5",
+                                                               "--checkpoint-minutes", "1"],
+               ["--checkpoint-every and --checkpoint-minutes: give one of them"]),
     flags_case("train-resume-without-checkpoint", "link", ["--resume"], ["--resume needs --checkpoint DIR"]),
     Case("train-metrics-out-is-the-input", lambda c: ["train", (d := c.file("g.txt", "1 2 3\n4 5 6\n")),
                                                      "--quiet", "--metrics-out", d], ["g.txt", "it is the input"],
@@ -766,13 +767,12 @@ def test_a_checkpoint_folder_of_another_layout_is_refused(tmp_path, capsys):
             checkpoint.save(folder / f"rank{r}", {"epoch": 1, "w": torch.zeros(3)})
     checkpoint.save(flat / ".replaced", {"epoch": 2, "w": torch.zeros(3)})  # set-aside epochs count too
     snapshot = {p: sorted(os.listdir(p)) for p in (ranks, ranks / "rank0", flat, flat / ".replaced", three)}
-    per_rank = f"{ranks} holds the per-rank folders of a link run \\(rank0/, rank1/\\), and this run writes "
+    per_rank = f"{ranks} holds the per-rank folders of a run on several ranks \\(rank0/, rank1/\\), and this run writes "
     one = (f"{flat} holds a checkpoint written as one folder of epochs \\(by one process, or by a node run\\), and "
            f"this run writes ")
     for folder, rank_folders, resume, message in (
             (ranks, 0, False, per_rank + "one folder of epochs"),
-            (ranks, 0, True, per_rank + "one folder of epochs"),
-            (three, 2, False, f"{three} holds rank2/ of a link run on more ranks, and this run writes a folder per "
+            (three, 2, False, f"{three} holds rank2/ of a run on more ranks, and this run writes a folder per "
                               f"rank for 2 ranks"),
             (flat, 2, False, one + "a folder per rank for 2 ranks")):
         with pytest.raises(GnndistError, match=f"^{message}: choose another --checkpoint, or delete that one$"):
@@ -936,7 +936,7 @@ def test_an_interrupted_rank_leaves_its_note_at_once(tmp_path, monkeypatch):
                 raise AssertionError("not interrupted")
     finally:
         signal.signal(signal.SIGINT, previous)
-    assert (errdir / "interrupted-1.note").read_text() == f"an earlier run's checkpoint is kept in {d}/.replaced"
+    assert (errdir / "0" / "interrupted-1.note").read_text() == f"an earlier run's checkpoint is kept in {d}/.replaced"
     assert checkpoint.interrupt_note() == ""  # out of the block: nothing to say
 
 

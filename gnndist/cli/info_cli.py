@@ -139,7 +139,8 @@ def _checkpoint(args: argparse.Namespace) -> None:
             if c["task"] == "link" else f"{count('num_features')} features, {count('num_classes')} classes")
     val = ", ".join(f"{k} {v:.4f}" for k, v in c["selected_val"].items() if isinstance(v, (int, float)))
     modes = "--split test, --candidates FILE -o OUT, or --embed-at T -o OUT" if c["task"] == "link" else "-o OUT"
-    within = "".join(f"; epoch {k['epoch']} at step {k['step']}" for k in c["checkpoints_kept"] if k["step"] is not None)
+    within = "".join(f"; epoch {k['epoch']} at step {k['step']}" for k in c["checkpoints_kept"]
+                     if k["step"] is not None)
     print("\n".join([
         f"{args.data}: checkpoint of a {c['task']} run, {c['model']} on {ranks if w > 1 else '1 process'}",
         f"trained on: {data}",

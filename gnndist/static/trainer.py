@@ -440,7 +440,8 @@ class NodeTrainer:
         config = {**asdict(cfg), "task": "node", "num_features": self.graph.num_features,
                   "num_classes": self.graph.num_classes, "world_size": dist.world_size()}
         found = resume.start(outputs, self.device, RESUMED,
-                             lambda saved, whole: resume.changed(saved, config, SAME_ON_RESUME, whole), other_ranks=False)
+                             lambda saved, whole: resume.changed(saved, config, SAME_ON_RESUME, whole),
+                             other_ranks=False)
         spe = self.steps_per_epoch
         with checkpoint.run(resume.folder(outputs), resume.keeps(outputs, found), restore=dist.world_size() == 1):
             epochs, best, best_state, best_epoch, restarts, at = [], -1.0, None, 0, [], checkpoint.Position(0)
@@ -450,10 +451,11 @@ class NodeTrainer:
                 checkpoint.set_rng_state(saved["rng"])
                 epochs, at = list(saved["history"]), found.position
                 best, best_epoch, best_state = saved["best"]["val_acc"], saved["best"]["epoch"], saved["best"]["model"]
-                restarts = resume.resumed(found, outputs.checkpoint, spe, self.device)
             first = at.epoch + (at.step is None)
             if first > cfg.epochs:
                 raise GnndistError(f"the checkpoint already holds {first - 1} epochs; ask for more with --epochs")
+            if found is not None:
+                restarts = resume.resumed(found, outputs, spe, self.device)
             runlog = RunLog(outputs.log_dir if lead else None, first_step=resume.global_step(first, at.step or 0, spe))
             self.on_loss = runlog.step
             stop_reason = "epochs"

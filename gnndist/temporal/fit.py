@@ -54,10 +54,12 @@ def fit(trainer: LinkTrainer, outputs: Outputs = Outputs()) -> dict[str, Any]:
     with checkpoint.run(resume.folder(outputs), resume.keeps(outputs, found), restore=ev.num_parts == 1):
         history, best, restarts, at = [], None, [], checkpoint.Position(0)
         if found is not None:
-            history, best, restarts, at = load(trainer, found, outputs.checkpoint)
+            history, best, at = load(trainer, found)
         first = at.epoch + (at.step is None)
         if first > cfg.epochs:
             raise GnndistError(f"the checkpoint already holds {first - 1} epochs; ask for more with --epochs")
+        if found is not None:
+            restarts = resume.resumed(found, outputs, spe, trainer.device)
         runlog = RunLog(outputs.log_dir if dist.rank() == 0 else None,
                         first_step=resume.global_step(first, at.step or 0, spe))
         trainer.on_loss = runlog.step
@@ -101,9 +103,9 @@ def differs(saved: dict[str, Any], config: dict[str, Any], whole: bool) -> Optio
     return resume.changed(saved, config, SAME_ON_RESUME, whole)
 
 
-def load(trainer: LinkTrainer, found: resume.Found, directory: str) -> tuple[list, dict, list, checkpoint.Position]:
+def load(trainer: LinkTrainer, found: resume.Found) -> tuple[list, dict, checkpoint.Position]:
     """Load the checkpoint `found` into `trainer` (its node state re-cut for this run's ranks where
-    it was written on another number of them): (history, best, restarts, position; a collective)."""
+    it was written on another number of them): (history, best, position)."""
     saved, parts = found.payload, None
     if found.world != trainer.events.num_parts:  # every row from the ranks that held them
         every_row = found.world == 1 or saved["config"].get("memory") == "replicated"
@@ -111,8 +113,7 @@ def load(trainer: LinkTrainer, found: resume.Found, directory: str) -> tuple[lis
                                          for f in ([] if every_row else found.files[1:])]
     trainer.load_state_dict(saved, parts)
     checkpoint.set_rng_state(saved["rng"])
-    restarts = resume.resumed(found, directory, trainer.steps_per_epoch, trainer.device)
-    return list(saved["history"]), saved["best"], restarts, found.position
+    return list(saved["history"]), saved["best"], found.position
 
 
 def selected_test_metrics(trainer: LinkTrainer, best: dict[str, Any]) -> dict[str, Any]:

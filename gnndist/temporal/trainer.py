@@ -300,7 +300,8 @@ class LinkTrainer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         first, total = (0, 0.0) if at is None else (at["step"], at["loss_sum"])
-        self._clock = (time.perf_counter(), self.cpu_seconds(), *((0.0, 0.0) if at is None else (at["time_s"], at["cpu_s"])))
+        before = (0.0, 0.0) if at is None else (at["time_s"], at["cpu_s"])
+        self._clock = (time.perf_counter(), self.cpu_seconds(), *before)
         k0 = dist.collectives_entered()
         n = self.events.num_nodes
         with self._bar(self.train_end, f"epoch {epoch}") as bar:
