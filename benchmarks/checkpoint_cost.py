@@ -4,10 +4,11 @@
     python benchmarks/checkpoint_cost.py                       # 1 process and 2 ranks, every 100 steps
     python benchmarks/checkpoint_cost.py --ranks 2 --events 200000   # quick
 
-Per setting (one process as `gnndist train` runs it; W ranks with partitioned memory), three
-runs alternated, each one `gnndist train` command in a fresh process: without checkpoints,
-with `--checkpoint DIR --checkpoint-every N`, and without again; printed: training events/s of
-each, the checkpointed run's over the mean of the two without (goal: at least 0.95), and of
+Per setting (one process as `gnndist train` runs it; W ranks with partitioned memory), runs
+alternated, each one `gnndist train` command in a fresh process: without checkpoints, then
+`--repeat` times with `--checkpoint DIR --checkpoint-every N` and without again; printed:
+training events/s of each, the mean of the checkpointed runs over the mean of those without
+(goal: at least 0.95), and of
 one checkpoint (rank 0's newest within the epoch): its size, the copy of its state to host
 memory that the training step waits for (into the buffers of the copy before, as in a run),
 and the write (`gnndist.checkpoint.save`: serialise, write, fsync, rename), which runs in the
@@ -29,12 +30,13 @@ MiB = 2**20
 
 
 def one_checkpoint(folder: Path) -> tuple[int, float, float]:
-    """Rank 0's newest checkpoint within the epoch in `folder`: (bytes, seconds of the copy to
-    host memory, seconds of the write), the times the median of 3."""
+    """Rank 0's newest checkpoint within the epoch in `folder` (else its newest): (bytes, seconds
+    of the copy to host memory, seconds of the write), the times the median of 3."""
     from gnndist import checkpoint
 
     rank0 = checkpoint.model_folder(folder)
-    at = max(p for p in checkpoint.positions(rank0) if p.step is not None)
+    held = checkpoint.positions(rank0)
+    at = max([p for p in held if p.step is not None] or held)
     payload = checkpoint.load(rank0, at)
     copy = checkpoint.HostCopy()
     copy(payload)  # a run's first copy makes the buffers; the later ones fill them
@@ -56,11 +58,12 @@ def main() -> None:
     p.add_argument("--nodes", type=int, default=None, help="default: events / 10")
     p.add_argument("--every", type=int, default=100, help="steps between checkpoints")
     p.add_argument("--ranks", default="1,2")
+    p.add_argument("--repeat", type=int, default=1, help="checkpointed runs per setting (each followed by one without)")
     a = p.parse_args()
     data = ["synthetic-temporal", "--num-nodes", str(a.nodes or max(a.events // 10, 2)), "--num-events", str(a.events)]
     print(f"synthetic-temporal {a.events:,} events; TGN memory 100, batch 200, 1 epoch; --checkpoint-every {a.every}")
-    head = (f"{'setting':<28}{'none ev/s':>11}{'every ev/s':>11}{'none ev/s':>11}{'ratio':>7}{'ckpt MiB':>10}"
-            f"{'copy ms':>9}{'write s':>9}")
+    head = (f"{'setting':<24}{'events/s: none, every N, none, ...':<44}{'ratio':>7}{'ckpt MiB':>10}{'copy ms':>9}"
+            f"{'write s':>9}")
     print(head + "\n" + "-" * len(head), flush=True)
     with tempfile.TemporaryDirectory(prefix="ckpt-cost-") as tmp:
         tmp = Path(tmp)
@@ -73,13 +76,12 @@ def main() -> None:
                 label, argv = f"{w} ranks, partitioned", [str(store), "--nproc", str(w), "--memory", "partitioned"]
             common = [*argv, "--batch-size", "200"]
             ck = tmp / f"ck{w}"
-            rates = [train(tmp, *common)["epochs"][0]["events_per_s"],
-                     train(tmp, *common, "--checkpoint", str(ck), "--checkpoint-every", str(a.every))["epochs"][0][
-                         "events_per_s"],
-                     train(tmp, *common)["epochs"][0]["events_per_s"]]
+            saving = ["--checkpoint", str(ck), "--checkpoint-every", str(a.every)]
+            rates = [train(tmp, *common, *(saving if i % 2 else []))["epochs"][0]["events_per_s"]
+                     for i in range(2 * a.repeat + 1)]
             size, copy_s, write_s = one_checkpoint(ck)
-            ratio = rates[1] * 2 / (rates[0] + rates[2])
-            print(f"{label:<28}{rates[0]:>11,.0f}{rates[1]:>11,.0f}{rates[2]:>11,.0f}{ratio:>7.3f}{size / MiB:>10.1f}"
+            ratio = statistics.fmean(rates[1::2]) / statistics.fmean(rates[::2])
+            print(f"{label:<24}{', '.join(f'{r:,.0f}' for r in rates):<44}{ratio:>7.3f}{size / MiB:>10.1f}"
                   f"{copy_s * 1e3:>9.1f}{write_s:>9.2f}", flush=True)
 
 

@@ -149,7 +149,7 @@ def save(directory: Union[str, os.PathLike], payload: dict[str, Any], keep: int 
 
 class HostCopy:
     """Copies of a payload's tensors in host memory, made into buffers kept from one copy to the
-    next (after the first, a copy allocates nothing)."""
+    next (after the first, a copy allocates nothing; those of GPU tensors are pinned)."""
 
     def __init__(self) -> None:
         self._buffers: dict[str, torch.Tensor] = {}
@@ -158,7 +158,8 @@ class HostCopy:
         if isinstance(tree, torch.Tensor):
             buf = self._buffers.get(path)
             if buf is None or buf.shape != tree.shape or buf.dtype != tree.dtype:
-                buf = self._buffers[path] = torch.empty(tree.shape, dtype=tree.dtype, device="cpu")
+                buf = self._buffers[path] = torch.empty(tree.shape, dtype=tree.dtype, device="cpu",
+                                                        pin_memory=tree.is_cuda)
             return buf.copy_(tree.detach())
         if isinstance(tree, dict):
             return {k: self(v, f"{path}/{k}") for k, v in tree.items()}

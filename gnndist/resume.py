@@ -9,9 +9,9 @@ A run resumes
 - after a restart by the launcher (torchrun's or `--nproc`'s `--max-restarts`: the restart
   count $TORCHELASTIC_RESTART_COUNT is above 0): as `--resume`, but with none it starts anew.
 Ranks started differently (a host started again by hand with `--resume auto` beside hosts its
-launcher restarted) agree first. The run says on one line where it resumes from, and records
-each resume in the metrics' `restarts`: when, the rank lost (where the launcher knows it), the
-position resumed from and the training steps run again.
+launcher restarted) agree first. A restart or --resume auto says on one line where it resumes
+from; every resume is recorded in the metrics' `restarts`: when, the rank lost (where the
+launcher knows it), the position resumed from and the training steps run again.
 
 While it runs, each rank writes a checkpoint after every `every` training steps, or every
 `minutes` minutes (the ranks agree every PROBE steps whether the time is up), at the end of

@@ -238,10 +238,11 @@ def test_a_checkpoint_of_2_ranks_resumed_on_1_or_3_ends_as_on_2(recut, memory, w
 
 def test_checkpoints_by_the_minute_and_resume_auto(graphs, tmp_path, capsys):
     """--checkpoint-minutes: a checkpoint once the time is up (the ranks agree every 10 steps);
-    --resume auto continues a checkpoint of this same run to the uninterrupted figures, and
-    starts anew beside one of other settings, saying why."""
+    --resume auto continues a checkpoint of this same run to the uninterrupted figures (APAN:
+    mails delivered to neighbours, a mailbox of 10), and starts anew beside one of other
+    settings, saying why."""
     def trainer(**kw):
-        return LinkTrainer(RankEvents.from_graph(graphs[0]), link_config("replicated", **kw))
+        return LinkTrainer(RankEvents.from_graph(graphs[0]), link_config("replicated", model="apan", **kw))
     want = fit(trainer())
     ck = str(tmp_path / "ck")
     tr = trainer()

@@ -273,6 +273,7 @@ class NodeTrainer:
         # of the epoch in progress: epoch, steps done, their [loss sum, correct, count] and time
         # (resumed from a checkpoint by `train_epoch`)
         self.epoch_state: Optional[dict[str, Any]] = None
+        self._clock = (0.0, 0.0)  # the epoch's (perf_counter at its start here, seconds before a resume)
         self.row_norm = cfg.row_norm == "on" or (cfg.row_norm == "auto" and graph.min_feature() >= 0)
         # the three splits' node counts over the ranks (a store's parts: no rank sees whole masks)
         self.split_sizes = dist.all_reduce(torch.tensor([graph.train_ids.size, graph.val_ids.size,
@@ -364,21 +365,23 @@ class NodeTrainer:
         totals = torch.tensor([0.0] * 3 if at is None else at["totals"], dtype=torch.float64)
         self._clock = (time.perf_counter(), 0.0 if at is None else at["time_s"])
         steps, batches = self._batches(self._epoch_chunks(epoch), self.cfg.fanouts, (epoch, 1), first=first)
-        for step, (seeds, batch) in enumerate(tqdm(batches, total=steps, initial=first, desc=f"epoch {epoch}",
-                                                   unit="step", leave=False, disable=self._quiet()), first):
-            stats = self.compute_grads(seeds, batch).double().cpu()
-            if not math.isfinite(float(stats[0])):  # the global loss: every rank stops here
-                raise GnndistError(f"the training loss became {float(stats[0])} at epoch {epoch}, step {step}; "
-                                   "try a smaller --lr")
-            totals += stats
-            if self.on_loss is not None:
-                self.on_loss(float(stats[0]) / max(float(stats[2]), 1.0))
-            self.opt.step()
-            self.epoch_state = {"epoch": epoch, "step": step + 1, "totals": totals.tolist()}
-            if on_step is not None:
-                on_step(step, seeds)
-        self.epoch_state = None
-        elapsed = self._elapsed()
+        try:  # an epoch left on an error is not continued: the next starts from its first step
+            for step, (seeds, batch) in enumerate(tqdm(batches, total=steps, initial=first, desc=f"epoch {epoch}",
+                                                       unit="step", leave=False, disable=self._quiet()), first):
+                stats = self.compute_grads(seeds, batch).double().cpu()
+                if not math.isfinite(float(stats[0])):  # the global loss: every rank stops here
+                    raise GnndistError(f"the training loss became {float(stats[0])} at epoch {epoch}, step {step}; "
+                                       "try a smaller --lr")
+                totals += stats
+                if self.on_loss is not None:
+                    self.on_loss(float(stats[0]) / max(float(stats[2]), 1.0))
+                self.opt.step()
+                self.epoch_state = {"epoch": epoch, "step": step + 1, "totals": totals.tolist()}
+                if on_step is not None:
+                    on_step(step, seeds)
+            elapsed = self._elapsed()
+        finally:
+            self.epoch_state = None
         loss, correct, count = totals.tolist()
         counters = self._global_counters()
         for k in COUNTERS:

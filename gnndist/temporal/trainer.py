@@ -304,22 +304,25 @@ class LinkTrainer:
         self._clock = (time.perf_counter(), self.cpu_seconds(), *before)
         k0 = dist.collectives_entered()
         n = self.events.num_nodes
-        with self._bar(self.train_end, f"epoch {epoch}") as bar:
-            bar.update(min(first * cfg.batch_size, self.train_end))
-            ahead = Lookahead(self.planner.steps(0, self.train_end, lambda index, size, rows, src, dst: train_negatives(
-                cfg.seed, epoch, index, size, rows, dst, n), per_event=1, first=first))
-            for step, (size, batch) in enumerate(ahead, first + 1):
-                loss = self.step(batch, size, ahead)[0]
-                total += loss * size
-                self.epoch_state = {"epoch": epoch, "step": step, "loss_sum": total}
-                if self.on_loss is not None:
-                    self.on_loss(loss)
-                bar.update(size)
-                if self.on_step is not None:
-                    self.on_step(step)
-        self.timers.wait()
-        self.epoch_state = None
-        seconds, cpu = self._elapsed()
+        try:  # an epoch left on an error is not continued: the next starts from a reset state
+            with self._bar(self.train_end, f"epoch {epoch}") as bar:
+                bar.update(min(first * cfg.batch_size, self.train_end))
+                ahead = Lookahead(self.planner.steps(0, self.train_end, lambda index, size, rows, src, dst:
+                                                     train_negatives(cfg.seed, epoch, index, size, rows, dst, n),
+                                                     per_event=1, first=first))
+                for step, (size, batch) in enumerate(ahead, first + 1):
+                    loss = self.step(batch, size, ahead)[0]
+                    total += loss * size
+                    self.epoch_state = {"epoch": epoch, "step": step, "loss_sum": total}
+                    if self.on_loss is not None:
+                        self.on_loss(loss)
+                    bar.update(size)
+                    if self.on_step is not None:
+                        self.on_step(step)
+            self.timers.wait()
+            seconds, cpu = self._elapsed()
+        finally:
+            self.epoch_state = None
         self.cache_counters = dict(self.neighbours.features.counters)
         grads = self.events.num_parts * self.steps_per_epoch * sum(p.numel() * p.element_size() for p in self.params)
         return {"epoch": epoch, "loss": total / self.train_end, "lr": lr, "time_s": seconds,
