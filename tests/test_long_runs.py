@@ -261,8 +261,14 @@ def test_checkpoints_by_the_minute_and_resume_auto(graphs, tmp_path, capsys):
 
 def test_checkpoint_files_are_checked_and_predict_reads_format_1(tmp_path):
     """A checkpoint of a newer format, or not gnndist's, is one line; `gnndist predict` reads the
-    end-of-epoch checkpoints of format 1 (before checkpoints within an epoch)."""
+    end-of-epoch checkpoints of format 1 (before checkpoints within an epoch), and says so of a
+    folder whose newest checkpoint is from before the first validation."""
     from gnndist.predict import SavedModel
+
+    checkpoint.save(tmp_path / "early", {"epoch": 1, "step": 4, "config": {"model": "tgn"}, "best": None})
+    with pytest.raises(GnndistError, match="holds no trained model yet: its newest checkpoint is of epoch 1, "
+                                           "step 4, before the first validation$"):
+        SavedModel.load(tmp_path / "early")
 
     model = {"w": torch.ones(2)}
     torch.save({"format": 1, "epoch": 3, "config": {"model": "tgn"}, "model": model, "history": [],
