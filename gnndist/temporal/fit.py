@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 import os
 import sys
-from pathlib import Path
 from typing import Any, Optional, Union
 
 import numpy as np
