@@ -313,7 +313,7 @@ def setup(device: str = "cpu") -> torch.device:
     Outside torchrun this is a no-op and the world is one process. Returns the device this
     rank computes on.
     """
-    global _heartbeat, _entered
+    global _heartbeat, _entered, _job_store, _groups_joined
     _entered = 0  # the ranks' counts are compared when a collective fails
     if device.startswith("cuda"):
         dev = rank_gpu(int(os.environ.get("LOCAL_RANK", "0")))
@@ -327,14 +327,14 @@ def setup(device: str = "cpu") -> torch.device:
         said = _choose_interfaces(host, backend)
         if _heartbeat is None:
             if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
-                _held_store.append(_rank0_store(r, w, host))
+                _job_store = _rank0_store(r, w, host)
             _heartbeat = _join_heartbeat(r, w, host)
         if said and r == 0 and _several_nodes(w):
             print(said, file=sys.stderr, flush=True)
         store = {}
-        if _held_store:  # a prefix per process group: this process may join one again
-            _held_store.append(_held_store[-1])
-            store = {"store": dist.PrefixStore(f"gnndist-pg/{len(_held_store)}", _held_store[0]), "rank": r,
+        if _job_store is not None:  # a prefix per process group: this process may join one again
+            _groups_joined += 1
+            store = {"store": dist.PrefixStore(f"gnndist-pg/{_groups_joined}", _job_store), "rank": r,
                      "world_size": w}
         try:
             dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s()), **store,
@@ -349,7 +349,8 @@ def setup(device: str = "cpu") -> torch.device:
     return dev
 
 
-_held_store: list[Any] = []  # the job's store where this process holds it or joined it (`_rank0_store`)
+_job_store: Optional[Any] = None  # the job's store, where this process holds or joined it itself (`_rank0_store`)
+_groups_joined = 0  # the process groups this process has joined on `_job_store`
 
 
 def _rank0_store(rank: int, world: int, host: Host) -> Any:
