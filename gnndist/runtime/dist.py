@@ -492,6 +492,16 @@ def agree_max(n: int, device: torch.device | str = "cpu") -> int:
     return int(all_reduce(torch.tensor([n], dtype=torch.int64, device=device), "max").item())
 
 
+def gather_objects(obj: Any, group: Any = None) -> list[Any]:
+    """Every rank's `obj` (picklable, made by the job itself: listings, errors, metrics), by
+    rank; `[obj]` in a 1-process world."""
+    if world_size() == 1:
+        return [obj]
+    out: list[Any] = [None] * world_size()
+    _check("all_gather_object", lambda: dist.all_gather_object(out, obj, group=group))
+    return out
+
+
 def _on_device(op: str, t: torch.Tensor, group: Any) -> None:
     """A CPU tensor on an NCCL group is a bug (host-side exchanges go on the samplers' gloo group)."""
     if not t.is_cuda and dist.is_initialized() and dist.get_backend(group) == "nccl":

@@ -1,4 +1,5 @@
-"""Starting a training job, the one path both trainers share: what its ranks train on (the
+"""Starting a job (training, prediction and, with `partition_data`, partitioning), the one path
+both trainers share: what its ranks train on (the
 graph itself in one process, else a partition store with one part per rank) and how they start
 (in this process, on --nproc local ranks with torch's elastic launcher, or as one rank of the
 world torchrun describes).
@@ -11,6 +12,7 @@ the others that they hold the same store and configuration and run the same vers
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -21,7 +23,7 @@ import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Iterator, Optional, Union
 
 import numpy as np
 import torch
@@ -30,11 +32,13 @@ from tqdm import tqdm
 from gnndist import __version__, checkpoint
 from gnndist.runtime import dist, threads
 from gnndist.datasets import DataSource
+from gnndist.datasets.shards import is_shards
 from gnndist.errors import GnndistError, first_line
 from gnndist.graph import MASKS, Graph, TemporalGraph
 from gnndist.io import cache_root, show_progress
 from gnndist.outputs import Outputs, report, write_metrics
 from gnndist.partition import check_store_of, is_store, open_part, partition_graph, read_store_meta
+from gnndist.partition.scale import partition_shards
 from gnndist.validate import DEVICES, TASK_OF_KIND, Int, OneOf, check
 
 ERRDIR = "GNNDIST_LAUNCH_ERRDIR"  # where the ranks `launch` starts (they inherit it) leave their error line
@@ -323,10 +327,9 @@ def _refuse_rerun_script() -> None:
 def _torchrun_rank(data: Data, split: Split, rank_fn: Callable[..., Any], args: tuple, device: str,
                    quiet: bool) -> Any:
     """This rank of a torchrun world: join, open this rank's data, check that every rank runs the
-    same job, run; an error of its own is left in the job's store for the others to name."""
+    same job, run."""
     world = int(os.environ["WORLD_SIZE"])
-    _thread_locks_only()
-    try:
+    with _torchrun_errors():
         dev = dist.setup(device)
         source = rank_source(data, world, split, quiet)
         if isinstance(source, str):
@@ -336,6 +339,18 @@ def _torchrun_rank(data: Data, split: Split, rank_fn: Callable[..., Any], args: 
             rank0_host = dist.heartbeat().host_of(0)
             dist.say(f"running on part {dist.rank()} of {source.path} ({world} ranks)")
         result = rank_fn(source, dev, *args)
+    if world > 1 and not dist.writes_outputs():
+        dist.say(f"done; rank 0 (host {rank0_host}) prints the results and writes the output files, if given there")
+    return result
+
+
+@contextlib.contextmanager
+def _torchrun_errors() -> Iterator[None]:
+    """A torchrun rank's block: its own error is left in the job's store for the others to name,
+    and said with its rank and host; the process group is left at the end either way."""
+    _thread_locks_only()
+    try:
+        yield
     except Exception as e:
         dist.post_failure(e)
         who = dist.line_prefix()
@@ -345,9 +360,43 @@ def _torchrun_rank(data: Data, split: Split, rank_fn: Callable[..., Any], args: 
             raise GnndistError(who + first_line(e)) from None  # its own error: which rank, on which host
         raise
     dist.teardown()
-    if world > 1 and not dist.writes_outputs():
-        dist.say(f"done; rank 0 (host {rank0_host}) prints the results and writes the output files, if given there")
-    return result
+
+
+def partition_data(data: str, num_parts: int, out: Union[str, os.PathLike], nproc: int = 1, quiet: bool = False,
+                   **options: Any) -> dict:
+    """Partition DATA into a store at `out` (`options`: those of `partition.partition_graph`, and
+    `memory_budget`): in this process (`partition_graph`, nproc 1), or across `nproc` local ranks,
+    or the ranks of the torchrun world this process is one of, which read DATA's shard files and
+    write one part each (`partition.scale.partition_shards`). Returns meta.json's contents."""
+    check("nproc", nproc, Int())
+    distributed = nproc > 1 or dist.in_torchrun()
+    if not distributed:
+        options.pop("memory_budget", None)
+        partition_graph(DataSource(str(data)).load(), num_parts, out=out, progress=show_progress(quiet), **options)
+        return read_store_meta(out)
+    for flag, given in (("--halo", options.pop("halo", 0)), ("--replicate-hubs", options.pop("replicate_hubs", 0)),
+                        ("--force", options.pop("force", False))):
+        if given:
+            raise GnndistError(f"{flag} applies to partitioning in one process; leave it out with --nproc (or torchrun)")
+    if not is_shards(str(data)):
+        raise GnndistError(f"{data} is not shard files (a folder, a glob, or one CSV, SNAP or Parquet file): partitioning "
+                           "across ranks reads shard files; leave --nproc out, or write the graph as shards first "
+                           "(`gnndist datasets DATA --write-shards DIR`)")
+    dist.timeout_s()
+    if dist.in_torchrun():
+        with _torchrun_errors():
+            dist.setup("cpu")
+            return partition_shards(str(data), num_parts, out=out, progress=show_progress(quiet), **options)
+    return launch(nproc, _partition_rank, str(data), num_parts, str(out), show_progress(quiet), options)[0]
+
+
+def _partition_rank(data: str, num_parts: int, out: str, progress: bool, options: dict) -> dict:
+    """One local rank of `partition_data`."""
+    dist.setup("cpu")
+    try:
+        return partition_shards(data, num_parts, out=out, progress=progress, **options)
+    finally:
+        dist.teardown()
 
 
 def _thread_locks_only() -> None:
