@@ -77,7 +77,9 @@ def _proposals(mine: np.ndarray, nodes: np.ndarray, parts: np.ndarray, weights: 
                vwgt: np.ndarray, caps: np.ndarray, num_parts: int) -> tuple[np.ndarray, ...]:
     """This rank's proposed moves: (nodes, target parts, gains, whether out of an overfull part).
     A node proposes the part most of its weight points to where that gains; a node of an
-    overfull part with no such move proposes its ALTERNATIVES best parts below every cap."""
+    overfull part with no such move proposes ALTERNATIVES parts, those it fits in first, each
+    group by the weight that points to it (a part it does not fit in may trade it for one of its
+    own nodes: `_accept`'s swaps)."""
     load = _loads(part, vwgt, num_parts)
     over_part = np.any(load > caps + 1e-9, axis=1)
     conn = np.zeros((mine.size, num_parts), np.int64)
@@ -90,12 +92,13 @@ def _proposals(mine: np.ndarray, nodes: np.ndarray, parts: np.ndarray, weights: 
     move = (best != here) & (gain > 0)
     out = [(mine[move], best[move], gain[move], np.zeros(int(move.sum()), bool))]
     shed = np.flatnonzero(over_part[here] & ~move)
-    if shed.size and not over_part.all():
-        masked = np.where(over_part[None, :] | (np.arange(num_parts)[None, :] == here[shed, None]), -1, conn[shed])
+    if shed.size:  # parts the node fits in first, as the loads stand; then others, to trade with
+        fits = np.all(load[None, :, :] + vwgt[mine[shed], None, :] <= caps + 1e-9, axis=2)
+        masked = np.where(np.arange(num_parts)[None, :] == here[shed, None], -1,
+                          conn[shed] + fits * (conn.max(initial=0) + 1))
         for alt in np.argsort(-masked, axis=1, kind="stable")[:, :ALTERNATIVES].T:
             ok = masked[np.arange(shed.size), alt] >= 0
-            out.append((mine[shed[ok]], alt[ok], masked[np.arange(shed.size), alt][ok] - own[shed[ok]],
-                        np.ones(int(ok.sum()), bool)))
+            out.append((mine[shed[ok]], alt[ok], conn[shed[ok], alt[ok]] - own[shed[ok]], np.ones(int(ok.sum()), bool)))
     return tuple(np.concatenate([o[i] for o in out]).astype(np.int64 if i < 3 else bool) for i in range(4))
 
 
@@ -148,6 +151,8 @@ def _swap_kernel(v, q, frm, part, vwgt, caps, load, k):  # pragma: no cover - co
                 back_end += 1
             for i in range(min(end - start, back_end - back)):
                 a, b = v[start + i], v[back + i]
+                if part[a] != p or part[b] != r:  # moved already (a node may propose several parts)
+                    continue
                 ok = True
                 for c in range(caps.size):
                     if (load[p, c] - vwgt[a, c] + vwgt[b, c] > caps[c] + 1e-9

@@ -93,6 +93,7 @@ class Job:
     pairs: tuple = ()  # this rank's projection: (a, b, weight), a < b, summed
     entries: tuple = ()  # static: this rank's unique adjacency entries (rows, columns, pair keys)
     windows: Optional[int] = None  # temporal: the time windows of the balance and the metrics
+    part: dict = field(default_factory=dict)  # the arrays of the part this rank writes
     vwgt: Optional[np.ndarray] = None
     membership: Optional[np.ndarray] = None
     seconds: dict = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
@@ -589,7 +590,8 @@ def static_stats(job: Job, num: Numbering, part: dict[str, np.ndarray]) -> dict:
 
 def write_store(job: Job, num: Numbering, part: dict[str, np.ndarray], quality: dict, t0: float) -> dict:
     """Write part r here, meta.json and the id maps on the first rank of each host, then, once
-    every rank has written, rename each host's folder into place (see the module docstring)."""
+    every rank has written, rename each host's folder into place (see the module docstring).
+    On a file system every host shares, rank 0 alone renames (it finds its mark there)."""
     out, me = job.out, dist.rank()
     token = job.gather(os.urandom(8).hex() if me == 0 else None)[0]
     tmp = out.parent / f".{out.name}.partial-{token}"
@@ -597,45 +599,41 @@ def write_store(job: Job, num: Numbering, part: dict[str, np.ndarray], quality: 
     try:
         agreed(job, lambda: tmp.mkdir(parents=True, exist_ok=True))
         files = agreed(job, lambda: _write_part(tmp, me, part, out))
-        ids_file = agreed(job, lambda: _write_array(tmp, "orig_to_new.npy", num.orig_to_new, out)
-                          if first_here else None)
-        every = job.gather(files)
-        spec = _array_specs(job, part)
-        meta = {"format_version": FORMAT_VERSION, "gnndist_version": gnndist.__version__, "kind": job.kind,
-                "method": job.method, "num_parts": job.num_parts, "num_nodes": int(job.ids.size),
-                **({"num_events": job.num_events} if job.kind == "temporal" else
-                   {"num_edges": int(sum(quality["edges_per_part"]))}),
-                "node_offsets": num.book.offsets.tolist(), "params": job.params, "replicated_hubs": [],
-                "arrays": spec, "stats": {**quality, "partition_time_s": time.perf_counter() - t0}}
-        run = job.gather(_run_metrics(job))
-        meta["stats"]["peak_memory_bytes"] = max(r["peak_memory_bytes"] for r in run)
-        meta["stats"]["write_time_s"] = max(r["seconds"]["write"] for r in run)
-        meta["stats"]["ranks"] = run
-        meta["files"] = dict(sorted({"orig_to_new.npy": job.gather(ids_file)[0] or next(
-            f for f in job.gather(ids_file) if f), **{k: v for f in every for k, v in f.items()}}.items()))
-        meta["meta_sha256"] = meta_checksum(meta)
-        if first_here:
-            agreed(job, lambda: write_json(tmp / "meta.json", meta))
-        else:
-            agreed(job, lambda: None)
-        marker = tmp / f".written-by-rank0-{token}"
+        ids_file = agreed(job, lambda: _write_array(tmp, "orig_to_new.npy", num.orig_to_new, out) if first_here
+                          else None)
+        meta = _meta(job, num, part, quality, t0, files, ids_file)
+        agreed(job, lambda: write_json(tmp / "meta.json", meta) if first_here else None)
+        mark = tmp / f".rank0-{token}"
         if me == 0:
-            marker.touch()
-        dist.agree_max(0)  # every rank has written
-        shared = marker.exists() and not _on_rank0_host(job)
-        if first_here and not shared:
-            agreed(job, lambda: _into_place(tmp, out, marker))
-        else:
-            agreed(job, lambda: None)
-        return meta
-    finally:
-        if first_here and tmp.exists():
+            mark.touch()
+        dist.agree_max(0)  # every rank has written, and rank 0's mark is there
+        shared = me != 0 and mark.exists()
+        dist.agree_max(0)  # every rank has looked for it
+        agreed(job, lambda: _into_place(tmp, out, mark) if first_here and not shared else None)
+    except BaseException:
+        if first_here:
             shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return meta
 
 
-def _on_rank0_host(job: Job) -> bool:
-    hosts = job.gather(dist.this_host(os.environ.get("MASTER_ADDR", "127.0.0.1")).name)
-    return hosts[dist.rank()] == hosts[0]
+def _meta(job: Job, num: Numbering, part: dict[str, np.ndarray], quality: dict, t0: float, files: dict,
+          ids_file: Optional[str]) -> dict:
+    """meta.json's contents (as `PartitionStore.meta`), the run metrics of every rank in
+    `stats.ranks`; the same on every rank (a collective)."""
+    every, ids, run = job.gather(files), job.gather(ids_file), job.gather(_run_metrics(job))
+    meta = {"format_version": FORMAT_VERSION, "gnndist_version": gnndist.__version__, "kind": job.kind,
+            "method": job.method, "num_parts": job.num_parts, "num_nodes": int(job.ids.size),
+            **({"num_events": job.num_events} if job.kind == "temporal" else
+               {"num_edges": int(sum(quality["edges_per_part"]))}),
+            "node_offsets": num.book.offsets.tolist(), "params": job.params, "replicated_hubs": [],
+            "arrays": _array_specs(job, part),
+            "stats": {**quality, "partition_time_s": time.perf_counter() - t0,
+                      "peak_memory_bytes": max(r["peak_memory_bytes"] for r in run),
+                      "write_time_s": max(r["seconds"]["write"] for r in run), "ranks": run}}
+    meta["files"] = {"orig_to_new.npy": next(f for f in ids if f), **{k: v for f in every for k, v in f.items()}}
+    meta["meta_sha256"] = meta_checksum(meta)
+    return meta
 
 
 def _into_place(tmp: Path, out: Path, marker: Path) -> None:
@@ -728,7 +726,7 @@ def partition_shards(data: str, num_parts: int, method: Optional[str] = None,
                                "parts; use fewer --parts")
     num = Numbering.of(job.membership, num_parts)
     with job.phase("route"):
-        part = agreed(job, lambda: route_events(job, num) if temporal else route_rows(job, num))
+        part = job.part = agreed(job, lambda: route_events(job, num) if temporal else route_rows(job, num))
     quality = temporal_stats(job, num, part) if temporal else static_stats(job, num, part)
     with job.phase("write"):
         if job.out is None:
