@@ -9,7 +9,7 @@ import pytest
 from gnndist import footprint
 from gnndist.cli import main
 from gnndist.errors import GnndistError
-from gnndist.footprint import node_footprint
+from gnndist.static.footprint import node_footprint
 from gnndist.partition.stats import fmt_bytes
 from gnndist.static import trainer as trainer_module
 from gnndist.static.trainer import NodeConfig, NodeTrainer, WholeGraph

@@ -11,7 +11,7 @@ import torch
 from gnndist import checkpoint, footprint
 from gnndist.cli import main
 from gnndist.errors import GnndistError
-from gnndist.footprint import link_footprint
+from gnndist.temporal.footprint import link_footprint
 from gnndist.graph import TemporalGraph
 from gnndist.partition.stats import fmt_bytes
 from gnndist.temporal import trainer as trainer_module

@@ -32,7 +32,8 @@ from tqdm import tqdm
 from gnndist import checkpoint
 from gnndist.runtime import dist, threads
 from gnndist.errors import GnndistError
-from gnndist.footprint import memory_checked, node_footprint
+from gnndist.footprint import memory_checked
+from gnndist.static.footprint import node_footprint
 from gnndist.graph import MASKS, Graph, TemporalGraph
 from gnndist.io import show_progress
 from gnndist.outputs import write_metrics

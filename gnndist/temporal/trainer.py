@@ -48,7 +48,8 @@ from gnndist.runtime import dist, threads
 from gnndist.datasets import chronological_split
 from gnndist.runtime.device import to_device
 from gnndist.errors import GnndistError
-from gnndist.footprint import link_footprint, memory_checked
+from gnndist.footprint import memory_checked
+from gnndist.temporal.footprint import link_footprint
 from gnndist.graph import TemporalGraph
 from gnndist.io import show_progress
 from gnndist.outputs import write_metrics
