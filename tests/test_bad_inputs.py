@@ -214,6 +214,8 @@ CASES = [
          ["w.txt:3", "field 2 is not a number: 'x'"]),
     Case("snap-empty", partition(lambda c: c.file("e.txt", "")), ["e.txt", "empty file"]),
     Case("snap-inf-time", partition(lambda c: c.file("i.txt", "1 2 inf\n")), ["i.txt:1", "time is inf"]),
+    Case("snap-time-span-overflows", partition(lambda c: c.file("o.txt", "1 2 -1e308\n2 3 1e308\n")),
+         ["o.txt: t spans -1e+308 to 1e+308", "shift or scale the times"]),  # numpy warned of overflow first
     Case("snap-gz-cut", partition(lambda c: c.file("g.txt.gz", gzip.compress(b"1 2 3\n" * 500)[:30], raw=True)),
          ["g.txt.gz", "cannot read"]),
     Case("npz-garbage", partition(lambda c: c.file("g.npz", b"PK\x03\x04garbage")), ["g.npz", "not a readable .npz"]),
@@ -493,7 +495,7 @@ CASES = [
 # torch_geometric's import calls torch.jit.script, which torch 2.13 deprecates: a warning users do not
 # see (Python shows DeprecationWarnings raised in __main__ only), which the subprocess runs allow
 PYG_IMPORT_WARNING = "`torch.jit.script` is deprecated"
-SUBPROCESS = ["csv-form-feed-only", "info-generator-too-large", "planetoid-16tib-array", "data-seed-negative-static", "info-meta-nested",
+SUBPROCESS = ["csv-form-feed-only", "snap-time-span-overflows", "info-generator-too-large", "planetoid-16tib-array", "data-seed-negative-static", "info-meta-nested",
               "out-is-the-input", "train-memory-dim-too-large", "demo-seed-negative"]
 
 
