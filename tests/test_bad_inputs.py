@@ -251,6 +251,8 @@ CASES = [
     Case("data-missing", partition(lambda c: str(c.tmp / "nothing.txt")), ["nothing.txt", "no such file"]),
     Case("data-fifo", partition(lambda c: (os.mkfifo(c.tmp / "pipe.txt"), str(c.tmp / "pipe.txt"))[1]),
          ["pipe.txt", "not a regular file"]),
+    Case("data-symlink-loop", partition(lambda c: c.link("loop.txt", "loop.txt")),  # was pathlib's RuntimeError
+         ["/loop.txt: its symbolic links loop (a link to itself, or links to each other)"]),
     Case("data-folder-of-nothing", partition(lambda c: (c.file("d/readme.md", "hi"), str(c.tmp / "d"))[1]),
          ["cannot tell the format of this folder"]),
     # ---- built-in generators
@@ -449,6 +451,9 @@ CASES = [
     Case("train-outputs-the-same-path", lambda c: ["train", *TEMPORAL, "--quiet", "--checkpoint", str(c.tmp / "o"),
                                                    "--metrics-out", str(c.tmp / "o")],
          ["--metrics-out and --checkpoint are the same path", "give each output a place of its own"], loads=False),
+    Case("train-checkpoint-symlink-loop", lambda c: (c.link("b", "a"), c.link("a", "b"), [
+        "train", *TEMPORAL, "--quiet", "--checkpoint", str(c.tmp / "a")])[2],
+         ["--checkpoint ", "/a: its symbolic links loop"], loads=False),
     Case("train-outputs-nested", lambda c: ["train", *TEMPORAL, "--quiet", "--checkpoint", str(c.tmp / "o"),
                                             "--log-dir", str(c.tmp / "o" / "tb")],
          ["--checkpoint and --log-dir are nested paths"], loads=False),

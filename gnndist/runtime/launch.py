@@ -33,7 +33,7 @@ from gnndist.runtime import dist, threads
 from gnndist.datasets import DataSource
 from gnndist.errors import GnndistError, first_line
 from gnndist.graph import MASKS, Graph, TemporalGraph
-from gnndist.io import cache_root, show_progress
+from gnndist.io import cache_root, real_path, show_progress
 from gnndist.outputs import check_output, write_metrics
 from gnndist.partition import files_missing, is_store, partition_graph, read_store_meta
 from gnndist.runlog import require_tensorboard
@@ -70,7 +70,7 @@ class Outputs:
         W ranks writes a folder of its own, else 0)."""
         if self.resume and not self.checkpoint:
             raise GnndistError("--resume needs --checkpoint DIR")
-        given = [(f, Path(p).resolve()) for f, p in (("--metrics-out", self.metrics_out),
+        given = [(f, real_path(p, f)) for f, p in (("--metrics-out", self.metrics_out),
                                                      ("--checkpoint", self.checkpoint), ("--log-dir", self.log_dir)) if p]
         for i, (flag_a, a) in enumerate(given):
             for flag_b, b in given[i + 1:]:
