@@ -494,6 +494,11 @@ CASES = [
          ["not enough memory for gnndist demo: Unable to allocate"]),
     Case("train-hidden-too-large", train("node", "--hidden", "1000000000"),
          ["the sage trainer needs an estimated", "lower --hidden"]),
+    Case("train-hidden-activations-too-large", lambda c: [  # a model of 3.6 GiB, whose layers' activations the
+        "train", "synthetic-static", "--num-nodes", "500", "--num-edges", "3000", "--task", "node", "--epochs", "1",
+        "--hidden", "3000000", "--quiet"],  # estimate left out: it grew to 24 GB and was killed without a word
+         ["the sage trainer needs an estimated", "a training step's tensors (at most)",
+          "lower --hidden, --batch-size or --fanouts"]),
     Case("train-gat-hidden-not-a-multiple-of-heads", train("node", "--model", "gat", "--hidden", "30"),
          ["GAT hidden size 30 must be a multiple of heads 8"]),
 ]
