@@ -17,6 +17,7 @@ from gnndist.datasets.tgb import is_tgb, load_tgb
 from gnndist.datasets.text import check_regular, open_bytes
 from gnndist.errors import GnndistError
 from gnndist.graph import Graph, TemporalGraph
+from gnndist.io import real_path
 from gnndist.outputs import gnndist_output
 
 # format name -> (loader(path) -> Graph | TemporalGraph, one-line description)
@@ -145,6 +146,7 @@ def _file_format(path: str, format: Optional[str]) -> str:
     """The format to read `path` with: `format` if given (checked), else detected."""
     if format is not None and format not in FORMATS:
         raise GnndistError(f"unknown format '{format}' (known: {', '.join(FORMATS)})")
+    real_path(path)
     if not os.path.exists(path) and (path in GENERATORS or catalog.is_named(path)):
         what = "a built-in dataset" if path in GENERATORS else "a dataset by name"
         raise GnndistError(f"--format {format} is for files; {path} is {what} (leave --format out)")
@@ -183,5 +185,5 @@ class DataSource:
             return catalog.identity(self.name)
         found = map(Path, glob.glob(self.name)) if not path.exists() else [path] if path.is_file() else path.rglob("*")
         files = sorted(p for p in found if p.is_file())
-        return ([str(path.resolve()), str(self.format)]
+        return ([str(real_path(path)), str(self.format)]
                 + [f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in files])

@@ -27,7 +27,7 @@ from typing import Any, Iterable, Optional, Union
 
 import gnndist
 from gnndist.errors import GnndistError
-from gnndist.io import write_json
+from gnndist.io import real_path, write_json
 from gnndist.runlog import require_tensorboard
 
 PathLike = Union[str, os.PathLike]
@@ -82,9 +82,9 @@ def check_output(path: PathLike, kind: str, inputs: Iterable[Optional[PathLike]]
         return GnndistError(f"refusing to write the {what} to {out}: {why}; choose another {flag}")
 
     inputs = [Path(p) for p in inputs if p is not None and os.path.lexists(p)]
-    target = out.resolve()
+    target = real_path(out, flag)
     for inp in inputs:
-        real = inp.resolve()
+        real = real_path(inp)
         if target == real:
             raise refuse(f"it is the input {inp}")
         if target in real.parents:
@@ -131,7 +131,7 @@ def _hard_linked(files: list[Path]) -> dict[tuple[int, int], Path]:
 
 def _linked_input(out: Path, inputs: list[Path]) -> Optional[Path]:
     """The input that a file at or below `out` is a hard link of (same device and inode), if any."""
-    ids = {key: inp for inp in inputs for key in _hard_linked(_files(inp.resolve()))}
+    ids = {key: inp for inp in inputs for key in _hard_linked(_files(real_path(inp)))}
     return next((ids[key] for key in _hard_linked(_files(out)) if key in ids), None)
 
 
@@ -286,7 +286,7 @@ class Outputs:
         (Whether a checkpoint folder holds another run's is `gnndist.checkpoint.check_folder`'s.)"""
         if self.resume and not self.checkpoint:
             raise GnndistError("--resume needs --checkpoint DIR")
-        given = [(f, Path(p).resolve()) for f, p in (("--metrics-out", self.metrics_out),
+        given = [(f, real_path(p, f)) for f, p in (("--metrics-out", self.metrics_out),
                                                      ("--checkpoint", self.checkpoint), ("--log-dir", self.log_dir)) if p]
         for i, (flag_a, a) in enumerate(given):
             for flag_b, b in given[i + 1:]:

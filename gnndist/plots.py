@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Optional, Sequence, Union
 import numpy as np
 
 from gnndist.errors import GnndistError
-from gnndist.io import atomic_file
+from gnndist.io import atomic_file, real_path
 from gnndist.outputs import check_output, plot_metadata
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -96,6 +96,7 @@ def epochs_of(metrics: Any, where: str = "the metrics") -> list[dict]:
 def read_metrics(path: PathLike) -> dict:
     """A metrics JSON written by `gnndist train --metrics-out`, checked to hold epochs (in each
     run, for one of `--seeds`)."""
+    real_path(path)
     try:
         text = Path(path).read_text()
     except FileNotFoundError:

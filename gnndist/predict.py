@@ -23,7 +23,7 @@ from gnndist.datasets import DataSource
 from gnndist.datasets.text import check_finite, check_ids, read_table
 from gnndist.errors import GnndistError
 from gnndist.graph import Graph, TemporalGraph, as_node_ids
-from gnndist.io import atomic_file
+from gnndist.io import atomic_file, real_path
 from gnndist.runtime.launch import Data, kind_of
 from gnndist.outputs import CHECKPOINT_FILE, REPLACED, check_output
 from gnndist.partition import is_store
@@ -53,6 +53,7 @@ class SavedModel:
         """The model of the newest epoch of the checkpoint folder `directory` (written by
         `gnndist train --checkpoint DIR`; a run of W > 1 link ranks: its lowest rank folder here,
         as every rank holds the same parameters)."""
+        real_path(directory)
         directory = Path(directory)
         if not directory.is_dir():
             raise GnndistError(f"{directory} is not a checkpoint folder (one written by gnndist train --checkpoint DIR)")

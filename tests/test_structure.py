@@ -89,6 +89,15 @@ def test_lower_layers_import_no_trainer_or_cli(graph):
             assert not bad, (m, bad)
 
 
+def test_the_shared_memory_check_imports_no_trainer_package(graph):
+    """gnndist.footprint is the check both trainers go through; each model family's estimate
+    lives beside its models (temporal/footprint.py, static/footprint.py), so no arrow points back up."""
+    deps, _ = graph["gnndist.footprint"]
+    assert [d for d in deps if d.startswith(("gnndist.temporal", "gnndist.static"))] == []
+    for family in ("temporal", "static"):
+        assert "gnndist.footprint" in graph[f"gnndist.{family}.footprint"][0]
+
+
 def test_argparse_only_in_cli_glue(graph):
     assert [m for m, (_, uses) in graph.items() if uses and not glue(m)] == []
 

@@ -111,10 +111,11 @@ def run(args: argparse.Namespace) -> int:
     print(json.dumps(s) if args.json else f"wrote {args.out}\n{format_summary(s)}")
     over = over_tolerance(s)
     if over and not args.quiet:
-        print(f"note: the partition left {', '.join(f'{k} at {v:.3f}' for k, v in over.items())} over --imbalance-tol "
-              f"{s['params']['imbalance_tol']:g} (METIS and label propagation aim for the tolerance and do not always "
-              "meet it; " + ("fewer --time-windows, " if s["method"].startswith("temporal") else "") + "fewer parts or a "
-              "looser tolerance help)", file=sys.stderr)
+        who = "label propagation" if s["method"].endswith("-lp") else "METIS"
+        print(f"note: {who} left {', '.join(f'{k} at {v:.3f}' for k, v in over.items())} over --imbalance-tol "
+              f"{s['params']['imbalance_tol']:g} (it aims for the tolerance and does not always meet it; "
+              + ("fewer --time-windows, " if s["method"].startswith("temporal") else "") + "fewer parts or a looser "
+              "tolerance help)", file=sys.stderr)
     return 0
 
 

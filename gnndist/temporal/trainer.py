@@ -28,6 +28,8 @@ from tqdm import tqdm
 
 from gnndist.datasets import chronological_split
 from gnndist.errors import GnndistError
+from gnndist.footprint import memory_checked
+from gnndist.temporal.footprint import link_footprint
 from gnndist.io import show_progress
 from gnndist.runtime import dist, threads
 from gnndist.runtime.device import to_device
@@ -36,7 +38,6 @@ from gnndist.temporal.config import LinkConfig
 from gnndist.temporal.dist_state import PartitionedNodeState, ReplicatedNodeState
 from gnndist.temporal.edge_cache import fill_edge_cache
 from gnndist.temporal.events import RankEvents
-from gnndist.footprint import link_footprint, memory_checked
 from gnndist.temporal.linkpred import EvalNegatives, train_negatives
 from gnndist.temporal.models import Batch, Forward, build_model
 from gnndist.temporal.neighbours import Neighbours
