@@ -137,6 +137,12 @@ def is_shards(path: str) -> bool:
     return "events" in names or "edges" in names or bool(names) and all(_shard_format(n) for n in names)
 
 
+def reads_as_shards(path: str) -> bool:
+    """Whether ranks can read `path` as shard files: `is_shards`, or one file with a shard
+    extension (CSV, SNAP text, Parquet; .gz read whole by one rank)."""
+    return is_shards(path) or os.path.isfile(path) and _shard_format(os.path.basename(path)) is not None
+
+
 # ---------------------------------------------------------------- node arrays
 
 @dataclass(frozen=True)

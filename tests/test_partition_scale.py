@@ -256,3 +256,18 @@ def test_ranks_that_each_see_only_their_own_shards_partition_together(shards, tm
     partition_graph(load(shards["temporal"]), 2, method="temporal", out=one)
     for r in range(2):
         assert comparable(tmp_path / f"store{r}") == comparable(one)
+
+
+def test_training_on_shard_files_partitions_them_across_its_ranks_first(shards, tmp_path, monkeypatch):
+    """`gnndist train SHARDS --nproc 2` partitions with 2 ranks (into the cache) and trains on
+    that store: the metrics of training on the store one process writes."""
+    monkeypatch.setenv("GNNDIST_CACHE", str(tmp_path / "cache"))
+    store = tmp_path / "one"
+    partition_graph(load(shards["temporal"]), 2, method="temporal", out=store)
+    argv = ["--task", "link", "--memory-dim", "8", "--batch-size", "200", "--epochs", "1", "--quiet", "--nproc", "2"]
+    assert main(["train", shards["temporal"], *argv, "--metrics-out", str(tmp_path / "shards.json")]) == 0
+    assert main(["train", str(store), *argv, "--metrics-out", str(tmp_path / "store.json")]) == 0
+    (made,) = (tmp_path / "cache" / "partitions").iterdir()
+    assert comparable(made) == comparable(store)
+    got, want = (json.loads((tmp_path / f).read_text()) for f in ("shards.json", "store.json"))
+    assert got["test"] == pytest.approx(want["test"], abs=1e-9)

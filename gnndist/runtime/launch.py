@@ -32,12 +32,13 @@ from tqdm import tqdm
 from gnndist import __version__, checkpoint
 from gnndist.runtime import dist, threads
 from gnndist.datasets import DataSource
-from gnndist.datasets.shards import is_shards
+from gnndist.datasets.shards import is_shards, reads_as_shards
 from gnndist.errors import GnndistError, first_line
 from gnndist.graph import MASKS, Graph, TemporalGraph
 from gnndist.io import cache_root, show_progress
 from gnndist.outputs import Outputs, report, write_metrics
 from gnndist.partition import check_store_of, is_store, open_part, partition_graph, read_store_meta
+from gnndist.partition.methods import LP_METHODS
 from gnndist.partition.scale import partition_shards
 from gnndist.validate import DEVICES, TASK_OF_KIND, Int, OneOf, check
 
@@ -84,12 +85,31 @@ def store_dir(data: Union[DataSource, Graph, TemporalGraph], world: int, split: 
     return cache_root() / "partitions" / f"{name or 'data'}-{world}parts-{split.method}-{key.hexdigest()[:12]}"
 
 
-def _load(data: Union[DataSource, Graph, TemporalGraph], split: Split) -> Union[Graph, TemporalGraph]:
-    """The graph of `data`, which must be of the kind the trainer takes (told before loading)."""
+def _check_kind(data: Union[DataSource, Graph, TemporalGraph], split: Split) -> None:
+    """A one-line error unless `data` is of the kind of graph the trainer takes (told without
+    loading it)."""
     kind = kind_of(data)
     if kind != split.kind:
         raise GnndistError(f"DATA is a {kind} graph: use --task {TASK_OF_KIND[kind]} (--task {TASK_OF_KIND[split.kind]} needs a "
                            f"{split.kind} graph)")
+
+
+def _sharded(data: Union[DataSource, Graph, TemporalGraph]) -> bool:
+    """Whether `data` is a folder or glob of shard files (partitioned across the ranks, not
+    loaded by one process)."""
+    return isinstance(data, DataSource) and data.format in (None, "shards") and not data.options and \
+        is_shards(data.name)
+
+
+def _split_options(split: Split) -> dict:
+    """`partition_shards`' options for `split`: its default method (METIS where the projection
+    fits the memory budget, else label propagation) where `split` names the METIS one."""
+    return {"method": None if split.method in LP_METHODS else split.method, "balance": list(split.balance) or None}
+
+
+def _load(data: Union[DataSource, Graph, TemporalGraph], split: Split) -> Union[Graph, TemporalGraph]:
+    """The graph of `data`, which must be of the kind the trainer takes (told before loading)."""
+    _check_kind(data, split)
     graph = data.load() if isinstance(data, DataSource) else data
     if split.check is not None:
         split.check(graph)
@@ -133,6 +153,11 @@ def make_store(data: Data, world: int, split: Split, quiet: bool = False) -> str
     if is_store(out) and _readable(out):
         dist.say(f"using the partition store {out} ({world} parts, made earlier)")
         return str(out)
+    if _sharded(data):  # partitioned by `world` ranks, as they will train
+        _check_kind(data, split)
+        dist.say(f"partitioning into {world} parts ({split.method}) at {out}, across {world} ranks")
+        launch(world, _partition_rank, data.name, world, str(out), show_progress(quiet), _split_options(split))
+        return str(out)
     graph = _load(data, split)
     if world > graph.num_nodes:
         raise GnndistError(f"--nproc {world} is more ranks than the data has nodes ({graph.num_nodes:,}): "
@@ -162,14 +187,24 @@ def _wait_for_store(path: Path) -> str:
 
 def rank_source(data: Data, world: int, split: Split, quiet: bool = False) -> Union[Graph, TemporalGraph, str]:
     """What one rank of `world` trains on: the graph (one rank, raw data) or a store folder.
-    Under torchrun with raw data and W > 1, the local rank 0 of every node (host) makes the store
-    in its own cache while the node's other ranks wait: every host partitions the same data the
-    same way, and the start-up check of `run_job` compares the stores' checksums."""
+    Under torchrun with raw data and W > 1, shard files are partitioned by all the ranks
+    together, each host's ranks writing into their host's cache; other raw data is partitioned by
+    the local rank 0 of every node (host) into its own cache while the node's other ranks wait:
+    every host partitions the same data the same way, and the start-up check of `run_job`
+    compares the stores' checksums."""
     data = _normal(data)
     if world == 1 and not isinstance(data, Path):
         return _load(data, split)
     if world == 1 or isinstance(data, Path) or not dist.in_torchrun():
         return make_store(data, world, split, quiet)
+    if _sharded(data):  # every rank partitions its portion, into its host's cache
+        _check_kind(data, split)
+        out = store_dir(data, world, split)
+        if dist.agree_max(int(not (is_store(out) and _readable(out)))):
+            with dist.busy(f"partitioning into {world} parts"):
+                partition_shards(data.name, world, out=out, progress=show_progress(quiet) and dist.rank() == 0,
+                                 **_split_options(split))
+        return str(out)
     if dist.first_on_host():
         with dist.busy(f"partitioning into {world} parts"):
             return make_store(data, world, split, quiet)
@@ -378,7 +413,7 @@ def partition_data(data: str, num_parts: int, out: Union[str, os.PathLike], npro
                         ("--force", options.pop("force", False))):
         if given:
             raise GnndistError(f"{flag} applies to partitioning in one process; leave it out with --nproc (or torchrun)")
-    if not is_shards(str(data)):
+    if not reads_as_shards(str(data)):
         raise GnndistError(f"{data} is not shard files (a folder, a glob, or one CSV, SNAP or Parquet file): partitioning "
                            "across ranks reads shard files; leave --nproc out, or write the graph as shards first "
                            "(`gnndist datasets DATA --write-shards DIR`)")
