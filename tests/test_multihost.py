@@ -77,8 +77,9 @@ class Hosts:
         p = _ip(*args)
         assert p.returncode == 0, f"ip {' '.join(args)}: {p.stderr}"
 
-    def start(self, i: int, argv: list[str], timeout: str = "60", c10d: bool = False) -> subprocess.Popen:
-        """Host `i`'s torchrun node running `gnndist train ARGV` (stderr in host{i}.err), joined
+    def start(self, i: int, argv: list[str], timeout: str = "60", c10d: bool = False, command: str = "train"
+              ) -> subprocess.Popen:
+        """Host `i`'s torchrun node running `gnndist COMMAND ARGV` (stderr in host{i}.err), joined
         by --node-rank and --master-addr, or with `c10d` by the c10d rendezvous (which, where a
         host's name resolves to 127.0.0.1, needs is_host=1 on the endpoint and --local-addr)."""
         env = {k: v for k, v in os.environ.items() if not k.endswith("_SOCKET_IFNAME")}
@@ -89,15 +90,16 @@ class Hosts:
         else:
             join = ["--node-rank", str(i), "--master-addr", ADDRS[0], "--master-port", str(PORT)]
         cmd = ["ip", "netns", "exec", self.ns[i], sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
-               "--nproc-per-node", "1", *join, "-m", "gnndist", "train", *argv]
+               "--nproc-per-node", "1", *join, "-m", "gnndist", command, *argv]
         with open(self.tmp / f"host{i}.err", "w") as err:
             p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=err, text=True)
         self.procs.append(p)
         return p
 
-    def run(self, argvs: tuple[list[str], list[str]], timeout: float = 110, c10d: bool = False) -> list[int]:
+    def run(self, argvs: tuple[list[str], list[str]], timeout: float = 110, c10d: bool = False,
+            command: str = "train") -> list[int]:
         """Both hosts' nodes to the end; their exit statuses."""
-        procs = [self.start(i, argv, c10d=c10d) for i, argv in enumerate(argvs)]
+        procs = [self.start(i, argv, c10d=c10d, command=command) for i, argv in enumerate(argvs)]
         deadline = time.monotonic() + timeout
         try:
             return [p.wait(timeout=max(0.0, deadline - time.monotonic())) for p in procs]
@@ -310,3 +312,42 @@ def test_a_host_whose_part_is_damaged_is_named_by_the_other_within_30s(hosts, st
             f"{local[1]}/part1/t.npy is corrupted") in hosts.err(1)  # its own line says which rank it is
     for i in range(2):
         _clean_failure(hosts.err(i))
+
+
+def test_hosts_each_given_their_own_shard_files_partition_together_then_train(hosts, tmp_path):
+    """Each host holds only its own shard files: they partition them together (each host writes
+    meta.json, the id maps and its own part: the store `--nproc 2` writes on one host, but for
+    the parts), then train on what each wrote, with the metrics of `--nproc 2`."""
+    from gnndist.datasets import load
+    from gnndist.datasets.shard_writer import ShardWriteConfig, write_shards
+
+    shards = tmp_path / "shards"
+    write_shards(load(*TEMPORAL[:1], num_nodes=60, num_events=900), shards, ShardWriteConfig(num_shards=4))
+    files = sorted(p for p in shards.rglob("*.parquet"))
+    for i in range(2):
+        (tmp_path / f"host{i}" / "shards").mkdir(parents=True)
+        for f in files[i::2]:
+            shutil.copy(f, tmp_path / f"host{i}" / "shards" / f.name)
+    one = tmp_path / "one"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GNNDIST_TIMEOUT", "60")
+        assert main(["partition", str(shards), "--parts", "2", "--out", str(one), "--nproc", "2", "--quiet"]) == 0
+    argvs = [[str(tmp_path / f"host{i}" / "shards"), "--parts", "2", "--out", str(tmp_path / f"host{i}" / "store"),
+              "--quiet"] for i in range(2)]
+    rcs = hosts.run((argvs[0], argvs[1]), command="partition")
+    assert rcs == [0, 0], hosts.err(0)[-3000:] + hosts.err(1)[-3000:]
+    want = json.loads((one / "meta.json").read_text())
+    for i in range(2):
+        store = tmp_path / f"host{i}" / "store"
+        assert sorted(p.name for p in store.iterdir()) == ["meta.json", "orig_to_new.npy", f"part{i}"]
+        got = json.loads((store / "meta.json").read_text())
+        assert got["files"] == want["files"] and got["node_offsets"] == want["node_offsets"]
+    rcs = hosts.run(([str(tmp_path / "host0" / "store"), *TGN, "--epochs", "2", "--metrics-out",
+                      str(tmp_path / "hosts.json")], [str(tmp_path / "host1" / "store"), *TGN, "--epochs", "2"]))
+    assert rcs == [0, 0], hosts.err(0)[-3000:] + hosts.err(1)[-3000:]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OMP_NUM_THREADS", "1")
+        mp.setenv("GNNDIST_TIMEOUT", "60")
+        assert main(["train", str(one), *TGN, "--epochs", "2", "--nproc", "2",
+                     "--metrics-out", str(tmp_path / "nproc.json")]) == 0
+    _same_metrics(json.loads((tmp_path / "hosts.json").read_text()), json.loads((tmp_path / "nproc.json").read_text()))
