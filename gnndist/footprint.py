@@ -101,7 +101,7 @@ def link_footprint(events: Any, cfg: Any, device: torch.device = torch.device("c
             rows = int(events.book.sizes().max()) if partitioned else events.num_nodes
             s = NodeState(rows, model.dim, model.memory.mail_dim, model.memory.mailbox, device="meta")
             state = sum(t.numel() * t.element_size() for t in (s.memory, s.last_update, s.mail, s.mail_time))
-    # at least: this rank's share of an evaluation batch, its queries (src, dst and, where the
+    # at least: this rank's portion of an evaluation batch, its queries (src, dst and, where the
     # model samples for all queries, the negatives) with k^h sampled neighbours at hop h: the
     # sampled `Hop` (29 bytes an entry and its event's features) and, in attention models, each
     # entry's key (memory row), event features and time encoding as attention inputs (float32)
