@@ -21,6 +21,7 @@ mirror that refuses them.
 """
 from __future__ import annotations
 
+import argparse
 import ast
 import contextlib
 import importlib
@@ -173,13 +174,29 @@ def commands(text: str) -> list[list[str]]:
     return [w for w in out if w]
 
 
-def _parse(parser, argv: list[str], what: str) -> None:
+def _options(parser: argparse.ArgumentParser) -> set[str]:
+    """Every option string of `parser` and of its subcommands' parsers."""
+    out = set()
+    for action in parser._actions:
+        out.update(action.option_strings)
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                out |= _options(sub)
+    return out
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str], what: str) -> None:
+    """`argv` parses, and names each option in full (argparse would take an abbreviation, which
+    a renamed flag can still be)."""
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
             parser.parse_args(argv)
     except SystemExit as e:
         assert e.code == 0, f"{what}: {err.getvalue().strip()}"
+    known = _options(parser)
+    partial = [a for a in argv if a.startswith("--") and a.split("=")[0] not in known]
+    assert not partial, f"{what}: {partial} is not an option's full name"
 
 
 def check_gnndist(argv: list[str], what: str) -> None:
@@ -217,6 +234,9 @@ def check_command(words: list[str], what: str) -> int:
             except SystemExit:
                 raise AssertionError(f"{what}: torchrun: {err.getvalue().strip()}") from None
         assert args.module and args.training_script == "gnndist", f"{what}: torchrun runs `-m gnndist`"
+        own = words[1:words.index("gnndist")]
+        known = _options(get_args_parser())
+        assert all(a.split("=")[0] in known for a in own if a.startswith("--")), f"{what}: a torchrun option in part"
         check_gnndist(list(args.training_script_args), what)
         return 1
     if words[0] in ("python", "python3") and len(words) > 1 and words[1].startswith("benchmarks/"):
