@@ -93,7 +93,7 @@ def test_demo_prints_what_each_rank_held_and_moved_beside_one_process(tmp_path, 
     assert [r["events_held"] for r in m["ranks"]] == [p[2] for p in parts]
     assert [r["node_state_rows"] for r in m["ranks"]] == [p[0] for p in parts]
     assert (one["ranks"][0]["events_held"], one["ranks"][0]["node_state_rows"]) == (1000, 60)
-    table = lines[lines.index("what each rank held (its last training epoch for the cache)"):]
+    table = lines[lines.index("what each rank held (cache counters: its last training epoch)"):]
     assert table[1].split() == ["rank", "0", "rank", "1", "1", "process"]
     rows = {ln[:26].strip(): ln[26:].split() for ln in table[2:] if ln[:26].strip()}
     ranks = m["ranks"] + one["ranks"]

@@ -92,7 +92,7 @@ def summary(spread: dict[str, Any], one: dict[str, Any]) -> str:
         ("edge-feature MiB fetched", [f"{r['edge_cache']['bytes_fetched'] / MIB:.2f}" for r in ranks] + ["-"]),
     ]
     width = max(len(name) for name, _ in rows) + 2
-    out = ["what each rank held (its last training epoch for the cache)",
+    out = ["what each rank held (cache counters: its last training epoch)",
            " " * width + "".join(f"{c:>12}" for c in cols)]
     out += [f"{name:<{width}}" + "".join(f"{v:>12}" for v in vals) for name, vals in rows]
     e, e1 = spread["epochs"][-1], one["epochs"][-1]
