@@ -148,6 +148,21 @@ def test_the_readme_is_at_most_300_lines_and_keeps_the_ci_commands():
     assert "pip install torch==2.13.0 -e . && gnndist demo\n" in text
 
 
+def slug(heading: str) -> str:
+    """A heading's anchor, as GitHub makes it."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=[str(d.relative_to(ROOT)) for d in DOCS])
+def test_every_link_between_the_docs_leads_somewhere(doc):
+    for target, frag in re.findall(r"\]\((?!https?:)([^)#\s]*)(?:#([^)\s]+))?\)", doc.read_text()):
+        path = (doc.parent / target).resolve() if target else doc
+        assert path.exists(), f"{doc.relative_to(ROOT)}: no {target}"
+        if frag:
+            headings = {slug(h) for h in re.findall(r"^#+ (.+)$", path.read_text(), re.M)}
+            assert frag in headings, f"{doc.relative_to(ROOT)}: {target} has no heading #{frag}"
+
+
 # ---------------------------------------------------------------- flags, by the real parsers
 
 def commands(text: str) -> list[list[str]]:
