@@ -1,5 +1,5 @@
 """Runs across two real network hosts: two Linux network namespaces joined by a veth pair, each
-with its own address, one torchrun node in each, started with the plain command the README
+with its own address, one torchrun node in each, started with the plain command docs/guide/several-machines.md
 gives (no GLOO_SOCKET_IFNAME: the hosts' name resolves to 127.0.0.1, and gnndist must pick the
 veth itself). The veth byte counters show the traffic crossed the link.
 
