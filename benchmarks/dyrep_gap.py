@@ -53,11 +53,16 @@ def scored(trainer: LinkTrainer) -> np.ndarray:
     return np.concatenate(rows)
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
+    """The command line (tests/test_docs.py checks the documented commands against it)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--models", default="dyrep,jodie")
     p.add_argument("--epochs", type=int, default=3)
-    args = p.parse_args()
+    return p
+
+
+def main() -> None:
+    args = parser().parse_args()
     tg = load(str(UCI))
     for model in args.models.split(","):
         trainer = LinkTrainer(RankEvents.from_graph(tg), LinkConfig(model=model, seed=0, quiet=True))

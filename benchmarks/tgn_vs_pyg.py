@@ -182,7 +182,8 @@ def compare(tg, args: argparse.Namespace, n_busy: int) -> tuple[dict, dict]:
     return ours, theirs
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
+    """The command line (tests/test_docs.py checks the documented commands against it)."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", default=str(UCI), help="temporal graph file (default: UCI CollegeMsg)")
     p.add_argument("--events", type=int, default=None, help="use only the first N events (a scaled-down run)")
@@ -192,7 +193,11 @@ def main() -> None:
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where both train and score")
     p.add_argument("--busy", type=int, default=0, metavar="N",
                    help="also run both beside N CPU-bound processes and print the slow-down ratios")
-    args = p.parse_args()
+    return p
+
+
+def main() -> None:
+    args = parser().parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     tg = load(args.data)

@@ -93,8 +93,8 @@ def _mask(name: str, a, n: int) -> Optional[np.ndarray]:
 
 
 def unique_ints(a: np.ndarray) -> np.ndarray:
-    """Sorted distinct values of an integer array (sort + mask: np.unique is ~50x slower on
-    large int64 arrays in numpy 2.4)."""
+    """Sorted distinct values of an integer array (sort + mask: np.unique is many times slower on
+    large int64 arrays; docs/benchmarks.md, "Measurements behind the code")."""
     s = np.sort(a)
     if s.size > 1:
         keep = np.empty(s.size, dtype=bool)

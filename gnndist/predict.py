@@ -67,7 +67,7 @@ class SavedModel:
         if not isinstance(best, dict) or not isinstance(config, dict) or "model" not in best:
             raise GnndistError(f"{folder} holds no trained model (no best-validation parameters)")
         task = "node" if config.get("task") == "node" else "link"
-        params = best["model"] if best["model"] is not None else payload["model"]  # no validation figure
+        params = best["model"] if best["model"] is not None else payload["model"]  # no validation metric
         return cls(str(directory), task, config, params, int(payload["epoch"]), int(best["epoch"]),
                    list(payload.get("history", [])))
 

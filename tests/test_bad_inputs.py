@@ -858,7 +858,7 @@ def test_a_replaced_checkpoint_survives_every_later_failure(tmp_path):
 
     with pytest.raises(GnndistError):
         run(saves=1)
-    for f in (d / ".replaced").iterdir():  # the README's advice: move them back
+    for f in (d / ".replaced").iterdir():  # the advice of docs/guide/troubleshooting.md: move them back
         os.replace(f, d / f.name)
     (d / checkpoint_name(1)).unlink()
     with pytest.raises(GnndistError):  # beside the empty .replaced: kept, and put back

@@ -1,7 +1,7 @@
 """Runs across two real network hosts: two Linux network namespaces joined by a veth pair, each
-with its own address, one torchrun node in each, started with the plain command the README
-gives (no GLOO_SOCKET_IFNAME: the hosts' name resolves to 127.0.0.1, and gnndist must pick the
-veth itself). The veth byte counters show the traffic crossed the link.
+with its own address, one torchrun node in each, started with the plain command of
+docs/guide/several-machines.md (no GLOO_SOCKET_IFNAME: the hosts' name resolves to 127.0.0.1, and
+gnndist must pick the veth itself). The veth byte counters show the traffic crossed the link.
 
 They need root and `ip netns`; without them they skip, saying why."""
 import json

@@ -110,3 +110,15 @@ def test_every_public_function_and_class_has_a_docstring():
 
 def test_api_listing_is_current():
     assert (ROOT / "docs" / "api.md").read_text() == api.listing(), "run: python -m gnndist.api > docs/api.md"
+
+
+def test_the_device_sites_name_functions_the_code_has():
+    """tests/sites.py allows collectives on the default group in named functions: each must exist."""
+    import sys
+    sys.path.insert(0, str(ROOT / "tests"))
+    from sites import DEVICE_SITES
+    for file, functions in DEVICE_SITES.items():
+        path = next(p for p in (ROOT / "gnndist" / file, ROOT / file) if p.is_file())
+        defined = {n.name for n in ast.walk(ast.parse(path.read_text()))
+                   if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        assert functions <= defined, f"{file} has no {sorted(functions - defined)}"

@@ -75,11 +75,36 @@ def test_link_task_on_static_data_suggests_node(capsys):
     assert rc == 2 and "--task node" in capsys.readouterr().err
 
 
-def test_demo_trains_and_prints_the_table(capsys):
-    assert main(["demo", "--num-nodes", "60", "--num-events", "1000", "--epochs", "1", "--quiet"]) == 0
-    out = capsys.readouterr().out.splitlines()
-    assert out[0].split() == ["AP", "AUC", "MRR"] and out[2].startswith("test ")
-    assert re.fullmatch(r"test new nodes \([\d,]+ events\) +(\d\.\d{4}|-) .*", out[3]), out
+def test_demo_prints_what_each_rank_held_and_moved_beside_one_process(tmp_path, capsys):
+    out = tmp_path / "demo.json"
+    assert main(["demo", "--num-nodes", "60", "--num-events", "1000", "--epochs", "1", "--quiet",
+                 "--metrics-out", str(out)]) == 0
+    m = json.loads(out.read_text())
+    one = m["one_process"]
+    assert (m["world_size"], m["memory"], m["config"]["cache"], one["world_size"]) == (2, "partitioned", "presample", 1)
+    lines = capsys.readouterr().out.splitlines()
+    parts = [[int(x.replace(",", "")) for x in re.fullmatch(
+        r"  part \d: ([\d,]+) nodes, ([\d,]+) events from them, ([\d,]+) events touching them", ln).groups()]
+        for ln in lines if ln.startswith("  part ")]
+    # the partition covers the graph, and each rank holds its part: the events touching its nodes,
+    # the memory of its nodes; the one process holds everything
+    assert sum(p[0] for p in parts) == 60 and sum(p[1] for p in parts) == 1000
+    assert [r["events_held"] for r in m["ranks"]] == [p[2] for p in parts]
+    assert [r["node_state_rows"] for r in m["ranks"]] == [p[0] for p in parts]
+    assert (one["ranks"][0]["events_held"], one["ranks"][0]["node_state_rows"]) == (1000, 60)
+    table = lines[lines.index("what each rank held (cache counters: its last training epoch)"):]
+    assert table[1].split() == ["rank", "0", "rank", "1", "1", "process"]
+    rows = {ln[:26].strip(): ln[26:].split() for ln in table[2:] if ln[:26].strip()}
+    ranks = m["ranks"] + one["ranks"]
+    assert rows["events held"] == [f"{r['events_held']:,}" for r in ranks]
+    assert rows["node-state rows"] == [f"{r['node_state_rows']:,}" for r in ranks]
+    assert rows["MiB held"] == [f"{sum(r['bytes'].values()) / 2**20:.2f}" for r in ranks]
+    assert rows["edge-cache hit rate"] == [f"{r['edge_cache']['hit_rate']:.2f}" for r in m["ranks"]] + ["-"]
+    e = m["epochs"][-1]
+    assert any(ln.startswith(f"moved between the 2 ranks in the last epoch: {e['remote_rows']:,} node-state rows "
+                             f"({e['state_bytes'] / 2**20:.1f} MiB)") for ln in table)
+    assert rows["2 ranks"] == [f"{m['test'][k]:.4f}" for k in ("ap", "auc", "mrr")]
+    assert rows["1 process"] == [f"{one['test'][k]:.4f}" for k in ("ap", "auc", "mrr")]
 
 
 def test_the_table_marks_figures_without_events():

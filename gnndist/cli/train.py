@@ -62,7 +62,7 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help=f"link: {'|'.join(TEMPORAL_MODELS)} (default tgn); node: {'|'.join(STATIC_MODELS)} (default sage)")
     p.add_argument("--epochs", type=int, default=None, help=f"most training epochs {_defaults('epochs')}")
     p.add_argument("--patience", type=int, default=None,
-                   help="stop after this many epochs without a better validation figure (AP / accuracy); "
+                   help="stop after this many epochs without a better validation metric (AP / accuracy); "
                         f"the best-validation parameters are tested {_defaults('patience')}")
     p.add_argument("--batch-size", type=int, default=None,
                    help=f"global batch size (events or seed nodes) {_defaults('batch_size')}")
@@ -76,7 +76,7 @@ def configure(p: argparse.ArgumentParser) -> None:
                    "(rank 0 writes it)")
     p.add_argument("--quiet", action="store_true", help="no progress bars or per-epoch lines")
     p.add_argument("--log-dir", default=None, metavar="DIR",
-                   help="write TensorBoard event files here: the loss of every step, every figure of every epoch, "
+                   help="write TensorBoard event files here: the loss of every step, every metric of every epoch, "
                         "the test metrics (rank 0; needs the tensorboard package)")
     p.add_argument("--checkpoint", default=None, metavar="DIR",
                    help="write a checkpoint each epoch here (for --resume, and for `gnndist predict`)")
@@ -99,7 +99,7 @@ def configure(p: argparse.ArgumentParser) -> None:
                       help="how node memory is held across ranks")
     link.add_argument("--share", choices=SHARES, default=None,
                       help="which rank scores each event of a global batch: even (default; the owners of the "
-                           "events' sources send a surplus over an even share to ranks below it, so that no rank "
+                           "events' sources send a surplus over an even portion to ranks below it, so that no rank "
                            "waits for a busier one at each step) or owner (the owner of its source; no event "
                            "travels)")
     link.add_argument("--resume", action="store_true", help="continue from the checkpoint in --checkpoint")

@@ -260,7 +260,7 @@ def check_same_job(meta: dict, args: tuple) -> None:
 def over_seeds(train: Callable[..., dict], data: Data, cfg: Any, seeds: list[int], nproc: int = 1,
                outputs: Outputs = Outputs()) -> dict:
     """`train(data, cfg with seed s, nproc)` for each seed; the runs' metrics and, for every test
-    figure, its mean and (sample) standard deviation over the seeds. Rank 0 prints the summary
+    metric, its mean and (sample) standard deviation over the seeds. Rank 0 prints the summary
     and writes it to `outputs.metrics_out`."""
     import statistics
 
@@ -514,7 +514,7 @@ def launch(nproc: int, entrypoint: Callable[..., Any], *args: Any) -> list[Any]:
     config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id="gnndist",
                           rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0", max_restarts=0,
                           monitor_interval=0.1, start_method="spawn")
-    # as torchrun does: ranks share the cores, so each gets its part (unless the user chose)
+    # as torchrun does: the ranks run on the same cores, so each gets its part (unless the user chose)
     cores = sorted(os.sched_getaffinity(0))  # each rank is pinned to its slice of them
     omp = os.environ.get("OMP_NUM_THREADS")
     if omp is None:

@@ -350,7 +350,7 @@ class NodeTrainer:
 
     @threads.job_threads()
     def train_epoch(self, epoch: int, on_step: Optional[Callable[[int, np.ndarray], None]] = None) -> dict:
-        """One epoch: this rank's share of each global batch (epochs count from 1); returns the
+        """One epoch: this rank's portion of each global batch (epochs count from 1); returns the
         epoch's global metrics. `on_step(step, seeds)` runs after each optimizer step."""
         self.graph.reset_counters()
         totals = torch.zeros(3, dtype=torch.float64)
