@@ -94,6 +94,7 @@ class Job:
     entries: tuple = ()  # static: this rank's unique adjacency entries (rows, columns, pair keys)
     windows: Optional[int] = None  # temporal: the time windows of the balance and the metrics
     part: dict = field(default_factory=dict)  # the arrays of the part this rank writes
+    units: tuple = ()  # what this rank reads of the shard files (read again to route the events)
     vwgt: Optional[np.ndarray] = None
     membership: Optional[np.ndarray] = None
     seconds: dict = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
@@ -112,27 +113,39 @@ class Job:
         self.seconds[name] += time.perf_counter() - t0
         held(self, name)
 
-    def exchange(self, columns: Sequence[np.ndarray], dest: np.ndarray) -> list[np.ndarray]:
-        """Rows (one per entry of `dest`, columns side by side) sent to the ranks `dest` names;
-        the rows received from all ranks, in rank order. Travels in rounds of at most
-        ROUND_BYTES sent per rank, which every rank runs alike."""
+    def exchange(self, columns: Sequence[np.ndarray], dest: np.ndarray, rows: Optional[np.ndarray] = None
+                 ) -> list[np.ndarray]:
+        """Rows of `columns` (those `rows` names, default all), row i going to rank `dest[i]`; the
+        rows every rank sent here, in no particular order, in arrays made once. They travel in
+        rounds of at most ROUND_BYTES sent per rank, which every rank runs alike."""
         w = dist.world_size()
-        row = sum(c.dtype.itemsize * int(np.prod(c.shape[1:])) for c in columns)
+        counts = np.array(self.gather(np.bincount(dest, minlength=w)))  # [from, to]
+        out = self.receiving(columns, int(counts[:, dist.rank()].sum()))
         order = np.argsort(dest, kind="stable")
-        per_round = max(1, ROUND_BYTES // max(row, 1))
-        rounds = dist.agree_max(-(-order.size // per_round)) if w > 1 else 1
-        got: list[list[np.ndarray]] = [[] for _ in columns]
-        for k in range(rounds):
+        per_round = max(1, ROUND_BYTES // max(_row_bytes(columns), 1))
+        at = 0
+        for k in range(max(-(-int(n) // per_round) for n in counts.sum(axis=1))):
             take = order[k * per_round:(k + 1) * per_round]
-            buf = dist.pack([torch.from_numpy(np.ascontiguousarray(c[take])) for c in columns])
-            sizes = np.bincount(dest[take], minlength=w).tolist()
-            back = dist.joined(dist.exchange(list(buf.split(sizes)), self.group))
-            self.bytes_sent += buf.numel() - sizes[dist.rank()] * row
-            self.bytes_received += back.numel()
-            for i, col in enumerate(dist.unpack(back, [(torch.from_numpy(c[:0]).dtype, tuple(c.shape[1:]))
-                                                       for c in columns])):
-                got[i].append(col.numpy())
-        return [np.concatenate(g) if g else c[:0] for g, c in zip(got, columns)]
+            at += self.send_round(columns, dest[take], take if rows is None else rows[take], out, at)
+        return out
+
+    @staticmethod
+    def receiving(columns: Sequence[np.ndarray], rows: int) -> list[np.ndarray]:
+        """Arrays for `rows` received rows of `columns`."""
+        return [np.empty((rows, *c.shape[1:]), c.dtype) for c in columns]
+
+    def send_round(self, columns: Sequence[np.ndarray], dest: np.ndarray, rows: np.ndarray, out: list[np.ndarray],
+                   at: int) -> int:
+        """One all-to-all: rows `rows` of `columns` to the ranks `dest` (sorted); what came is
+        written into `out` from row `at` on. Returns the rows that came."""
+        w, me = dist.world_size(), dist.rank()
+        buf = dist.pack([torch.from_numpy(np.ascontiguousarray(c[rows])) for c in columns])
+        sizes = np.bincount(dest, minlength=w).tolist()
+        back = dist.joined(dist.exchange(list(buf.split(sizes)), self.group))
+        self.bytes_sent += buf.numel() - sizes[me] * _row_bytes(columns)
+        self.bytes_received += back.numel()
+        dist.unpack_into(back, [torch.from_numpy(o[at:at + back.shape[0]]) for o in out])
+        return back.shape[0]
 
     def gather(self, obj: Any) -> list[Any]:
         return dist.gather_objects(obj, self.group)
@@ -142,6 +155,10 @@ class Job:
         if dist.world_size() == 1:
             return a
         return dist.all_reduce(torch.from_numpy(np.ascontiguousarray(a)), group=self.group).numpy()
+
+
+def _row_bytes(columns: Sequence[np.ndarray]) -> int:
+    return sum(c.dtype.itemsize * int(np.prod(c.shape[1:])) for c in columns)
 
 
 def held(job: Job, phase: str) -> None:
@@ -166,10 +183,7 @@ def agreed(job: Job, fn: Callable[[], Any]) -> Any:
 
 def read_portion(job: Job) -> None:
     """List, plan and read this rank's units of DATA's shard files (and agree on their columns)."""
-    def listing():
-        s = open_shards(job.data)
-        return s
-    job.shards = agreed(job, listing)
+    job.shards = agreed(job, lambda: open_shards(job.data))
     lists = job.gather((job.shards.kind, job.shards.files, job.shards.node_files))
     kinds = {k for k, _, _ in lists}
     agreed(job, lambda: _same_kind(kinds, job.data))
@@ -182,28 +196,31 @@ def read_portion(job: Job) -> None:
     job.columns = agreed(job, lambda: agree_columns(
         [c for found in job.gather([(job.shards.path(n), read_columns(job.shards, n)) for n in names])
          for c in found]))
-    chunks = agreed(job, lambda: [ch for u in units for ch in read_unit(job.shards, u)])
+    job.units = units
+    pieces = agreed(job, lambda: _read_columns(job, units))
     job.bytes_read = sum(u.stop - u.start for u in units)
-
-    def cat(name: str) -> Optional[np.ndarray]:
-        cols = [getattr(ch, name) for ch in chunks]
-        if not cols or cols[0] is None:
-            return None
-        return np.concatenate(cols)
-
-    src = cat("src") if chunks else np.zeros(0, np.int64)
-    dst = cat("dst") if chunks else np.zeros(0, np.int64)
+    empty = {"src": np.zeros(0, np.int64), "dst": np.zeros(0, np.int64), "t": np.zeros(0), "place": np.zeros(0, np.int64)}
+    cols = {}
+    for name in list(pieces):  # a column at a time, its pieces freed as it is joined
+        got = pieces.pop(name)
+        cols[name] = np.concatenate(got) if got and got[0] is not None else empty[name]
+        del got
     if job.kind == "static":
-        job.portion = Portion(src, dst)
+        job.portion = Portion(cols["src"], cols["dst"])
         return
-    c = job.columns
-    feat_dim = len(c.features) if c is not None else 0
-    place = np.concatenate([np.int64(ch.shard) << 47 | np.int64(ch.piece) << 37 | (ch.row + np.arange(len(ch)))
-                            for ch in chunks]) if chunks else np.zeros(0, np.int64)
-    feat = cat("edge_feat") if chunks else (np.zeros((0, feat_dim), np.float32) if feat_dim else None)
-    has_label = c is not None and (c.label is not None or c.weight is not None)
-    label = cat("edge_label") if chunks else (np.zeros(0, np.int64) if has_label else None)
-    job.portion = Portion(src, dst, cat("t") if chunks else np.zeros(0), feat, label, place)
+    job.portion = Portion(cols["src"], cols["dst"], cols["t"], place=cols["place"])
+
+
+def _read_columns(job: Job, units) -> dict[str, list]:
+    """The endpoints, times and places in the file order ((shard << 47) | (piece << 37) | row) of
+    the rows of this rank's units (their edge features and labels are read again, to be routed)."""
+    out: dict[str, list] = {name: [] for name in ("src", "dst", "t", "place")}
+    for u in units:
+        for ch in read_unit(job.shards, u):
+            for name in ("src", "dst", "t"):
+                out[name].append(getattr(ch, name))
+            out["place"].append(np.int64(ch.shard) << 47 | np.int64(ch.piece) << 37 | (ch.row + np.arange(len(ch))))
+    return out
 
 
 def _same_kind(kinds: set, data: str) -> None:
@@ -258,28 +275,35 @@ def number_events(job: Job) -> None:
     """Global event ids by (time, shard, row), through a sample sort of the keys: each rank sends
     its events' keys to the rank whose key range holds them, learns their ranks there, and gets
     them back."""
-    p, w = job.portion, dist.world_size()
-    key = np.empty(p.t.size, dtype=[("t", "<f8"), ("place", "<i8")])
-    key["t"], key["place"] = p.t, p.place
-    job.num_events = int(job.all_sum(np.array([key.size], np.int64))[0])
+    p, w, me = job.portion, dist.world_size(), dist.rank()
+    n = p.t.size
+    job.num_events = int(job.all_sum(np.array([n], np.int64))[0])
     if w == 1:
-        order = np.argsort(key, kind="stable")
-        p.eid = invert_permutation(order)
+        p.eid = invert_permutation(np.lexsort((p.place, p.t)))
         return
-    sample = np.sort(key)[np.linspace(0, key.size - 1, min(SAMPLES, key.size)).astype(np.int64)] if key.size else key
-    pooled = np.sort(np.concatenate(job.gather(sample)))
+    picked = np.random.default_rng(me).choice(n, min(SAMPLES, n), replace=False) if n else np.zeros(0, np.int64)
+    pooled = np.sort(np.concatenate(job.gather(_keys(p.t[picked], p.place[picked]))))
     splitters = pooled[(np.arange(1, w) * pooled.size) // w] if pooled.size else pooled
-    dest = np.searchsorted(splitters, key, side="right") if splitters.size else np.zeros(key.size, np.int64)
-    t, place, origin, index = job.exchange(
-        [p.t, p.place, np.full(key.size, dist.rank(), np.int64), np.arange(key.size, dtype=np.int64)], dest)
-    got = np.empty(t.size, dtype=key.dtype)
-    got["t"], got["place"] = t, place
-    first = int(np.concatenate([[0], np.cumsum([int(x[0]) for x in job.gather(np.array([t.size]))])])[dist.rank()])
-    eid = np.empty(t.size, np.int64)
-    eid[np.argsort(got, kind="stable")] = first + np.arange(t.size, dtype=np.int64)
-    back_index, back_eid = job.exchange([index, eid], origin)
-    p.eid = np.empty(key.size, np.int64)
-    p.eid[back_index] = back_eid
+    dest = np.searchsorted(splitters, _keys(p.t, p.place), side="right") if splitters.size else np.zeros(n, np.int64)
+    tag = np.int64(me) << 40 | np.arange(n, dtype=np.int64)  # where each key came from
+    t, place, tag = job.exchange([p.t, p.place, tag], dest)
+    del dest
+    order = np.lexsort((place, t))
+    del t, place
+    first = int(np.concatenate([[0], np.cumsum([int(x[0]) for x in job.gather(np.array([order.size]))])])[me])
+    eid = np.empty(order.size, np.int64)
+    eid[order] = first + np.arange(order.size, dtype=np.int64)
+    del order
+    index, eid = job.exchange([tag & ((1 << 40) - 1), eid], tag >> 40)
+    p.eid = np.empty(n, np.int64)
+    p.eid[index] = eid
+
+
+def _keys(t: np.ndarray, place: np.ndarray) -> np.ndarray:
+    """(time, place) pairs as one structured array, which sorts and searches by time, then place."""
+    key = np.empty(t.size, dtype=[("t", "<f8"), ("place", "<i8")])
+    key["t"], key["place"] = t, place
+    return key
 
 
 # ---------------------------------------------------------------------------------------- projection
@@ -451,20 +475,45 @@ class Numbering:
 
 
 def route_events(job: Job, num: Numbering) -> dict[str, np.ndarray]:
-    """This rank's part of a temporal store: every event touching a node it owns, by event id."""
-    p, part = job.portion, job.membership
+    """This rank's part of a temporal store: every event touching a node it owns, by event id.
+    Each rank reads its units again, a chunk at a time, and sends each chunk's events (with their
+    edge features and labels, which it did not keep) to the parts of both their endpoints."""
+    p, part, w = job.portion, job.membership, dist.world_size()
     ps, pd = part[p.src], part[p.dst]
-    two = ps != pd
-    rows = np.concatenate([np.arange(p.src.size), np.flatnonzero(two)])
-    dest = np.concatenate([ps, pd[two]])
-    cols = [p.eid, num.orig_to_new[p.src], num.orig_to_new[p.dst], p.t]
-    cols += [c for c in (p.edge_feat, p.edge_label) if c is not None]
-    got = job.exchange([c[rows] for c in cols], dest)
-    order = np.argsort(got[0], kind="stable")
-    names = ["eid", "src", "dst", "t"] + [n for n, c in (("edge_feat", p.edge_feat), ("edge_label", p.edge_label))
-                                          if c is not None]
+    counts = np.array(job.gather(np.bincount(ps, minlength=w) + np.bincount(pd[ps != pd], minlength=w)))
+    c = job.columns
+    names = ["eid", "src", "dst", "t"]
+    like = [p.eid[:0], p.src[:0], p.dst[:0], np.zeros(0)]
+    if c is not None and c.features:
+        names.append("edge_feat")
+        like.append(np.zeros((0, len(c.features)), np.float32))
+    if c is not None and (c.label is not None or c.weight is not None):
+        names.append("edge_label")
+        like.append(np.zeros(0, np.int64))
+    out = job.receiving(like, int(counts[:, dist.rank()].sum()))
+    chunks = (ch for u in job.units for ch in read_unit(job.shards, u))
+    at = start = 0
+    while True:
+        ch = next(chunks, None)
+        if not dist.agree_max(int(ch is not None)):
+            break
+        n = 0 if ch is None else len(ch)
+        mine = slice(start, start + n)
+        cols = [p.eid[mine], num.orig_to_new[p.src[mine]], num.orig_to_new[p.dst[mine]],
+                np.zeros(0) if ch is None else ch.t]
+        cols += [np.asarray(getattr(ch, name)) if ch is not None else x for name, x in zip(names[4:], like[4:])]
+        two = np.flatnonzero(ps[mine] != pd[mine])
+        dest = np.concatenate([ps[mine], pd[mine][two]])
+        rows = np.concatenate([np.arange(n), two])
+        order = np.argsort(dest, kind="stable")
+        at += job.send_round(cols, dest[order], rows[order], out, at)
+        start += n
+    order = np.argsort(out[0], kind="stable")
     lo, hi = num.book.range(dist.rank())
-    return {"orig_ids": num.new_to_orig[lo:hi], **{n: g[order] for n, g in zip(names, got)}}
+    part = {"orig_ids": num.new_to_orig[lo:hi]}
+    for name in names:
+        part[name] = out.pop(0)[order]  # a column at a time: one more copy at most
+    return part
 
 
 def static_entries(job: Job) -> None:
@@ -719,6 +768,8 @@ def partition_shards(data: str, num_parts: int, method: Optional[str] = None,
         if job.method != "random":
             job.vwgt = vertex_weights(job)
         agreed(job, lambda: choose_method(job, explicit=method is not None))
+        if temporal:
+            job.portion.t = job.portion.place = None  # the routing reads them again
     with job.phase("partition"):
         membership(job)
         if int(np.bincount(job.membership, minlength=num_parts).min()) == 0:
@@ -726,7 +777,7 @@ def partition_shards(data: str, num_parts: int, method: Optional[str] = None,
                                "parts; use fewer --parts")
     num = Numbering.of(job.membership, num_parts)
     with job.phase("route"):
-        part = job.part = agreed(job, lambda: route_events(job, num) if temporal else route_rows(job, num))
+        part = job.part = route_events(job, num) if temporal else agreed(job, lambda: route_rows(job, num))
     quality = temporal_stats(job, num, part) if temporal else static_stats(job, num, part)
     with job.phase("write"):
         if job.out is None:
