@@ -31,6 +31,28 @@ METHODS = ("metis", "random", "temporal", "metis-lp", "temporal-lp")
 LP_METHODS = {"temporal": "temporal-lp", "metis": "metis-lp"}  # METIS's methods -> their label propagation
 
 
+def check_method_options(method: str, temporal: bool, balance, imbalance_tol, recency, time_windows) -> str:
+    """A one-line error where `method` is unknown, or is given an option it would ignore, for a
+    `temporal` graph or a static one; else its base method (`base_method`)."""
+    if method not in METHODS:
+        raise GnndistError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
+    base = base_method(method)
+    if base == "temporal" and not temporal:
+        raise GnndistError(f"--method {method} needs a temporal graph (timestamped events)")
+    if balance is not None and base != "metis":
+        raise GnndistError(f"--balance applies to --method metis and metis-lp only; --method {method} "
+                           + ("balances the events each part owns in every time window" if base == "temporal"
+                              else "hashes node ids and balances nothing") + ": leave --balance out")
+    if imbalance_tol is not None and method == "random":
+        raise GnndistError("--imbalance-tol applies to --method metis and temporal; --method random hashes node ids "
+                           "and balances nothing: leave it out")
+    if recency is not None and base != "temporal":
+        raise GnndistError(f"--recency applies to --method temporal only, not {method}: leave it out")
+    if time_windows is not None and not temporal:
+        raise GnndistError("--time-windows applies to temporal graphs only: leave it out")
+    return base
+
+
 def base_method(method: str) -> str:
     """The METIS method a label-propagation method stands in for (`temporal-lp` -> `temporal`),
     else `method` itself: what decides the options and balance it takes."""

@@ -789,18 +789,7 @@ def _check_options(job: Job, method: Optional[str], balance, imbalance_tol, time
     """`partition_graph`'s checks of the options, for the kind of graph read; fills `job.params`."""
     temporal = job.kind == "temporal"
     chosen = method or ("temporal" if temporal else "metis")
-    base = methods.base_method(chosen)
-    if base == "temporal" and not temporal:
-        raise GnndistError(f"--method {chosen} needs a temporal graph (timestamped events)")
-    if balance is not None and base != "metis":
-        raise GnndistError("--balance applies to --method metis and metis-lp only; leave --balance out")
-    if imbalance_tol is not None and base == "random":
-        raise GnndistError("--imbalance-tol applies to --method metis and temporal; --method random hashes node ids "
-                           "and balances nothing: leave it out")
-    if recency is not None and base != "temporal":
-        raise GnndistError(f"--recency applies to --method temporal only, not {chosen}: leave it out")
-    if time_windows is not None and not temporal:
-        raise GnndistError("--time-windows applies to temporal graphs only: leave it out")
+    base = methods.check_method_options(chosen, temporal, balance, imbalance_tol, recency, time_windows)
     job.method = chosen
     prm: dict[str, Any] = {"imbalance_tol": methods.check_imbalance_tol(methods.IMBALANCE_TOL if imbalance_tol is None
                                                                         else imbalance_tol),

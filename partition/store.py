@@ -311,22 +311,7 @@ def partition_graph(graph: Union[Graph, TemporalGraph], num_parts: int, method: 
         raise GnndistError(f"--out must be a path, got {out!r}")
     temporal = isinstance(graph, TemporalGraph)
     method = method or ("temporal" if temporal else "metis")
-    if method not in methods.METHODS:
-        raise GnndistError(f"unknown method {method!r}; choose from {', '.join(methods.METHODS)}")
-    base = methods.base_method(method)
-    if base == "temporal" and not temporal:
-        raise GnndistError(f"--method {method} needs a temporal graph (timestamped events)")
-    if balance is not None and base != "metis":
-        raise GnndistError(f"--balance applies to --method metis and metis-lp only; --method {method} "
-                           + ("balances the events each part owns in every time window" if base == "temporal"
-                              else "hashes node ids and balances nothing") + ": leave --balance out")
-    if imbalance_tol is not None and method == "random":
-        raise GnndistError("--imbalance-tol applies to --method metis and temporal; --method random hashes node ids "
-                           "and balances nothing: leave it out")
-    if recency is not None and base != "temporal":
-        raise GnndistError(f"--recency applies to --method temporal only, not {method}: leave it out")
-    if time_windows is not None and not temporal:
-        raise GnndistError("--time-windows applies to temporal graphs only: leave it out")
+    base = methods.check_method_options(method, temporal, balance, imbalance_tol, recency, time_windows)
     recency = 1.0 if recency is None else recency
     if not 1 <= num_parts <= max(graph.num_nodes, 1):
         raise GnndistError(f"--parts must be between 1 and the node count ({graph.num_nodes}), got {num_parts}")
