@@ -1,5 +1,5 @@
 """Atomic writes and checksums (a crash never leaves a half-written file or folder), user paths
-resolved (`real_path`), and when to draw progress bars."""
+resolved (`real_path`), .npy arrays memory-mapped (`open_npy`), and when to draw progress bars."""
 from __future__ import annotations
 
 import contextlib
@@ -13,7 +13,9 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from gnndist.errors import GnndistError
+import numpy as np
+
+from gnndist.errors import GnndistError, first_line
 
 
 def show_progress(quiet: bool = False) -> bool:
@@ -112,3 +114,15 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
     with atomic_file(path, "w") as f:
         json.dump(obj, f, indent=2, sort_keys=False)
         f.write("\n")
+
+
+def open_npy(path: str | os.PathLike) -> np.ndarray:
+    """A .npy file memory-mapped, without pickle; one line where it is not a readable array."""
+    with open(path, "rb") as f:
+        head = f.read(6)
+    if head != b"\x93NUMPY":
+        raise GnndistError(f"{path}: not a .npy array (it starts with {head!r})")
+    try:
+        return np.load(path, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError, EOFError) as e:
+        raise GnndistError(f"{path}: not a readable .npy array ({type(e).__name__}: {first_line(e)})") from None
