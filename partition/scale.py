@@ -60,14 +60,13 @@ METIS_PAIR_BYTES, METIS_NODE_BYTES = 160, 200
 
 @dataclass
 class Portion:
-    """What this rank holds of the graph's events or edges: ids compacted (int64), and for events
-    their times, features, labels, order key (shard, piece, row) and, once sorted, global ids."""
+    """What this rank holds of the graph's events or edges: endpoints (ids compacted, int64), and
+    for events their times and order key (shard, piece, row) until the projection is made, and,
+    once sorted, their global ids (features and labels are read again when routed)."""
 
     src: np.ndarray
     dst: np.ndarray
     t: Optional[np.ndarray] = None
-    edge_feat: Optional[np.ndarray] = None
-    edge_label: Optional[np.ndarray] = None
     place: Optional[np.ndarray] = None  # (shard << 47) | (piece << 37) | row: the file order
     eid: Optional[np.ndarray] = None
 
@@ -142,8 +141,9 @@ class Job:
         buf = dist.pack([torch.from_numpy(np.ascontiguousarray(c[rows])) for c in columns])
         sizes = np.bincount(dest, minlength=w).tolist()
         back = dist.joined(dist.exchange(list(buf.split(sizes)), self.group))
-        self.bytes_sent += buf.numel() - sizes[me] * _row_bytes(columns)
-        self.bytes_received += back.numel()
+        own = sizes[me] * _row_bytes(columns)  # the rows this rank keeps travel nowhere
+        self.bytes_sent += buf.numel() - own
+        self.bytes_received += back.numel() - own
         dist.unpack_into(back, [torch.from_numpy(o[at:at + back.shape[0]]) for o in out])
         return back.shape[0]
 
@@ -208,7 +208,7 @@ def read_portion(job: Job) -> None:
     if job.kind == "static":
         job.portion = Portion(cols["src"], cols["dst"])
         return
-    job.portion = Portion(cols["src"], cols["dst"], cols["t"], place=cols["place"])
+    job.portion = Portion(cols["src"], cols["dst"], cols["t"], cols["place"])
 
 
 def _read_columns(job: Job, units) -> dict[str, list]:
@@ -716,8 +716,9 @@ def _write_part(tmp: Path, p: int, part: dict[str, np.ndarray], store: Path) -> 
 
 def _array_specs(job: Job, part: dict[str, np.ndarray]) -> dict[str, dict]:
     """dtype and trailing shape of each per-part array (as `PartitionStore.array_specs`)."""
-    order = ["orig_ids", "indptr", "indices", "x", "y", *MASKS] if job.kind == "static" else         ["orig_ids", "eid", "src", "dst", "t", "edge_feat", "edge_label"]
-    return {k: {"dtype": part[k].dtype.str, "shape": list(part[k].shape[1:])} for k in order if k in part}
+    names = (["orig_ids", "indptr", "indices", "x", "y", *MASKS] if job.kind == "static"
+             else ["orig_ids", "eid", "src", "dst", "t", "edge_feat", "edge_label"])
+    return {k: {"dtype": part[k].dtype.str, "shape": list(part[k].shape[1:])} for k in names if k in part}
 
 
 def _run_metrics(job: Job) -> dict:
