@@ -25,7 +25,7 @@ from gnndist.graph import TemporalGraph
 from gnndist.partition import methods
 from gnndist.runtime import dist
 
-ROUNDS = 40  # at most; propagation stops sooner where a round moves no node
+ROUNDS = 60  # at most; propagation stops sooner where a round moves no node
 ALTERNATIVES = 3  # the parts a node of an overfull part proposes
 
 
@@ -50,7 +50,12 @@ def propagate(a: np.ndarray, b: np.ndarray, w: np.ndarray, vwgt: np.ndarray, num
         cand = _proposals(mine, nodes, parts, weights, part, vwgt, caps, num_parts)
         got = dist.gather_objects(cand, group)
         v, q, gain, over = (np.concatenate([g[i] for g in got]) for i in range(4))
-        order = np.lexsort((_mix(v, seed, r), -gain, ~over))  # out of overfull parts first, then by gain
+        mix = _mix(v, seed, r)
+        # half the nodes, drawn anew each round, may move: neighbours that all move at once
+        # would swap parts back and forth for ever
+        awake = over | (mix % np.uint64(2) == 0)
+        v, q, gain, over, mix = v[awake], q[awake], gain[awake], over[awake], mix[awake]
+        order = np.lexsort((mix, -gain, ~over))  # out of overfull parts first, then by gain
         if _accept(v[order], q[order], over[order], part, vwgt, caps, num_parts) == 0 and frac == 1.0:
             break
     return part
