@@ -41,7 +41,8 @@ def stats(store: Path) -> dict:
     return json.loads((store / "meta.json").read_text())["stats"]
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
+    """The command line (tests/test_docs.py checks the documented commands against it)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--events", type=int, default=50_000_000)
     p.add_argument("--nodes", type=int, default=2_000_000)
@@ -50,7 +51,11 @@ def main() -> None:
     p.add_argument("--ranks", default="2,4", help="comma-separated W")
     p.add_argument("--folder", default="bench-partition-scale", help="where the shards and stores go")
     p.add_argument("--methods", default="temporal,temporal-lp,random", help="the methods run on W ranks")
-    args = p.parse_args()
+    return p
+
+
+def main() -> None:
+    args = parser().parse_args()
     root = Path(args.folder)
     shards = root / f"shards-{args.events}-{args.nodes}-{args.edge_dim}"
     root.mkdir(parents=True, exist_ok=True)
