@@ -45,6 +45,7 @@ from gnndist.temporal.events import RankEvents
 from gnndist.runtime.device import to_device
 from gnndist.temporal.events import BatchEvents
 from gnndist.temporal.fit import SPLIT, rank_events, selected_test_metrics
+from gnndist.temporal.protocol import Protocol, protocol_folder
 from gnndist.temporal.trainer import LinkTrainer
 
 
@@ -54,7 +55,7 @@ def link_test(checkpoint: Checkpoint, data: Data, nproc: int = 1, device: str = 
     as `gnndist train` printed them (rank 0 prints the same table); the keys of the metrics
     JSON's "test"."""
     saved = saved_model(checkpoint, "link")
-    return _run(saved, source_of(data), nproc, _test_rank, device, quiet, same_events=True)
+    return _run(saved, source_of(data), nproc, _test_rank, device, quiet, protocol_folder(data), same_events=True)
 
 
 def link_scores(checkpoint: Checkpoint, data: Data, src: np.ndarray, dst: np.ndarray, t: np.ndarray,
@@ -132,15 +133,16 @@ def _check_sizes(saved: SavedModel, data: Union[TemporalGraph, RankEvents], same
     saved.check_sizes({**sizes, "num_events": data.num_events} if same_events else sizes)
 
 
-def _trainer(source, saved: SavedModel, device: torch.device, quiet: bool, same_events: bool = False
-             ) -> LinkTrainer:
-    """This rank's trainer with the saved settings and the selected parameters."""
+def _trainer(source, saved: SavedModel, device: torch.device, quiet: bool, same_events: bool = False,
+             tgb: Optional[str] = None) -> LinkTrainer:
+    """This rank's trainer with the saved settings and the selected parameters (`tgb`: the
+    folder of TGB's protocol, if any)."""
     events = rank_events(source)
     _check_sizes(saved, events, same_events)
     # checkpoints from before the sampling setting: TGAT sampled uniformly, the others the most recent
     cfg = saved.settings(LinkConfig, {"sampling": "uniform" if saved.config.get("model") == "tgat" else "recent"},
                          device=device.type, quiet=quiet)
-    trainer = LinkTrainer(events, cfg, device)
+    trainer = LinkTrainer(events, cfg, device, Protocol.of(events.num_events, tgb))
     trainer.model.load_state_dict(saved.params)
     trainer.model.eval()
     return trainer
@@ -191,8 +193,8 @@ def events_before(trainer: LinkTrainer, times: np.ndarray) -> np.ndarray:
     return dist.all_reduce(torch.from_numpy(mine).to(trainer.device)).cpu().numpy()
 
 
-def _test_rank(source, dev: torch.device, saved: SavedModel, quiet: bool) -> dict[str, Any]:
-    trainer = _trainer(source, saved, dev, quiet, same_events=True)
+def _test_rank(source, dev: torch.device, saved: SavedModel, quiet: bool, tgb: Optional[str]) -> dict[str, Any]:
+    trainer = _trainer(source, saved, dev, quiet, same_events=True, tgb=tgb)
     return selected_test_metrics(trainer, {"epoch": saved.selected_epoch, "model": saved.params})
 
 
