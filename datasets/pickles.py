@@ -4,6 +4,7 @@ global is refused, so a crafted file cannot run code (Planetoid's files, TGB's n
 from __future__ import annotations
 
 import collections
+import math
 import pickle
 from typing import IO, Any
 
@@ -39,6 +40,7 @@ class CSRState:
 
 
 _NUMPY_CORE = ("numpy.core.multiarray", "numpy._core.multiarray")
+_NUMPY_NUMERIC = ("numpy.core.numeric", "numpy._core.numeric")
 _SCIPY_CSR = {(m, c) for m in ("scipy.sparse.csr", "scipy.sparse._csr", "scipy.sparse")
               for c in ("csr_matrix", "csr_array")}
 
@@ -63,6 +65,16 @@ def _empty_array(subtype, shape, dtype) -> np.ndarray:
     return _reconstruct(np.ndarray, shape, dtype)
 
 
+def _from_bytes(buf, dtype, shape, order="C") -> np.ndarray:
+    """numpy's `_frombuffer` (how pickle protocol 5 writes an array) restricted to what numpy
+    writes: the array of `shape` whose bytes are `buf`, no more (a dtype without objects)."""
+    if not isinstance(buf, (bytes, bytearray)) or not isinstance(dtype, np.dtype) or dtype.hasobject \
+            or not isinstance(shape, tuple) or not all(isinstance(n, int) and n >= 0 for n in shape) \
+            or order not in ("C", "F") or math.prod(shape) * dtype.itemsize != len(buf):
+        raise pickle.UnpicklingError("numpy array from a buffer that is not exactly its bytes")
+    return np.frombuffer(buf, dtype).reshape(shape, order=order).copy()
+
+
 def _number(dtype, data=None):
     """numpy's `scalar` (how a numpy number is pickled) for numbers only: `dtype` of a bool,
     integer or float, `data` its bytes."""
@@ -81,6 +93,8 @@ class RestrictedUnpickler(pickle.Unpickler):
             return _empty_array
         if module in _NUMPY_CORE and name == "scalar":
             return _number
+        if module in _NUMPY_NUMERIC and name == "_frombuffer":
+            return _from_bytes
         if (module, name) == ("numpy", "ndarray"):
             return _NDARRAY
         if (module, name) == ("numpy", "dtype"):
