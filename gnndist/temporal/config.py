@@ -63,8 +63,8 @@ DECODER_RULES = {"hidden": Int(), "dropout": Real(0, 1, high_open=True), "lr": R
 @dataclass(frozen=True)
 class DecoderConfig:
     """The decoder of a node task on a temporal graph: an MLP (one hidden layer) on the trained
-    link model's frozen node embeddings, trained as TGL's train_node.py trains it (its batch size,
-    epochs, hidden size and learning rate), with model selection on the validation metric."""
+    link model's frozen node embeddings, with TGL's train_node.py's batch size, epochs, hidden
+    size and learning rate, kept at its best validation metric."""
 
     hidden: int = 100
     dropout: float = 0.1

@@ -51,7 +51,7 @@ from gnndist.samplers.distributed import Requests
 from gnndist.temporal.config import NODE_TASKS, DecoderConfig, LinkConfig
 from gnndist.temporal.fit import SPLIT, _json_safe, fit, rank_events
 from gnndist.temporal.linkpred import ranking_metrics
-from gnndist.temporal.predict import Replay, _run, _trainer, events_before
+from gnndist.temporal.predict import Replay, events_before, run_saved, saved_trainer
 from gnndist.temporal.protocol import Protocol, protocol_folder
 from gnndist.temporal.trainer import LinkTrainer
 from gnndist.validate import check_type
@@ -408,6 +408,8 @@ def node_rank(source: Union[TemporalGraph, RankPart], device: torch.device, cfg:
             raise GnndistError("event labels must be classes 0, 1, ...; found a negative one")
         task = NodeTask("binary" if classes <= 2 else "classes", classes)
     else:
+        if labels is None:
+            raise GnndistError("--task node-property needs the node labels (`label_source` of the data)")
         rows, classes = label_time_rows(trainer, labels)
         num_times = int(dist.agree_max(int(rows.time.max(initial=-1)) + 1, device))
         task = NodeTask("distribution", classes)
@@ -465,11 +467,11 @@ def event_probabilities(checkpoint_: Checkpoint, data: Data, nproc: int = 1, dev
     embedded as in training: [E] P(class 1) for two classes, else [E, C]."""
     saved = saved_model(checkpoint_, "link")
     saved_decoder(saved)  # there is one
-    return _run(saved, source_of(data), nproc, _probabilities_rank, device, quiet, same_events=True)
+    return run_saved(saved, source_of(data), nproc, _probabilities_rank, device, quiet, same_events=True)
 
 
 def _probabilities_rank(source, dev: torch.device, saved: SavedModel, quiet: bool) -> np.ndarray:
-    trainer = _trainer(source, saved, dev, quiet, same_events=True)
+    trainer = saved_trainer(source, saved, dev, quiet, same_events=True)
     decoder, task = saved_decoder(saved)
     decoder = decoder.to(dev)
     rows = event_rows(trainer, labels=False)
