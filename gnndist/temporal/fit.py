@@ -1,7 +1,7 @@
 """A whole temporal link-prediction run (`train_link`): the training loop with model selection,
 checkpoints and resume, then the test of the selected parameters.
 
-Chronological 70/15/15 split (TGB's, with a TGB dataset: `gnndist.temporal.protocol`). Each epoch resets the node state, trains on the training events,
+Chronological 70/15/15 split. Each epoch resets the node state, trains on the training events,
 then validates while the memory keeps absorbing the true events. Training stops after `epochs`
 or when validation AP has not improved for `patience` epochs; the best-validation parameters
 are then restored, the training and validation events replayed through their memory, and the
