@@ -28,6 +28,7 @@ import copy
 import math
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, NamedTuple, Optional, Union
 
@@ -395,9 +396,8 @@ def node_rank(source: Union[TemporalGraph, RankPart], device: torch.device, cfg:
     """One rank of a node run: the link model (`fit`), the labelled rows' embeddings, the decoder
     and its test metrics; the decoder saved beside the link model's checkpoint."""
     events = rank_events(source)
-    if task_name == "node" and events.edge_label is None:
-        raise GnndistError("--task node on a temporal graph needs a label per event (a state_label or label "
-                           "column, as JODIE's CSVs have)")
+    if task_name == "node":
+        needs_event_labels(events)
     trainer = LinkTrainer(events, cfg, device, Protocol.of(events.num_events, tgb))
     link = fit(trainer, outputs)
     num_times = 0
@@ -428,6 +428,13 @@ def node_rank(source: Union[TemporalGraph, RankPart], device: torch.device, cfg:
             "test": _json_safe({**test, f"best_val_{task.metric}": best["val"]})}
 
 
+def needs_event_labels(graph: Union[TemporalGraph, Any]) -> None:
+    """A one-line error unless the graph (or a rank's events) has a label per event."""
+    if graph.edge_label is None:
+        raise GnndistError("--task node on a temporal graph needs a label per event (a state_label or label "
+                           "column, as JODIE's CSVs have); TGB's node labels over time: --task node-property")
+
+
 def train_temporal_node(data: Data, cfg: Optional[LinkConfig] = None, decoder: Optional[DecoderConfig] = None,
                         task: str = "node", nproc: int = 1, outputs: Outputs = Outputs()) -> dict[str, Any]:
     """A node task on the temporal graph `data` (see the module docstring; `task` "node" or
@@ -442,7 +449,8 @@ def train_temporal_node(data: Data, cfg: Optional[LinkConfig] = None, decoder: O
     if task not in NODE_TASKS:
         raise GnndistError(f"task must be one of {', '.join(NODE_TASKS)}, got {task!r}")
     labels = label_source(data) if task == "node-property" else None
-    return run_job(data, nproc, SPLIT, node_rank, cfg, decoder, task, outputs, protocol_folder(data), labels,
+    split = replace(SPLIT, check=needs_event_labels) if task == "node" else SPLIT  # told before data is split
+    return run_job(data, nproc, split, node_rank, cfg, decoder, task, outputs, protocol_folder(data), labels,
                    device=cfg.device, quiet=cfg.quiet, outputs=outputs, rank_checkpoints=True)
 
 
