@@ -13,7 +13,7 @@ import numpy as np
 
 from gnndist.datasets import pickles
 from gnndist.datasets.text import check_ids, open_bytes, read_table
-from gnndist.errors import GnndistError, first_line
+from gnndist.errors import GnndistError
 from gnndist.graph import MASKS, Graph
 
 PARTS = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")
