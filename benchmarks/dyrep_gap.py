@@ -34,7 +34,8 @@ def scored(trainer: LinkTrainer) -> np.ndarray:
     time since the last event of its destination and of that negative (memory carried on)."""
     ev, cfg = trainer.events, trainer.cfg
     negs = EvalNegatives(ev.new_to_orig[ev.src[ev.scored]], ev.new_to_orig[ev.dst[ev.scored]], ev.eid[ev.scored],
-                         ev.num_nodes, trainer.train_end, ev.num_events, cfg.neg, 1, cfg.seed)
+                         ev.num_nodes, trainer.train_end, ev.num_events, cfg.neg, 1, cfg.seed,
+                         trainer.candidates.eval)
     state = trainer.state.state
 
     def staleness(ids: torch.Tensor, t: torch.Tensor) -> np.ndarray:

@@ -31,7 +31,8 @@ import numpy as np
 import torch
 
 from gnndist.datasets import chronological_split, load
-from gnndist.temporal.linkpred import EvalNegatives, average_precision
+from gnndist.temporal.events import RankEvents
+from gnndist.temporal.linkpred import EvalNegatives, average_precision, negative_candidates
 from gnndist.temporal.config import LinkConfig
 from gnndist.temporal.fit import train_link
 
@@ -122,8 +123,9 @@ def pyg_side(tg, lr: float, seed: int, device: str) -> dict:
 
     memory.eval(), gnn.eval(), link_pred.eval()
     # the test negatives gnndist draws (per global batch of 200 events, as its evaluation does)
+    among = negative_candidates(RankEvents.from_graph(tg), train_end).eval
     test_neg = EvalNegatives(tg.src, tg.dst, np.arange(tg.num_events), tg.num_nodes, val_end, tg.num_events,
-                             "random", EVAL_NEGATIVES, seed)
+                             "random", EVAL_NEGATIVES, seed, among)
     pos_all, neg_all = [], []
     with torch.no_grad():
         for s in [*range(train_end, val_end, 200), *range(val_end, tg.num_events, 200)]:

@@ -312,8 +312,17 @@ def report(metrics: dict[str, Any], outputs: Outputs) -> None:
 def results_text(metrics: dict[str, Any]) -> str:
     """The test results of a run's metrics: a node run's line; a link run's table of AP, AUC and
     MRR (validation at the selected epoch, test, test on new nodes; '-' where a metric has no
-    events to come from)."""
+    events to come from); a node task on a temporal graph's line, then its link model's table."""
     t = metrics["test"]
+    if metrics.get("graph") == "temporal":
+        def num(v: Optional[float]) -> str:
+            return "-" if v is None else f"{v:.4f}"
+
+        best = next(k for k in t if k.startswith("best_val_"))
+        shown = ", ".join(f"{k} {num(v)}" for k, v in t.items() if k != best)
+        return (f"{metrics['model']} + decoder on {metrics['world_size']} rank(s), --task {metrics['task']} "
+                f"({metrics['labels']} labels): test {shown} (best val {best[len('best_val_'):]} {num(t[best])} at "
+                f"decoder epoch {metrics['selected_epoch']})\nlink model:\n" + results_text(metrics["link"]))
     if metrics["task"] == "node":
         return (f"{metrics['model']} on {metrics['world_size']} rank(s): test_acc {t['acc']:.4f} "
                 f"(best val_acc {t['best_val_acc']:.4f} at epoch {t['best_epoch']})")

@@ -47,6 +47,7 @@ class SavedModel:
     epoch: int  # the checkpoint's epoch
     selected_epoch: int
     history: list[dict[str, Any]]
+    decoder: Optional[dict[str, Any]] = None  # a temporal node run's decoder (`gnndist.temporal.nodes`)
 
     @classmethod
     def load(cls, directory: PathLike) -> "SavedModel":
@@ -69,7 +70,7 @@ class SavedModel:
         task = "node" if config.get("task") == "node" else "link"
         params = best["model"] if best["model"] is not None else payload["model"]  # no validation metric
         return cls(str(directory), task, config, params, int(payload["epoch"]), int(best["epoch"]),
-                   list(payload.get("history", [])))
+                   list(payload.get("history", [])), payload.get("decoder"))
 
     def fingerprint(self) -> dict[str, Any]:
         """What every rank of a job using this model must share (`launch.check_same_job`): its

@@ -73,7 +73,8 @@ def test_quiet_leaves_out_the_epoch_lines(task, data, capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["synthetic-temporal", "--num-events", "200", "--task", "node"], "DATA is a temporal graph"),
+    (["synthetic-temporal", "--num-events", "200", "--task", "node"],
+     "--task node on a temporal graph needs a label per event"),
     ([*DATA, "--task", "node", "--model", "tgn"], "--task node supports --model sage|gcn|gat"),
     ([*DATA, "--task", "node", "--fanouts", "5,5", "--eval-fanouts", "-1"], "--eval-fanouts needs 2 values"),
     ([*DATA, "--task", "node", "--model", "gat", "--hidden", "30"], "must be a multiple of heads 8"),

@@ -277,7 +277,8 @@ def over_seeds(train: Callable[..., dict], data: Data, cfg: Any, seeds: list[int
     out = {"task": runs[0]["task"], "model": runs[0]["model"], "seeds": seeds, "summary": summary, "runs": runs}
     if dist.rank() == 0:
         print(f"over seeds {','.join(map(str, seeds))}: " + ", ".join(
-            f"{k} {v['mean']:.4f} ± {v['std']:.4f}" for k, v in summary.items() if k in ("ap", "auc", "mrr", "acc")),
+            f"{k} {v['mean']:.4f} ± {v['std']:.4f}" for k, v in summary.items()
+            if k in ("ap", "auc", "mrr", "acc", "f1", "ndcg")),
             flush=True)
         if outputs.metrics_out:
             write_metrics(outputs.metrics_out, out)

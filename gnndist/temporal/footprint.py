@@ -101,8 +101,9 @@ def plan_bytes(model: TemporalGNN, events: Any, cfg: Any) -> int:
     return 2 * most if events.num_parts > 1 else most  # several ranks: the next plan is made meanwhile
 
 
-def link_footprint(events: Any, cfg: Any, device: torch.device = torch.device("cpu")) -> Footprint:
-    """What one link-prediction rank allocates for its `RankEvents` and `LinkConfig`."""
+def link_footprint(events: Any, cfg: Any, device: torch.device = torch.device("cpu"), *_: Any) -> Footprint:
+    """What one link-prediction rank allocates for its `RankEvents` and `LinkConfig` (the
+    trainer's further arguments allocate nothing sized)."""
     what = f"the {cfg.model} trainer"
     with sizing(what, "--memory-dim"):
         model = build_model(cfg.model, events.edge_dim, cfg.memory_dim, cfg.time_dim, cfg.num_neighbors,
