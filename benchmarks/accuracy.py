@@ -1,10 +1,10 @@
 """Accuracy with the defaults: every model on the shared datasets, mean and std over seeds.
 
-    python benchmarks/accuracy.py                          # the README's accuracy tables
+    python benchmarks/accuracy.py                          # the tables of docs/benchmarks.md
     python benchmarks/accuracy.py --only link --datasets uci --models tgn --seeds 0
 
 Each cell is one `gnndist train DATA --task T --model M --seeds 0,1,2` in a fresh process, with
-nothing else set: what a user gets from the defaults. Printed beside it: the published figure
+nothing else set: what a user gets from the defaults. Printed beside it: the published number
 (see ../shared/datasets/README.md), the epochs trained and selected per seed, and the wall time
 of each run (a default run must finish in under 10 minutes on the 2-core machine).
 """
@@ -57,13 +57,18 @@ def table(task: str, datasets: dict, models: list[str], seeds: str, tmp: Path) -
                   flush=True)
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
+    """The command line (tests/test_docs.py checks the documented commands against it)."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--only", choices=("link", "node"), default=None)
     p.add_argument("--datasets", default=None, help="comma-separated (default: all of the task's)")
     p.add_argument("--models", default=None, help="comma-separated (default: all of the task's)")
     p.add_argument("--seeds", default="0,1,2")
-    a = p.parse_args()
+    return p
+
+
+def main() -> None:
+    a = parser().parse_args()
     with tempfile.TemporaryDirectory(prefix="accuracy-") as tmp:
         for task, datasets, models in (("link", LINK, LINK_MODELS), ("node", NODE, NODE_MODELS)):
             if a.only not in (None, task):

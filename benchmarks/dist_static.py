@@ -8,7 +8,7 @@ remote feature bytes per epoch, with ratios against peers measured in the same r
     python benchmarks/dist_static.py --scale 0.1 --steps 20
 
 Partitions are METIS with balanced nodes and training nodes (`gnndist.partition`), made once
-per rank count (their time is printed). `--steps S` keeps each rank's first S x (its share of
+per rank count (their time is printed). `--steps S` keeps each rank's first S x (its portion of
 a global batch) training nodes (the same nodes for every policy), so that an epoch is about S
 global batches: metrics are then per S steps. The
 `presample` cache counts visits over one earlier sampling epoch (other order and seed).
@@ -29,7 +29,7 @@ from gnndist.static.trainer import WholeGraph, NodeConfig, NodeTrainer, PartGrap
 
 
 def capped(graph, cfg: NodeConfig, steps: int):
-    """`graph` with its training nodes cut to `steps` shares of a global batch (0: all)."""
+    """`graph` with its training nodes cut to `steps` portions of a global batch (0: all)."""
     if steps:
         graph.train_ids = graph.train_ids[: steps * max(local_portion(cfg.batch_size), 1)]
     return graph
@@ -55,7 +55,8 @@ def bench_rank(store: str, cfgs: list[NodeConfig], steps: int) -> list[dict]:
     return out
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
+    """The command line (tests/test_docs.py checks the documented commands against it)."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--scale", type=float, default=1.0, help="graph size relative to 1M nodes / 10M edges")
     p.add_argument("--ranks", default="1,2,4")
@@ -65,7 +66,11 @@ def main() -> None:
     p.add_argument("--fanouts", default="15,10")
     p.add_argument("--steps", type=int, default=0, help="local batches per rank (0: the whole epoch)")
     p.add_argument("--workdir", default=None, help="where to keep the partition stores (default: a temp dir)")
-    a = p.parse_args()
+    return p
+
+
+def main() -> None:
+    a = parser().parse_args()
 
     n, m = int(1_000_000 * a.scale), int(10_000_000 * a.scale)
     t0 = time.perf_counter()

@@ -1,6 +1,6 @@
 """Distributed TGN training on `synthetic-temporal`: what each rank holds, and what travels.
 
-    python benchmarks/dist_tgnn.py                       # both tables, as in the README
+    python benchmarks/dist_tgnn.py                       # both tables of docs/benchmarks.md
     python benchmarks/dist_tgnn.py --only memory         # the memory table only
     python benchmarks/dist_tgnn.py --only speed --speed-events 50000 --ranks 1,2   # quick
 
@@ -21,9 +21,9 @@ partitioner over those with random partitioning, and every setting's events/s ov
 process's. The ranks score each batch's events evened out over them (`--share even`, the
 default); two more rows score each event at its source's owner (`--share owner`), the peer of
 that choice in the same run. One process runs first as `gnndist train` runs it (torch on one thread, each batch
-run as 2 shares of its events where it has 2 cores, the second in a process of its own:
+run as 2 halves of its events where it has 2 cores, the second in a process of its own:
 `gnndist/temporal/split_step.py`)
-and with torch on every core (`OMP_NUM_THREADS` = the core count, one share; run only on a
+and with torch on every core (`OMP_NUM_THREADS` = the core count, each batch in one piece; run only on a
 machine of more than one core with the variable unset); the faster
 of the two is the reference, run again after every setting, and each setting's ratio is over
 the mean of the reference runs just before and just after it: a small shared machine's speed
@@ -151,7 +151,8 @@ def speed_table(tmp: Path, events: int, nodes: int, ranks: list[int]) -> None:
     print("\n".join(lines))
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
+    """The command line (tests/test_docs.py checks the documented commands against it)."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--only", choices=("memory", "speed"), default=None)
     p.add_argument("--ranks", default="1,2,4")
@@ -160,7 +161,11 @@ def main() -> None:
     p.add_argument("--edge-dim", type=int, default=64)
     p.add_argument("--speed-events", type=int, default=1_000_000)
     p.add_argument("--speed-nodes", type=int, default=None, help="default: events / 10")
-    a = p.parse_args()
+    return p
+
+
+def main() -> None:
+    a = parser().parse_args()
     ranks = [int(r) for r in a.ranks.split(",")]
     with tempfile.TemporaryDirectory(prefix="dist-tgnn-") as tmp:
         if a.only in (None, "memory"):

@@ -1,4 +1,4 @@
-"""Where DyRep's published UCI figure (DyGLib's 0.651 test AP) comes from: DyRep as DyGLib
+"""Where DyRep's published UCI number (DyGLib's 0.651 test AP) comes from: DyRep as DyGLib
 formulates, trains and evaluates it, re-implemented here from a reading of its source
 (models/MemoryModel.py, train_link_prediction.py, evaluate_models_utils.py,
 utils/DataLoader.py), beside gnndist's DyRep at the same configuration, on the same UCI events.
@@ -238,11 +238,16 @@ def ours(seed: int, epochs: int) -> dict:
             "test_ap": m["test"]["ap"]}
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
+    """The command line (tests/test_docs.py checks the documented commands against it)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--epochs", type=int, default=100)
-    args = p.parse_args()
+    return p
+
+
+def main() -> None:
+    args = parser().parse_args()
     rows = {"peer (DyGLib's DyRep)": [], "gnndist": []}
     for seed in (int(s) for s in args.seeds.split(",")):
         for name, fn in (("peer (DyGLib's DyRep)", lambda: peer(Events(UCI, seed), seed, args.epochs)),

@@ -34,7 +34,8 @@ def scored(trainer: LinkTrainer) -> np.ndarray:
     time since the last event of its destination and of that negative (memory carried on)."""
     ev, cfg = trainer.events, trainer.cfg
     negs = EvalNegatives(ev.new_to_orig[ev.src[ev.scored]], ev.new_to_orig[ev.dst[ev.scored]], ev.eid[ev.scored],
-                         ev.num_nodes, trainer.train_end, ev.num_events, cfg.neg, 1, cfg.seed)
+                         ev.num_nodes, trainer.train_end, ev.num_events, cfg.neg, 1, cfg.seed,
+                         trainer.candidates.eval)
     state = trainer.state.state
 
     def staleness(ids: torch.Tensor, t: torch.Tensor) -> np.ndarray:
@@ -53,11 +54,16 @@ def scored(trainer: LinkTrainer) -> np.ndarray:
     return np.concatenate(rows)
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
+    """The command line (tests/test_docs.py checks the documented commands against it)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--models", default="dyrep,jodie")
     p.add_argument("--epochs", type=int, default=3)
-    args = p.parse_args()
+    return p
+
+
+def main() -> None:
+    args = parser().parse_args()
     tg = load(str(UCI))
     for model in args.models.split(","):
         trainer = LinkTrainer(RankEvents.from_graph(tg), LinkConfig(model=model, seed=0, quiet=True))

@@ -1,7 +1,7 @@
 """What one swap between two processes on this machine costs: gloo's all-to-all between two
 local ranks (`gnndist.runtime.dist.exchange`, what `gnndist train --nproc 2` uses, and torch's
 `all_to_all_single` called directly on the same buffers each time) against a swap through shared
-memory and semaphores (what a one-process run uses with its share process,
+memory and semaphores (what a one-process run uses with its half process,
 `gnndist/temporal/half_process.py`).
 
     python benchmarks/exchange.py
@@ -16,6 +16,7 @@ machine's.
 """
 from __future__ import annotations
 
+import argparse
 import multiprocessing
 import os
 import statistics
@@ -102,7 +103,13 @@ def _mean_of_sides(a: list[tuple[float, float]], b: list[tuple[float, float]]) -
     return [(max(x[0], y[0]), (x[1] + y[1]) / 2) for x, y in zip(a, b)]
 
 
+def parser() -> argparse.ArgumentParser:
+    """The command line, which takes no flags (tests/test_docs.py checks the documented commands against it)."""
+    return argparse.ArgumentParser(description=__doc__.splitlines()[0])
+
+
 def main() -> None:
+    parser().parse_args()
     cores = sorted(os.sched_getaffinity(0))
     if len(cores) < 2:
         raise SystemExit("benchmarks/exchange.py needs 2 cores (one per side)")

@@ -22,7 +22,7 @@ import time
 
 
 def _status_mb(key: str) -> float:
-    """A memory figure (VmRSS, VmHWM) of this process from /proc, in MiB."""
+    """A memory number (VmRSS, VmHWM) of this process from /proc, in MiB."""
     with open("/proc/self/status") as f:
         return next(int(line.split()[1]) for line in f if line.startswith(key + ":")) / 1024
 
@@ -95,7 +95,8 @@ def _write_snap(path: str, nodes: int, events: int) -> float:
     return time.perf_counter() - t0
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
+    """The command line (tests/test_docs.py checks the documented commands against it)."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--scale", type=float, default=1.0, help="fraction of the full size (1M nodes, 10M edges/events)")
     p.add_argument("--case", help=argparse.SUPPRESS)
@@ -104,7 +105,11 @@ def main() -> None:
     p.add_argument("--events", type=int, help=argparse.SUPPRESS)
     p.add_argument("--path", default="", help=argparse.SUPPRESS)
     p.add_argument("--skip-io", action="store_true", help="skip writing and reading the SNAP text file")
-    args = p.parse_args()
+    return p
+
+
+def main() -> None:
+    args = parser().parse_args()
     if args.case:
         print(json.dumps(_case(args.case, args.nodes, args.edges, args.events, args.path)))
         return

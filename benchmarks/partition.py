@@ -141,7 +141,8 @@ def uci_table(parts: int) -> None:
               f"{f['partition_time_s']:7.2f}s")
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
+    """The command line (tests/test_docs.py checks the documented commands against it)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=1_000_000)
     ap.add_argument("--edges", type=int, default=10_000_000, help="undirected edges (stored both ways)")
@@ -151,7 +152,11 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2, help="runs of each side, alternating; the fastest counts")
     ap.add_argument("--uci-only", action="store_true", help="print only the UCI quality table")
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
-    a = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    a = parser().parse_args()
     if a.uci_only:
         uci_table(a.parts)
         return

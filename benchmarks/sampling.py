@@ -195,7 +195,8 @@ def bench_traffic(g: Graph, parts: int, method: str, batch: int, capacity: float
               f"epoch {max(r[policy]['seconds'] for r in res):.1f} s")
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
+    """The command line (tests/test_docs.py checks the documented commands against it)."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--scale", type=float, default=1.0, help="multiply every size by this")
     p.add_argument("--threads", type=int, default=2, help="numba threads for the sampling benchmarks")
@@ -207,7 +208,11 @@ def main() -> None:
     p.add_argument("--capacity", type=float, default=0.1, help="cache capacity, fraction of remote nodes")
     p.add_argument("--dim", type=int, default=64, help="feature width for the traffic benchmark")
     p.add_argument("--only", choices=("static", "temporal", "traffic"), action="append", help="run only these parts")
-    a = p.parse_args()
+    return p
+
+
+def main() -> None:
+    a = parser().parse_args()
     only = set(a.only or ("static", "temporal", "traffic"))
     numba.set_num_threads(a.threads)
     n, e, ev = int(1_000_000 * a.scale), int(10_000_000 * a.scale), int(10_000_000 * a.scale)

@@ -31,7 +31,8 @@ import numpy as np
 import torch
 
 from gnndist.datasets import chronological_split, load
-from gnndist.temporal.linkpred import EvalNegatives, average_precision
+from gnndist.temporal.events import RankEvents
+from gnndist.temporal.linkpred import EvalNegatives, average_precision, negative_candidates
 from gnndist.temporal.config import LinkConfig
 from gnndist.temporal.fit import train_link
 
@@ -122,8 +123,9 @@ def pyg_side(tg, lr: float, seed: int, device: str) -> dict:
 
     memory.eval(), gnn.eval(), link_pred.eval()
     # the test negatives gnndist draws (per global batch of 200 events, as its evaluation does)
+    among = negative_candidates(RankEvents.from_graph(tg), train_end).eval
     test_neg = EvalNegatives(tg.src, tg.dst, np.arange(tg.num_events), tg.num_nodes, val_end, tg.num_events,
-                             "random", EVAL_NEGATIVES, seed)
+                             "random", EVAL_NEGATIVES, seed, among)
     pos_all, neg_all = [], []
     with torch.no_grad():
         for s in [*range(train_end, val_end, 200), *range(val_end, tg.num_events, 200)]:
@@ -182,7 +184,8 @@ def compare(tg, args: argparse.Namespace, n_busy: int) -> tuple[dict, dict]:
     return ours, theirs
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
+    """The command line (tests/test_docs.py checks the documented commands against it)."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", default=str(UCI), help="temporal graph file (default: UCI CollegeMsg)")
     p.add_argument("--events", type=int, default=None, help="use only the first N events (a scaled-down run)")
@@ -192,7 +195,11 @@ def main() -> None:
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where both train and score")
     p.add_argument("--busy", type=int, default=0, metavar="N",
                    help="also run both beside N CPU-bound processes and print the slow-down ratios")
-    args = p.parse_args()
+    return p
+
+
+def main() -> None:
+    args = parser().parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     tg = load(args.data)

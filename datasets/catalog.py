@@ -3,7 +3,8 @@
 `load_named(name)` fetches the dataset's files into `data_root()/NAME/` (see `fetch`), reads
 them once with their format's reader, checks them (sha256 where the source's file is known
 byte for byte, else the published node and event counts), and keeps the graph there as .npy
-arrays (`converted/`), which later loads read. A file put in that folder by hand is used as
+arrays (`converted/`), which later loads read; a TGB dataset's evaluation protocol goes beside
+them (`converted/tgb/`, `tgb.write_protocol`). A file put in that folder by hand is used as
 if downloaded.
 """
 from __future__ import annotations
@@ -21,13 +22,14 @@ import numpy as np
 from gnndist.datasets.fetch import MIRROR_ENV, data_root, download, locked, say, verify
 from gnndist.datasets.formats import load_csv, load_signed, load_snap
 from gnndist.datasets.planetoid import PARTS, load_planetoid
-from gnndist.datasets.tgb import NodeLabels, load_tgb
+from gnndist.datasets.tgb import SPLIT_FILE, NodeLabels, load_tgb, write_protocol
 from gnndist.errors import GnndistError, first_line
 from gnndist.graph import MASKS, Graph, TemporalGraph
 from gnndist.io import atomic_dir
 
 CONVERTED = "converted"  # the folder, in a dataset's folder, of its graph as arrays
-FORM_VERSION = 1  # of that folder's layout: a converted folder of another version is made again
+PROTOCOL = "tgb"  # the folder, in a TGB dataset's converted folder, of TGB's split and negatives
+FORM_VERSION = 2  # of that folder's layout: a converted folder of another version is made again
 
 
 @dataclass(frozen=True)
@@ -192,6 +194,25 @@ def catalog_text() -> str:
     return "\n".join(lines)
 
 
+def tgb_protocol(name: str) -> Optional[Path]:
+    """The folder of TGB's evaluation protocol of the dataset `name` (converted now if not yet),
+    or None where `name` names no TGB dataset."""
+    if not is_named(name) or CATALOG[name].read is not load_tgb:
+        return None
+    folder = data_root() / name / CONVERTED
+    if not (folder / PROTOCOL / SPLIT_FILE).is_file() or _form(folder) != FORM_VERSION:
+        load_named(name)
+    return folder / PROTOCOL
+
+
+def _form(conv: Path) -> Optional[int]:
+    """The form version of the converted folder `conv` (None: none there)."""
+    try:
+        return json.loads((conv / "meta.json").read_text()).get("gnndist_form")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def load_named(name: str) -> Union[Graph, TemporalGraph]:
     """The named dataset's graph: read from its converted arrays, else fetched (what is missing),
     checked, read and converted first, holding its folder's lock."""
@@ -278,6 +299,8 @@ def _write_converted(folder: Path, d: Named, graph: Union[Graph, TemporalGraph])
         for k, a in arrays.items():
             if a is not None:
                 np.save(tmp / f"{k}.npy", np.ascontiguousarray(a))
+        if d.read is load_tgb:
+            write_protocol(str(folder / d.files[0].name), graph, tmp / PROTOCOL)
         meta = {"gnndist_form": FORM_VERSION, "name": d.name, "kind": d.kind, "files": _raw_stamp(folder, d),
                 "num_nodes": graph.num_nodes, "num_classes": None if labels is None else labels.num_classes}
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")

@@ -27,6 +27,7 @@ _ROLES = {
     "weight": ("weight", "rating", "feature", "w"),
     "skip": ("", "idx", "index", "unnamed: 0"),  # row numbers (TGN's idx: a row of ml_NAME.npy)
 }
+TIME_NAMES = _ROLES["t"]  # header names of a time column
 
 
 def _renumber(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -1,110 +1,34 @@
 """Planetoid `ind.NAME.*` files (Yang et al. 2016) read as PyG's `Planetoid` reads them.
 
-The files are Python pickles. They are read by an unpickler that builds only numpy arrays,
-the graph's dict of lists, and a local stand-in for scipy's CSR matrix; any other global
-is refused, so a crafted file cannot run code.
+The files are Python pickles, read by `gnndist.datasets.pickles`' unpickler, which builds
+only numpy arrays, plain containers and a local stand-in for scipy's CSR matrix: a crafted
+file cannot run code.
 """
 from __future__ import annotations
 
-import collections
 import os
-import pickle
 import re
 
 import numpy as np
 
-from gnndist.datasets.formats import csr_to_dense
+from gnndist.datasets import pickles
 from gnndist.datasets.text import check_ids, open_bytes, read_table
-from gnndist.errors import GnndistError, first_line
+from gnndist.errors import GnndistError
 from gnndist.graph import MASKS, Graph
-
-try:
-    from numpy._core.multiarray import _reconstruct
-except ImportError:  # numpy < 2
-    from numpy.core.multiarray import _reconstruct
 
 PARTS = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")
 _FILE = re.compile(r"^ind\.(?P<name>[^.]+)\.(?:x|tx|allx|y|ty|ally|graph|test\.index)$")
 
 
-class CSRState:
-    """What a pickled scipy CSR matrix holds (data, indices, indptr, shape); nothing else."""
-
-    def __setstate__(self, state: dict) -> None:
-        if not isinstance(state, dict):
-            raise pickle.UnpicklingError("unexpected CSR matrix state")
-        self.state = state
-
-    def dense(self, where: str) -> np.ndarray:
-        s = getattr(self, "state", {})
-        try:
-            parts = s["data"], s["indices"], s["indptr"], s.get("_shape", s.get("shape"))
-        except KeyError as e:
-            raise GnndistError(f"{where}: CSR matrix without {e}") from None
-        if not all(isinstance(p, np.ndarray) for p in parts[:3]) or not isinstance(parts[3], tuple):
-            raise GnndistError(f"{where}: malformed CSR matrix")
-        return csr_to_dense(*parts, where=where)
-
-
-_NUMPY_RECONSTRUCT = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct")}
-_SCIPY_CSR = {(m, c) for m in ("scipy.sparse.csr", "scipy.sparse._csr", "scipy.sparse")
-              for c in ("csr_matrix", "csr_array")}
-
-
-class _NdarrayType:
-    """Stands for `numpy.ndarray` in a pickle: numpy pickles an array as `_reconstruct(ndarray,
-    (0,), ...)` and then fills it from the file's bytes, so nothing else may call it. Calling
-    `ndarray(shape)` directly would allocate whatever a crafted file asks for (16 TiB)."""
-
-    def __call__(self, *args, **kwargs):
-        raise pickle.UnpicklingError("refusing to call numpy.ndarray directly (numpy pickles never do)")
-
-
-_NDARRAY = _NdarrayType()
-
-
-def _empty_array(subtype, shape, dtype) -> np.ndarray:
-    """numpy's `_reconstruct` restricted to what numpy writes: an empty array of `dtype` that
-    the pickle's state then fills (so an array is never larger than the file's own bytes)."""
-    if subtype is not _NDARRAY or shape != (0,):
-        raise pickle.UnpicklingError("numpy array reconstructed from anything but numpy.ndarray and shape (0,)")
-    return _reconstruct(np.ndarray, shape, dtype)
-
-
-class _RestrictedUnpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str):
-        if (module, name) in _NUMPY_RECONSTRUCT:
-            return _empty_array
-        if (module, name) == ("numpy", "ndarray"):
-            return _NDARRAY
-        if (module, name) == ("numpy", "dtype"):
-            return np.dtype
-        if (module, name) in _SCIPY_CSR:
-            return CSRState
-        if (module, name) == ("collections", "defaultdict"):
-            return collections.defaultdict
-        if module in ("__builtin__", "builtins") and name == "list":
-            return list
-        raise pickle.UnpicklingError(f"refusing to load global '{module}.{name}'")
-
-
 def _unpickle(path: str):
-    try:
-        with open_bytes(path) as f:
-            return _RestrictedUnpickler(f, encoding="latin1").load()
-    except GnndistError:  # from open_bytes: it names the file already
-        raise
-    except MemoryError:  # a length field larger than memory
-        raise GnndistError(f"{path}: not a valid Planetoid pickle: it asks for more memory than there is") from None
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError, KeyError,
-            OverflowError) as e:
-        raise GnndistError(f"{path}: not a valid Planetoid pickle: {first_line(e)}") from None
+    with open_bytes(path) as f:
+        return pickles.restricted_load(f, path, "Planetoid pickle")
 
 
 def _matrix(path: str) -> np.ndarray:
     """A dense 2-d float32 matrix from a pickled CSR matrix or numpy array."""
     obj = _unpickle(path)
-    if isinstance(obj, CSRState):
+    if isinstance(obj, pickles.CSRState):
         return obj.dense(path)
     if isinstance(obj, np.ndarray) and obj.ndim == 2 and obj.dtype.kind in "biuf":
         return obj.astype(np.float32)

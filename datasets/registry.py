@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
 from gnndist.datasets import catalog
+from gnndist.datasets.dgl import METADATA_JSON, META_YAML, dgl_csv_kind, dgl_format, load_dgl_csv
 from gnndist.datasets.formats import load_csv, load_npz, load_signed, load_snap
 from gnndist.datasets.generators import synthetic_static, synthetic_temporal
 from gnndist.datasets.planetoid import PARTS, load_planetoid
@@ -17,7 +18,16 @@ from gnndist.datasets.tgb import is_tgb, load_tgb
 from gnndist.datasets.text import check_regular, open_bytes
 from gnndist.errors import GnndistError
 from gnndist.graph import Graph, TemporalGraph
+from gnndist.io import real_path
 from gnndist.outputs import gnndist_output
+
+
+def _read_chunked(path: str) -> Graph:
+    """A DGL chunked graph folder's graph, read as its shard files."""
+    if dgl_format(path) != "dgl-chunked":
+        raise GnndistError(f"{path}: no {METADATA_JSON} (DGL's chunked graph format)")
+    return read_graph(path)
+
 
 # format name -> (loader(path) -> Graph | TemporalGraph, one-line description)
 FORMATS: dict[str, tuple[Callable[[str], Union[Graph, TemporalGraph]], str]] = {
@@ -37,6 +47,12 @@ FORMATS: dict[str, tuple[Callable[[str], Union[Graph, TemporalGraph]], str]] = {
                                   "(the folder or one file), with the public split"),
     "shards": (read_graph, "temporal or static: shard files of one graph (CSV, SNAP text, Parquet), a folder or a "
                            "glob: DIR/*.csv, DIR/events/*, or DIR/edges/* with node arrays DIR/nodes/*.npy"),
+    "dgl-csv": (load_dgl_csv, "static or temporal: DGL's CSVDataset folder (meta.yaml naming one nodes CSV and one "
+                              "edges CSV; node_id, feat, label, train/val/test_mask columns); a time column (t, ts, "
+                              "time, timestamp) in the edges makes it temporal"),
+    "dgl-chunked": (_read_chunked, "static: DGL's chunked graph folder, the input of DistDGL's partitioning "
+                                   "(metadata.json; edge chunks in CSV or Parquet, node data in NumPy or Parquet); "
+                                   "shard files that `partition --nproc` ranks read together"),
 }
 # generator name -> (generator(**options) -> Graph | TemporalGraph, one-line description)
 GENERATORS: dict[str, tuple[Callable[..., Union[Graph, TemporalGraph]], str]] = {
@@ -47,7 +63,8 @@ GENERATORS: dict[str, tuple[Callable[..., Union[Graph, TemporalGraph]], str]] = 
 }
 # format or generator name -> the kind of graph it gives
 KIND = {"snap": "temporal", "csv": "temporal", "signed": "temporal", "tgb": "temporal", "npz": "static",
-        "planetoid": "static", "synthetic-static": "static", "synthetic-temporal": "temporal"}  # shards: either, by their layout
+        "planetoid": "static", "dgl-chunked": "static", "synthetic-static": "static",
+        "synthetic-temporal": "temporal"}  # shards: either, by their layout; dgl-csv: by its edge columns
 _EXTENSIONS = {".npz": "npz", ".zip": "tgb", ".csv": "csv", ".txt": "snap", ".tsv": "snap", ".edges": "snap"}
 
 
@@ -72,6 +89,8 @@ def detect_format(path: str) -> str:
     if os.path.isdir(path) or not os.path.exists(path):
         if os.path.isdir(path) and any(f.startswith("ind.") for f in os.listdir(path)):
             return "planetoid"
+        if dgl_format(path) is not None:
+            return dgl_format(path)
         if is_tgb(path):
             return "tgb"
         if is_shards(path):
@@ -79,6 +98,9 @@ def detect_format(path: str) -> str:
         raise GnndistError(f"{path}: cannot tell the format of this folder (give --format: {', '.join(FORMATS)})")
     if base.startswith("ind.") and base.split(".", 2)[-1] in PARTS:
         return "planetoid"
+    if base in (META_YAML, METADATA_JSON):
+        raise GnndistError(f"{path}: give the folder that holds it ({os.path.dirname(path) or '.'}), which is DGL's "
+                           f"{'CSVDataset' if base == META_YAML else 'chunked graph'}")
     stem = base[:-3] if base.endswith(".gz") else base
     ext = os.path.splitext(stem)[1].lower()
     if ext in _EXTENSIONS:
@@ -129,6 +151,8 @@ def data_kind(name_or_path: str, format: Optional[str] = None) -> str:
     if is_store(name_or_path):
         return read_store_meta(name_or_path)["kind"]
     found = _file_format(name_or_path, format)
+    if found == "dgl-csv":
+        return dgl_csv_kind(name_or_path)
     return open_shards(name_or_path, None if format == "shards" else format).kind if found == "shards" else KIND[found]
 
 
@@ -145,6 +169,7 @@ def _file_format(path: str, format: Optional[str]) -> str:
     """The format to read `path` with: `format` if given (checked), else detected."""
     if format is not None and format not in FORMATS:
         raise GnndistError(f"unknown format '{format}' (known: {', '.join(FORMATS)})")
+    real_path(path)
     if not os.path.exists(path) and (path in GENERATORS or catalog.is_named(path)):
         what = "a built-in dataset" if path in GENERATORS else "a dataset by name"
         raise GnndistError(f"--format {format} is for files; {path} is {what} (leave --format out)")
@@ -183,5 +208,5 @@ class DataSource:
             return catalog.identity(self.name)
         found = map(Path, glob.glob(self.name)) if not path.exists() else [path] if path.is_file() else path.rglob("*")
         files = sorted(p for p in found if p.is_file())
-        return ([str(path.resolve()), str(self.format)]
+        return ([str(real_path(path)), str(self.format)]
                 + [f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in files])

@@ -8,6 +8,9 @@ DATA is one of:
 - a folder holding `edges/` (edge shard files) and optionally `nodes/`: a static graph. `nodes/`
   holds `ids.npy` (one distinct integer id per node) and any of `x.npy` [N, F], `y.npy` [N] and
   the split `train_mask.npy`, `val_mask.npy`, `test_mask.npy` [N]; row i of each is node ids[i].
+- a folder in DGL's chunked graph format (`metadata.json`, see `gnndist.datasets.dgl`): a static
+  graph whose edge chunks are the shard files (CSV or Parquet, read as metadata.json says) and
+  whose node data chunks are the node arrays, node ids 0..N-1 in chunk order.
 
 Shard files are CSV (`.csv`), SNAP text (`.txt`, `.tsv`, `.edges`: `src dst t`, or `src dst` for
 edges, separated by spaces or tabs, '#' comments), either of them gzipped (`.gz`), or Parquet
@@ -30,13 +33,16 @@ from typing import Iterator, Optional, Sequence, Union
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from gnndist.datasets.dgl import METADATA_JSON, ChunkedGraph, dgl_format, read_chunked
 from gnndist.datasets.formats import Columns, csv_columns, header_problem, renumbered
 from gnndist.datasets.text import check_regular, data_lines, is_number, raise_bad_line
 from gnndist.errors import GnndistError, first_line
 from gnndist.graph import MASKS, Graph, TemporalGraph
+from gnndist.io import open_npy
 
 SHARD_FORMATS = {".csv": "csv", ".txt": "snap", ".tsv": "snap", ".edges": "snap", ".parquet": "parquet"}
 NODE_ARRAYS = ("ids", "x", "y", *MASKS)  # the files of nodes/, each NAME.npy
@@ -55,6 +61,7 @@ class Shards:
     files: Listing  # the shard files here
     nodes: Optional[str] = None  # the folder of node arrays (static), if there is one
     node_files: Listing = ()  # the node arrays there
+    chunked: Optional[ChunkedGraph] = None  # DGL's chunked graph format: its metadata.json
 
     def path(self, name: str) -> str:
         return os.path.join(self.folder, name)
@@ -100,6 +107,8 @@ def _format_of(shards: Listing, folder: str, format: Optional[str]) -> Optional[
 def open_shards(data: str, format: Optional[str] = None) -> Shards:
     """The shard files DATA names on this host (see the module docstring); `format` reads every
     file as that format whatever its extension. A host may hold none of them."""
+    if dgl_format(data) == "dgl-chunked":
+        return _chunked_shards(data, format)
     base = os.path.basename(data)
     nodes = None
     if any(c in base for c in "*?["):
@@ -126,42 +135,61 @@ def open_shards(data: str, format: Optional[str] = None) -> Shards:
     return Shards(data, folder, kind, _format_of(files, folder, format), files, nodes, node_files)
 
 
+def _chunked_shards(data: str, format: Optional[str]) -> Shards:
+    """A DGL chunked graph's shard files (its edge chunks) and node arrays (its node data chunks),
+    every one that metadata.json lists present here."""
+    if format is not None:
+        raise GnndistError(f"{data}: a DGL chunked graph, whose metadata.json tells the format of its files "
+                           f"(leave the format out)")
+    g = read_chunked(data)
+
+    def listing(names: Sequence[str]) -> Listing:
+        for name in names:
+            if not os.path.isfile(g.path(name)):
+                raise GnndistError(f"{g.path(name)}: no such file ({os.path.join(data, METADATA_JSON)} lists it)")
+        return tuple(sorted((name, os.path.getsize(g.path(name))) for name in set(names)))
+
+    fmt = "parquet" if g.edge_format == "parquet" else "csv" if g.delimiter == "," else "snap"
+    return Shards(data, data, "static", fmt, listing(g.edge_files), data, listing(g.node_files()), g)
+
+
 def is_shards(path: str) -> bool:
     """Whether `path` names shard files by its shape alone: a glob, or a folder holding events/ or
-    edges/, or only files with a shard extension (at least one)."""
+    edges/, or DGL's chunked graph (metadata.json), or only files with a shard extension (at
+    least one)."""
     if any(c in os.path.basename(path) for c in "*?["):
         return True
     if not os.path.isdir(path):
         return False
+    if dgl_format(path) == "dgl-chunked":
+        return True
     names = [n for n in os.listdir(path) if not n.startswith((".", "_"))]
     return "events" in names or "edges" in names or bool(names) and all(_shard_format(n) for n in names)
+
+
+def reads_as_shards(path: str) -> bool:
+    """Whether ranks can read `path` as shard files: `is_shards`, or one file with a shard
+    extension (CSV, SNAP text, Parquet; .gz read whole by one rank)."""
+    return is_shards(path) or os.path.isfile(path) and _shard_format(os.path.basename(path)) is not None
 
 
 # ---------------------------------------------------------------- node arrays
 
 @dataclass(frozen=True)
 class NodeArrays:
-    """The node arrays of a static graph, memory-mapped: row i of each is node `ids[i]`."""
+    """The node arrays of a static graph, memory-mapped or `ChunkedArray`s: row i is node `ids[i]`."""
 
     ids: np.ndarray
     arrays: dict[str, np.ndarray]  # those of x, y, train_mask, val_mask, test_mask that there are
 
 
-def _npy(path: str) -> np.ndarray:
-    """A .npy file memory-mapped, without pickle."""
-    with open(path, "rb") as f:
-        head = f.read(6)
-    if head != b"\x93NUMPY":
-        raise GnndistError(f"{path}: not a .npy array (it starts with {head!r})")
-    try:
-        return np.load(path, mmap_mode="r", allow_pickle=False)
-    except (OSError, ValueError, EOFError) as e:
-        raise GnndistError(f"{path}: not a readable .npy array ({type(e).__name__}: {first_line(e)})") from None
-
-
 def open_nodes(shards: Shards) -> Optional[NodeArrays]:
     """The node arrays of a static graph (None when DATA has no nodes/ folder), checked for their
-    shapes and types, the ids for being distinct, the masks for holding 0/1."""
+    shapes and types, the ids for being distinct, the masks for holding 0/1. A DGL chunked
+    graph's are its node data, ids 0..N-1, read a chunk at a time (`ChunkedArray`), their
+    values checked where they are used."""
+    if shards.chunked is not None:
+        return NodeArrays(np.arange(shards.chunked.num_nodes, dtype=np.int64), _chunked_nodes(shards.chunked))
     if shards.nodes is None:
         return None
     arrays = {}
@@ -169,7 +197,7 @@ def open_nodes(shards: Shards) -> Optional[NodeArrays]:
         path = os.path.join(shards.nodes, name)
         if not name.endswith(".npy") or name[:-4] not in NODE_ARRAYS:
             raise GnndistError(f"{path}: not a node array (known: {', '.join(a + '.npy' for a in NODE_ARRAYS)})")
-        arrays[name[:-4]] = _npy(path)
+        arrays[name[:-4]] = open_npy(path)
     where = {k: os.path.join(shards.nodes, k + ".npy") for k in NODE_ARRAYS}
     if "ids" not in arrays:
         if arrays:
@@ -191,6 +219,108 @@ def open_nodes(shards: Shards) -> Optional[NodeArrays]:
     if dup.size:
         raise GnndistError(f"{where['ids']}: node id {s[dup[0]]} is listed twice")
     return NodeArrays(arrays.pop("ids"), arrays)
+
+
+def _numeric(dtype: np.dtype, where: str) -> np.dtype:
+    if dtype.kind not in "biuf":
+        raise GnndistError(f"{where}: holds {dtype}, expected numbers")
+    return dtype
+
+
+def _is_list(typ: pa.DataType) -> bool:
+    return pa.types.is_list(typ) or pa.types.is_large_list(typ) or pa.types.is_fixed_size_list(typ)
+
+
+class ChunkedArray:
+    """One key of a DGL chunked graph's node data, read from its chunk files a chunk at a time.
+
+    The chunks are NumPy or Parquet files; `a[rows]` (an integer array) reads the chunks that
+    hold those rows, `np.asarray(a)` all of them. `features`: rows of numbers [N, F] (a 1-d
+    array is one feature); else one value per row [N]."""
+
+    def __init__(self, paths: Sequence[str], format: str, features: bool, where: str):
+        self.paths, self.format, self.features = list(paths), format, features
+        heads = [self._head(p) for p in self.paths]  # (rows, values per row, dtype)
+        widths = [(w, p) for (n, w, _), p in zip(heads, self.paths) if n]
+        for w, p in widths:
+            if w != widths[0][0] or (not features and w != 1):
+                want = f"{widths[0][0]} as in {widths[0][1]}" if features else "one"
+                raise GnndistError(f"{where}: {p} has {w} values per row, expected {want}")
+        self.width = widths[0][0] if widths else 1
+        self.offsets = np.cumsum([0] + [n for n, _, _ in heads])
+        self.dtype = np.result_type(*[d for _, _, d in heads]) if heads else np.dtype(np.float32)
+        self.shape = (int(self.offsets[-1]), self.width) if features else (int(self.offsets[-1]),)
+        self.ndim = len(self.shape)
+
+    def _head(self, path: str) -> tuple[int, int, np.dtype]:
+        """A chunk's rows, values per row and dtype, from its header (NumPy) or schema (Parquet)."""
+        if self.format == "numpy":
+            a = open_npy(path)
+            if a.ndim not in (1, 2):
+                raise GnndistError(f"{path}: a {a.ndim}-d array, expected 1-d or 2-d")
+            return a.shape[0], a.shape[1] if a.ndim == 2 else 1, _numeric(a.dtype, path)
+        pf = _parquet(path)
+        types, rows = pf.schema_arrow.types, pf.metadata.num_rows
+        if len(types) == 1 and _is_list(types[0]):  # Spark's vectors: one list of numbers per row
+            first = next(pf.iter_batches(batch_size=1), None) if rows else None
+            width = len(first.column(0)[0].values) if first is not None and first.num_rows else 0
+            return rows, width, _numeric(np.dtype(types[0].value_type.to_pandas_dtype()), path)
+        try:
+            dtype = np.result_type(*[np.dtype(t.to_pandas_dtype()) for t in types]) if types else np.dtype(np.float32)
+        except (TypeError, NotImplementedError):
+            dtype = np.dtype(object)
+        return rows, len(types), _numeric(dtype, path)
+
+    def _chunk(self, i: int) -> np.ndarray:
+        """Chunk i's rows: [n, width] (features) or [n]."""
+        path = self.paths[i]
+        n = int(self.offsets[i + 1] - self.offsets[i])
+        if self.format == "numpy":
+            a = open_npy(path)
+        else:
+            try:
+                table = pq.read_table(path)
+            except (OSError, pa.ArrowException) as e:
+                raise GnndistError(f"{path}: cannot read: {first_line(e)}") from None
+            if any(c.null_count for c in table.columns):
+                raise GnndistError(f"{path}: holds an empty (null) value")
+            if table.num_columns == 1 and _is_list(table.schema.types[0]):
+                col = table.column(0).combine_chunks()
+                if np.any(pc.list_value_length(col).to_numpy(zero_copy_only=False) != self.width):
+                    raise GnndistError(f"{path}: rows of different lengths (expected {self.width} values each)")
+                a = col.flatten().to_numpy(zero_copy_only=False)
+            else:
+                a = np.stack([c.to_numpy() for c in table.columns], axis=1) if table.num_columns else np.empty((n, 0))
+        return a.reshape((n, self.width) if self.features else (n,))
+
+    def __getitem__(self, rows: np.ndarray) -> np.ndarray:
+        rows = np.asarray(rows, dtype=np.int64)
+        out = np.empty((rows.size, *self.shape[1:]), self.dtype)
+        which = np.searchsorted(self.offsets, rows, side="right") - 1
+        for i in np.unique(which):
+            sel = which == i
+            out[sel] = self._chunk(int(i))[rows[sel] - self.offsets[i]]
+        return out
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        a = self[np.arange(self.shape[0])]
+        return a if dtype is None else a.astype(dtype)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+
+def _chunked_nodes(g: ChunkedGraph) -> dict[str, ChunkedArray]:
+    """x, y and the masks a chunked graph's node_data holds, each checked to have one row per node."""
+    out = {}
+    for role, key, fmt, files in g.node_data:
+        where = f"{g.path(METADATA_JSON)}: node_data {key}"
+        a = ChunkedArray([g.path(f) for f in files], fmt, role == "x", where)
+        if a.shape[0] != g.num_nodes:
+            raise GnndistError(f"{where}: its chunks hold {a.shape[0]} rows, the graph has {g.num_nodes} nodes "
+                               f"(num_nodes_per_chunk)")
+        out[role] = a
+    return out
 
 
 def check_node_listings(listings: Sequence[Listing]) -> None:
@@ -348,10 +478,16 @@ def _parquet(path: str) -> pq.ParquetFile:
         raise GnndistError(f"{path}: not a readable Parquet file ({first_line(e)})") from None
 
 
-def _parquet_columns(path: str, pf: pq.ParquetFile, kind: str) -> Columns:
-    """The columns of a Parquet shard file, from its schema, checked for their types."""
+def _parquet_columns(path: str, pf: pq.ParquetFile, kind: str, positional: bool = False) -> Columns:
+    """The columns of a Parquet shard file, from its schema, checked for their types;
+    `positional`: a DGL edge chunk's two integer columns, src and dst whatever their names."""
     schema = pf.schema_arrow
     names = list(schema.names)
+    if positional:
+        if len(names) != 2 or not all(pa.types.is_integer(t) for t in schema.types):
+            raise GnndistError(f"{path}: expected two integer columns (src, dst), got "
+                               f"{', '.join(f'{n} ({t})' for n, t in zip(names, schema.types)) or 'none'}")
+        return Columns(tuple(names), 2, 0, 1, None, None, None, (), (), False)
     problem = header_problem(names, kind == "static")
     if problem:
         raise GnndistError(f"{path}: {problem}")
@@ -370,7 +506,7 @@ def read_columns(shards: Shards, name: str) -> Optional[Columns]:
     """The columns of one shard file (None: a text file with nothing in it)."""
     path = shards.path(name)
     if shards.format == "parquet":
-        return _parquet_columns(path, _parquet(path), shards.kind)
+        return _parquet_columns(path, _parquet(path), shards.kind, shards.chunked is not None)
     return _layout(path, shards.kind, shards.format).columns
 
 
@@ -630,7 +766,7 @@ def _group_start(md: pq.FileMetaData, i: int) -> int:
 def _read_parquet(shards: Shards, unit: Unit, chunk_bytes: int) -> Iterator[Chunk]:
     path = shards.path(unit.name)
     pf = _parquet(path)
-    c = _parquet_columns(path, pf, shards.kind)
+    c = _parquet_columns(path, pf, shards.kind, shards.chunked is not None)
     md = pf.metadata
     groups = [i for i in range(md.num_row_groups) if unit.start <= _group_start(md, i) < unit.stop]
     if not groups:
@@ -660,7 +796,21 @@ def read_unit(shards: Shards, unit: Unit, chunk_bytes: int = CHUNK_BYTES) -> Ite
     decoded; Parquet is read a row group at a time), in file order, checked: GnndistError naming
     the file and the line (Parquet: the row) of the first bad row."""
     read = _read_parquet if shards.format == "parquet" else _read_text
-    return read(shards, unit, chunk_bytes)
+    chunks = read(shards, unit, chunk_bytes)
+    return chunks if shards.chunked is None else _among_nodes(shards, unit, chunks)
+
+
+def _among_nodes(shards: Shards, unit: Unit, chunks: Iterator[Chunk]) -> Iterator[Chunk]:
+    """A chunked graph's edge rows, checked to join node ids 0..N-1."""
+    n = shards.chunked.num_nodes
+    for ch in chunks:
+        for ids in (ch.src, ch.dst):
+            bad = np.flatnonzero((ids < 0) | (ids >= n))
+            if bad.size:
+                row = f": row {ch.row + bad[0] + 1}" if ch.piece == 0 else ""
+                raise GnndistError(f"{shards.path(unit.name)}{row}: node id {ids[bad[0]]} is not one of the graph's "
+                                   f"{n} nodes (0..{n - 1}, num_nodes_per_chunk in {METADATA_JSON})")
+        yield ch
 
 
 # ---------------------------------------------------------------- one process

@@ -16,7 +16,7 @@ import numpy as np
 from tqdm import tqdm
 
 from gnndist.errors import GnndistError
-from gnndist.io import show_progress
+from gnndist.io import real_path, show_progress
 
 CHUNK_BYTES = 16 << 20
 PROGRESS_BYTES = 64 << 20  # files at least this large show a progress bar
@@ -37,6 +37,7 @@ def open_bytes(path: str):
 
 def check_regular(path: str, folder_ok: bool = False) -> None:
     """GnndistError unless `path` is a regular file (or, with `folder_ok`, a folder); only stats it."""
+    real_path(path)
     if not os.path.exists(path):
         raise GnndistError(f"{path}: no such file")
     if os.path.isdir(path) and not folder_ok:

@@ -12,18 +12,28 @@ Layouts (a header line first, columns by position):
   class that is the second nation's id.
 - tgbn-genre: `ts, user, genre, w`: genres numbered 0.. and users 513.. in order of first
   appearance; the edge feature is w. Its `_node_labels` file: `ts, user, genre, w`.
+
+TGB's evaluation protocol (`write_protocol`, once, when a dataset by name is converted): its
+split (`generate_splits`: training events up to the 0.70 quantile of the times, validation up to
+the 0.85 quantile, test after) and, for a tgbl dataset, its fixed negatives of the validation
+and test events (`NAME_val_ns*.pkl`, `NAME_test_ns*.pkl` in the zip: a pickled dict from
+(src, dst, int(t)) in TGB's ids to the event's negative destinations, read by the restricted
+unpickler), as arrays in event order that a rank reads only the rows of its own events of.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import zipfile
 from dataclasses import dataclass
-from typing import Optional
+from pathlib import Path
+from typing import IO, Optional
 
 import numpy as np
 
 from gnndist.datasets.formats import as_ints, renumbered
+from gnndist.datasets.pickles import restricted_load
 from gnndist.errors import GnndistError, first_line
 from gnndist.graph import TemporalGraph
 
@@ -32,6 +42,10 @@ LAYOUTS = {**dict.fromkeys(("tgbl-wiki", "tgbl-subreddit", "tgbl-uci", "tgbl-enr
            "tgbl-review": "weighted", "tgbl-coin": "weighted", "tgbn-trade": "trade", "tgbn-genre": "genre"}
 GENRE_CLASSES = 513  # tgbn-genre's genre count: its users are numbered after it (TGB's DATA_NUM_CLASSES)
 _FILE = re.compile(r"^(?P<name>tgb[ln]-[a-z]+)_(?P<part>edgelist|node_labels)(?:_v(?P<version>\d+))?\.csv$")
+_NEGATIVES = re.compile(r"^(?P<name>tgbl-[a-z]+)_(?P<part>val|test)_ns(?:_v(?P<version>\d+))?\.pkl$")
+SPLIT_FILE = "split.json"  # in a protocol folder: {"train_end", "val_end", "num_events"}
+NEGATIVES_FILE = "{}_negatives.npy"  # in a protocol folder, per period (val, test): [events, K] int32, -1 padded
+QUANTILES = (0.70, 0.85)  # TGB's generate_splits: val_ratio = test_ratio = 0.15
 
 
 @dataclass(frozen=True)
@@ -70,11 +84,16 @@ class _Files:
             members = [m for m in self.zip.namelist() if not m.endswith("/")]
         self.names = {os.path.basename(m): m for m in members}
 
-    def find(self, part: str) -> tuple[Optional[str], Optional[str]]:
-        """(dataset name, file) of the `part` file ("edgelist" or "node_labels"), newest version first."""
-        found = sorted(((int(m["version"] or 1), m["name"], n) for n in self.names if (m := _FILE.match(n))
+    def find(self, part: str, pattern: re.Pattern = _FILE) -> tuple[Optional[str], Optional[str]]:
+        """(dataset name, file) of the `part` file ("edgelist" or "node_labels"; of `_NEGATIVES`:
+        "val" or "test"), newest version first."""
+        found = sorted(((int(m["version"] or 1), m["name"], n) for n in self.names if (m := pattern.match(n))
                         and m["part"] == part), reverse=True)
         return (found[0][1], found[0][2]) if found else (None, None)
+
+    def open(self, name: str) -> IO[bytes]:
+        """The file `name`, opened for reading bytes."""
+        return self.zip.open(self.names[name]) if self.zip else open(os.path.join(self.path, name), "rb")
 
     def read(self, name: str, types: dict[int, "pyarrow.DataType"], ncols: int):
         """The CSV `name` as a pyarrow table of columns f0, f1, ... (its header line skipped),
@@ -84,7 +103,7 @@ class _Files:
 
         where = f"{self.path}: {name}"
         try:
-            with (self.zip.open(self.names[name]) if self.zip else open(os.path.join(self.path, name), "rb")) as f:
+            with self.open(name) as f:
                 table = pacsv.read_csv(f, read_options=pacsv.ReadOptions(skip_rows=1, autogenerate_column_names=True),
                                        convert_options=pacsv.ConvertOptions(
                                            column_types={f"f{j}": t for j, t in types.items()}))
@@ -190,3 +209,67 @@ def load_tgb(path: str) -> TemporalGraph:
         g.node_labels = NodeLabels(_numbers(lt, 0, lw), np.searchsorted(g.orig_ids, node), cls, _numbers(lt, 3, lw),
                                    num_classes)
     return g
+
+
+def tgb_split(t: np.ndarray) -> tuple[int, int]:
+    """(first validation event, first test event) of events at the sorted times `t`, as TGB's
+    `generate_splits` draws the line: at the 0.70 and 0.85 quantiles of the times, each time
+    at a quantile on the earlier side."""
+    val_time, test_time = np.quantile(t, QUANTILES)
+    return int(np.searchsorted(t, val_time, "right")), int(np.searchsorted(t, test_time, "right"))
+
+
+def write_protocol(path: str, graph: TemporalGraph, out: Path) -> None:
+    """TGB's protocol for the graph read from the TGB zip or folder `path` into the (new) folder
+    `out`: `split.json` and, for a tgbl dataset, the negatives of its validation and test events
+    (see the module's docstring)."""
+    files = _Files(path)
+    name, _ = files.find("edgelist")
+    train_end, val_end = tgb_split(graph.t)
+    out.mkdir(parents=True, exist_ok=True)
+    if name is not None and name.startswith("tgbl-"):
+        for period, lo, hi in (("val", train_end, val_end), ("test", val_end, graph.num_events)):
+            np.save(out / NEGATIVES_FILE.format(period), _negatives(files, name, period, graph, lo, hi))
+    (out / SPLIT_FILE).write_text(json.dumps({"train_end": train_end, "val_end": val_end,
+                                              "num_events": graph.num_events}) + "\n")
+
+
+def _negatives(files: _Files, name: str, period: str, graph: TemporalGraph, lo: int, hi: int) -> np.ndarray:
+    """[hi - lo, K] the negatives (the graph's ids, -1 after a shorter list's end) of the events
+    lo .. hi-1, from TGB's pickle of the period; a negative equal to its event's destination
+    (TGB's lists hold none) is left out."""
+    _, member = files.find(period, _NEGATIVES)
+    if member is None:
+        raise GnndistError(f"{files.path}: no {name}_{period}_ns.pkl (TGB's {period} negatives) in it")
+    where = f"{files.path}: {member}"
+    with files.open(member) as f:
+        lists = restricted_load(f, where, "pickle of TGB's negatives")
+    if not isinstance(lists, dict):
+        raise GnndistError(f"{where}: expected a dict of negatives per event, got {type(lists).__name__}")
+    ids = graph.orig_ids
+    keys = zip(ids[graph.src[lo:hi]].tolist(), ids[graph.dst[lo:hi]].tolist(),
+               np.trunc(graph.t[lo:hi]).astype(np.int64).tolist())  # TGB's times are integers (torch long)
+    rows = []
+    for key in keys:
+        got = lists.get(key)
+        if got is None:
+            raise GnndistError(f"{where}: no negatives for the {period} event (src, dst, t) = {key}: not the "
+                               f"negatives of this edge list")
+        rows.append(np.asarray(got).ravel())
+    counts = np.array([r.size for r in rows], np.int64)
+    flat = np.concatenate(rows) if rows else np.zeros(0)
+    if flat.dtype.kind not in "biuf" or not np.array_equal(flat, np.round(flat)):
+        raise GnndistError(f"{where}: negatives must be node ids (integers), got {flat.dtype} values")
+    flat = flat.astype(np.int64)
+    at = np.minimum(np.searchsorted(ids, flat), ids.size - 1)
+    if flat.size and not np.array_equal(ids[at], flat):
+        raise GnndistError(f"{where}: negative {flat[ids[at] != flat][0]} is no node of the edge list")
+    row = np.repeat(np.arange(hi - lo), counts)
+    keep = at != graph.dst[lo:hi][row]
+    row, at = row[keep], at[keep]
+    counts = np.bincount(row, minlength=hi - lo)
+    if counts.size and counts.min() == 0:
+        raise GnndistError(f"{where}: the {period} event {int(np.argmin(counts)) + lo} has no negatives")
+    out = np.full((hi - lo, int(counts.max(initial=0))), -1, np.int32)
+    out[row, np.arange(row.size) - np.repeat(np.cumsum(counts) - counts, counts)] = at
+    return out

@@ -1,6 +1,6 @@
 """Partition a temporal interaction graph and look at one part.
 
-    python examples/partition_temporal.py ../shared/datasets/uci_collegemsg/CollegeMsg.txt.gz
+    python examples/partition_temporal.py uci    # a dataset name or a file; none: built-in data
 """
 import sys
 

@@ -1,6 +1,6 @@
 """Sample 2-hop neighbourhoods with gnndist and run a PyG GraphSAGE on them.
 
-    python examples/sample_and_embed.py ../shared/datasets/cora
+    python examples/sample_and_embed.py cora      # a dataset name or a file; none: built-in data
 """
 import sys
 

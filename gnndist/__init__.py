@@ -18,6 +18,7 @@ moved.install()
 
 __version__ = "0.1.0"
 _LAZY = {"train_link": "gnndist.temporal.fit", "LinkConfig": "gnndist.temporal.config",
+         "train_temporal_node": "gnndist.temporal.nodes", "DecoderConfig": "gnndist.temporal.config",
          "train_node": "gnndist.static.trainer", "NodeConfig": "gnndist.static.config",
          "Outputs": "gnndist.outputs", "DataSource": "gnndist.datasets"}
 __all__ = ["Graph", "TemporalGraph", "GnndistError", "__version__", *_LAZY]

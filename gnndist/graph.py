@@ -93,8 +93,8 @@ def _mask(name: str, a, n: int) -> Optional[np.ndarray]:
 
 
 def unique_ints(a: np.ndarray) -> np.ndarray:
-    """Sorted distinct values of an integer array (sort + mask: np.unique is ~50x slower on
-    large int64 arrays in numpy 2.4)."""
+    """Sorted distinct values of an integer array (sort + mask: np.unique is many times slower on
+    large int64 arrays; docs/benchmarks.md, "Measurements behind the code")."""
     s = np.sort(a)
     if s.size > 1:
         keep = np.empty(s.size, dtype=bool)
@@ -278,6 +278,9 @@ class TemporalGraph:
             raise GnndistError(f"src, dst and t must have equal lengths, got {e}, {self.dst.size}, {self.t.size}")
         if not np.all(np.isfinite(self.t)):
             raise GnndistError("t holds NaN or inf")
+        if e and not np.isfinite(float(self.t.max()) - float(self.t.min())):  # Python floats: no numpy warning
+            raise GnndistError(f"t spans {self.t.min():g} to {self.t.max():g}, farther apart than float64 can "
+                               f"count (the time gaps would overflow to inf); shift or scale the times")
         if self.num_nodes is None:
             self.num_nodes = int(max(self.src.max(initial=-1), self.dst.max(initial=-1)) + 1)
         self.num_nodes = _node_count(self.num_nodes)

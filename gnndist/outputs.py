@@ -27,7 +27,7 @@ from typing import Any, Iterable, Optional, Union
 
 import gnndist
 from gnndist.errors import GnndistError
-from gnndist.io import write_json
+from gnndist.io import real_path, write_json
 from gnndist.runlog import require_tensorboard
 from gnndist.validate import Int, OneOf, Real, check
 
@@ -88,9 +88,9 @@ def check_output(path: PathLike, kind: str, inputs: Iterable[Optional[PathLike]]
         return GnndistError(f"refusing to write the {what} to {out}: {why}; choose another {flag}")
 
     inputs = [Path(p) for p in inputs if p is not None and os.path.lexists(p)]
-    target = out.resolve()
+    target = real_path(out, flag)
     for inp in inputs:
-        real = inp.resolve()
+        real = real_path(inp)
         if target == real:
             raise refuse(f"it is the input {inp}")
         if target in real.parents:
@@ -137,7 +137,7 @@ def _hard_linked(files: list[Path]) -> dict[tuple[int, int], Path]:
 
 def _linked_input(out: Path, inputs: list[Path]) -> Optional[Path]:
     """The input that a file at or below `out` is a hard link of (same device and inode), if any."""
-    ids = {key: inp for inp in inputs for key in _hard_linked(_files(inp.resolve()))}
+    ids = {key: inp for inp in inputs for key in _hard_linked(_files(real_path(inp)))}
     return next((ids[key] for key in _hard_linked(_files(out)) if key in ids), None)
 
 
@@ -306,7 +306,7 @@ class Outputs:
                                 ("--checkpoint-minutes", self.checkpoint_minutes)) if v not in (None, False)]
         if needs and not self.checkpoint:
             raise GnndistError(f"{needs[0]} needs --checkpoint DIR")
-        given = [(f, Path(p).resolve()) for f, p in (("--metrics-out", self.metrics_out),
+        given = [(f, real_path(p, f)) for f, p in (("--metrics-out", self.metrics_out),
                                                      ("--checkpoint", self.checkpoint), ("--log-dir", self.log_dir)) if p]
         for i, (flag_a, a) in enumerate(given):
             for flag_b, b in given[i + 1:]:
@@ -332,8 +332,17 @@ def report(metrics: dict[str, Any], outputs: Outputs) -> None:
 def results_text(metrics: dict[str, Any]) -> str:
     """The test results of a run's metrics: a node run's line; a link run's table of AP, AUC and
     MRR (validation at the selected epoch, test, test on new nodes; '-' where a metric has no
-    events to come from)."""
+    events to come from); a node task on a temporal graph's line, then its link model's table."""
     t = metrics["test"]
+    if metrics.get("graph") == "temporal":
+        def num(v: Optional[float]) -> str:
+            return "-" if v is None else f"{v:.4f}"
+
+        best = next(k for k in t if k.startswith("best_val_"))
+        shown = ", ".join(f"{k} {num(v)}" for k, v in t.items() if k != best)
+        return (f"{metrics['model']} + decoder on {metrics['world_size']} rank(s), --task {metrics['task']} "
+                f"({metrics['labels']} labels): test {shown} (best val {best[len('best_val_'):]} {num(t[best])} at "
+                f"decoder epoch {metrics['selected_epoch']})\nlink model:\n" + results_text(metrics["link"]))
     if metrics["task"] == "node":
         return (f"{metrics['model']} on {metrics['world_size']} rank(s): test_acc {t['acc']:.4f} "
                 f"(best val_acc {t['best_val_acc']:.4f} at epoch {t['best_epoch']})")

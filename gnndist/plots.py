@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Optional, Sequence, Union
 import numpy as np
 
 from gnndist.errors import GnndistError
-from gnndist.io import atomic_file
+from gnndist.io import atomic_file, real_path
 from gnndist.outputs import check_output, plot_metadata
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -96,6 +96,7 @@ def epochs_of(metrics: Any, where: str = "the metrics") -> list[dict]:
 def read_metrics(path: PathLike) -> dict:
     """A metrics JSON written by `gnndist train --metrics-out`, checked to hold epochs (in each
     run, for one of `--seeds`)."""
+    real_path(path)
     try:
         text = Path(path).read_text()
     except FileNotFoundError:
@@ -226,8 +227,8 @@ def run_figure(metrics: dict, dataset: Optional[str] = None) -> "Figure":
 def seeds_figure(metrics: dict, dataset: Optional[str] = None) -> "Figure":
     """The runs of `gnndist train --seeds` (`metrics["runs"]`, one per `metrics["seeds"]` entry,
     checked by `read_metrics`) side by side: each seed's training
-    loss and main validation figure (AP for link, accuracy for node) per epoch, its selected
-    epoch starred; the title gives each test figure's mean and standard deviation over the seeds."""
+    loss and main validation metric (AP for link, accuracy for node) per epoch, its selected
+    epoch starred; the title gives each test metric's mean and standard deviation over the seeds."""
     runs, seeds = metrics["runs"], metrics["seeds"]
     key = "val_ap" if metrics.get("task") == "link" else "val_acc"
     summary = metrics.get("summary") if isinstance(metrics.get("summary"), dict) else {}
@@ -258,7 +259,7 @@ def seeds_figure(metrics: dict, dataset: Optional[str] = None) -> "Figure":
 # ------------------------------------------------------------------------------ a partition
 
 def _per_part_panel(ax: "Axes", counts: Sequence[int], what: str, imbalance: Optional[float]) -> None:
-    """Bars of one figure per part, the mean dashed, max/mean in the title."""
+    """Bars of one number per part, the mean dashed, max/mean in the title."""
     c = np.asarray(counts, dtype=np.float64)
     ax.bar(np.arange(c.size), c)
     if c.size:
@@ -270,7 +271,7 @@ def _per_part_panel(ax: "Axes", counts: Sequence[int], what: str, imbalance: Opt
     ax.set_xticks(np.arange(c.size))
 
 
-def cross_shares(meta: dict) -> dict[str, float]:
+def cross_fractions(meta: dict) -> dict[str, float]:
     """The cross-partition metrics of a store: label -> fraction."""
     s = meta["stats"]
     if meta["kind"] == "static":
@@ -285,7 +286,7 @@ def cross_shares(meta: dict) -> dict[str, float]:
 def partition_figure(meta: dict) -> "Figure":
     """One figure of a partition store from its meta.json (`read_store_meta`): per part the
     nodes, events (owned and stored) or edges, training nodes and halo nodes, and the
-    cross-partition shares against a random partition's; imbalance metrics in the title."""
+    cross-partition fractions against a random partition's; imbalance metrics in the title."""
     s, k, temporal = meta["stats"], int(meta["num_parts"]), meta["kind"] == "temporal"
     imb = s.get("imbalance", {})
     panels: list[tuple[str, str, Optional[float]]] = [("nodes_per_part", "nodes", imb.get("nodes"))]
@@ -304,12 +305,12 @@ def partition_figure(meta: dict) -> "Figure":
     for ax, (key, what, im) in zip(axes, panels):
         _per_part_panel(ax, s[key], what, im)
     ax = axes[-1]
-    shares = cross_shares(meta)
-    bars = ax.bar(range(len(shares)), list(shares.values()), color="tab:orange")
+    fractions = cross_fractions(meta)
+    bars = ax.bar(range(len(fractions)), list(fractions.values()), color="tab:orange")
     ax.bar_label(bars, fmt="%.3f")
     ax.axhline(1 - 1 / k, color="0.3", linestyle="--", linewidth=1, label=f"random partition {1 - 1 / k:.3f}")
-    ax.set_xticks(range(len(shares)), list(shares))
-    ax.set(title="cross-partition share", ylim=(0, 1))
+    ax.set_xticks(range(len(fractions)), list(fractions))
+    ax.set(title="cross-partition fraction", ylim=(0, 1))
     ax.legend(fontsize="small")
     return fig
 

@@ -23,7 +23,7 @@ from gnndist.datasets import DataSource
 from gnndist.datasets.text import check_finite, check_ids, read_table
 from gnndist.errors import GnndistError
 from gnndist.graph import Graph, TemporalGraph, as_node_ids
-from gnndist.io import atomic_file
+from gnndist.io import atomic_file, real_path
 from gnndist.runtime.launch import Data, kind_of
 from gnndist.outputs import CHECKPOINT_FILE, REPLACED, check_output
 from gnndist.partition import is_store
@@ -47,12 +47,14 @@ class SavedModel:
     epoch: int  # the checkpoint's epoch
     selected_epoch: int
     history: list[dict[str, Any]]
+    decoder: Optional[dict[str, Any]] = None  # a temporal node run's decoder (`gnndist.temporal.nodes`)
 
     @classmethod
     def load(cls, directory: PathLike) -> "SavedModel":
         """The model of the newest epoch of the checkpoint folder `directory` (written by
         `gnndist train --checkpoint DIR`; a run of W > 1 link ranks: its lowest rank folder here,
         as every rank holds the same parameters)."""
+        real_path(directory)
         directory = Path(directory)
         if not directory.is_dir():
             raise GnndistError(f"{directory} is not a checkpoint folder (one written by gnndist train --checkpoint DIR)")
@@ -69,9 +71,9 @@ class SavedModel:
         if not isinstance(best, dict) or not isinstance(config, dict) or "model" not in best:
             raise GnndistError(f"{folder} holds no trained model (no best-validation parameters)")
         task = "node" if config.get("task") == "node" else "link"
-        params = best["model"] if best["model"] is not None else payload["model"]  # no validation figure
+        params = best["model"] if best["model"] is not None else payload["model"]  # no validation metric
         return cls(str(directory), task, config, params, int(payload["epoch"]), int(best["epoch"]),
-                   list(payload.get("history", [])))
+                   list(payload.get("history", [])), payload.get("decoder"))
 
     def fingerprint(self) -> dict[str, Any]:
         """What every rank of a job using this model must share (`launch.check_same_job`): its

@@ -5,6 +5,8 @@
 - `random`: a seeded hash of the node id (the baseline).
 - `temporal`: METIS on the recency-weighted undirected projection of the events, balancing
   the events each part owns in every time window (multi-constraint, one weight per window).
+- `temporal-lp`, `metis-lp`: balanced label propagation over the same projection and balance
+  (`gnndist.partition.propagation`), for a projection that no one rank's memory holds.
 
 Event ownership, used everywhere in gnndist.partition: an event belongs to the part that
 owns its source node.
@@ -25,7 +27,36 @@ from gnndist.errors import GnndistError
 from gnndist.graph import Graph, TemporalGraph
 from gnndist.validate import Int, Real, check
 
-METHODS = ("metis", "random", "temporal")
+METHODS = ("metis", "random", "temporal", "metis-lp", "temporal-lp")
+LP_METHODS = {"temporal": "temporal-lp", "metis": "metis-lp"}  # METIS's methods -> their label propagation
+
+
+def check_method_options(method: str, temporal: bool, balance, imbalance_tol, recency, time_windows) -> str:
+    """A one-line error where `method` is unknown, or is given an option it would ignore, for a
+    `temporal` graph or a static one; else its base method (`base_method`)."""
+    if method not in METHODS:
+        raise GnndistError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
+    base = base_method(method)
+    if base == "temporal" and not temporal:
+        raise GnndistError(f"--method {method} needs a temporal graph (timestamped events)")
+    if balance is not None and base != "metis":
+        raise GnndistError(f"--balance applies to --method metis and metis-lp only; --method {method} "
+                           + ("balances the events each part owns in every time window" if base == "temporal"
+                              else "hashes node ids and balances nothing") + ": leave --balance out")
+    if imbalance_tol is not None and method == "random":
+        raise GnndistError("--imbalance-tol applies to --method metis and temporal; --method random hashes node ids "
+                           "and balances nothing: leave it out")
+    if recency is not None and base != "temporal":
+        raise GnndistError(f"--recency applies to --method temporal only, not {method}: leave it out")
+    if time_windows is not None and not temporal:
+        raise GnndistError("--time-windows applies to temporal graphs only: leave it out")
+    return base
+
+
+def base_method(method: str) -> str:
+    """The METIS method a label-propagation method stands in for (`temporal-lp` -> `temporal`),
+    else `method` itself: what decides the options and balance it takes."""
+    return {lp: m for m, lp in LP_METHODS.items()}.get(method, method)
 BALANCE_KEYS = ("nodes", "edges", "train")
 MAX_IMBALANCE_TOL = 10.0  # METIS ufactor 9000; beyond it balance means nothing
 SEED_LIMIT = 2**32
@@ -375,13 +406,21 @@ def metis_membership(graph: Union[Graph, TemporalGraph], num_parts: int, balance
     return balanced_kway(xadj, adjncy, num_parts, vwgt, None, imbalance_tol, seed)
 
 
+def event_weights(t: np.ndarray, t_first: float, span: float, recency: float) -> np.ndarray:
+    """Each event's weight in the temporal projection: `16 * (1 + recency * (t - t_first) / span)`
+    rounded to an integer (int64), so that a pair's weight is an exact sum, the same in any order
+    of summation (the events of a pair may be summed on several ranks)."""
+    frac = (t - t_first) / span if span > 0 else np.zeros_like(t)
+    return np.rint(16.0 * (1.0 + recency * frac)).astype(np.int64)
+
+
 def temporal_membership(graph: TemporalGraph, num_parts: int, num_windows: int = 4, recency: float = 1.0,
                         imbalance_tol: float = IMBALANCE_TOL, seed: int = 0, hubs: Optional[np.ndarray] = None
                         ) -> np.ndarray:
     """The temporal partitioner: METIS on the recency-weighted event projection.
 
-    Pair weight = sum over its events of `1 + recency * (t - t_first) / (t_last - t_first)`
-    (so the latest events count `1 + recency` times the first), scaled to integers. Vertex
+    Pair weight = sum over its events of `event_weights` (so the latest events count `1 + recency`
+    times the first). Vertex
     weights = events the node owns in each of `num_windows` time windows of equal event counts
     (consecutive in time order), so every part gets its share of events in every window. Events touching a replicated hub
     (`hubs`) are left out of the pair weights: they are local reads in every part.
@@ -393,15 +432,14 @@ def temporal_membership(graph: TemporalGraph, num_parts: int, num_windows: int =
         raise GnndistError(f"--method temporal balances the events each part owns, so --parts must be at most the "
                            f"{owners} nodes that own events (are an event source), got {num_parts}")
     t = graph.t
-    span = float(t[-1] - t[0]) if graph.num_events else 0.0
-    w = 1.0 + recency * ((t - t[0]) / span if span > 0 else np.zeros_like(t))
+    w = event_weights(t, float(t[0]), float(t[-1] - t[0]) if graph.num_events else 0.0, recency)
     src, dst = graph.src, graph.dst
     if hubs is not None and hubs.size:
         is_hub = np.zeros(graph.num_nodes, dtype=bool)
         is_hub[hubs] = True
         keep = ~(is_hub[src] | is_hub[dst])
         src, dst, w = src[keep], dst[keep], w[keep]
-    xadj, adjncy, adjwgt = symmetric_adjacency(src, dst, graph.num_nodes, weights=w * 16.0)
+    xadj, adjncy, adjwgt = symmetric_adjacency(src, dst, graph.num_nodes, weights=w)
     del src, dst, w
     vwgt = event_owner_counts(graph, num_windows)
     vwgt = vwgt[:, vwgt.sum(axis=0) > 0]

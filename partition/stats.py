@@ -8,12 +8,14 @@ have different owners.
 """
 from __future__ import annotations
 
+import os
 import resource
 from typing import Optional, Union
 
 import numba
 import numpy as np
 
+from gnndist.errors import GnndistError
 from gnndist.graph import Graph, TemporalGraph, unique_ints
 
 
@@ -165,9 +167,30 @@ def estimate_extra_bytes(graph: Union[Graph, TemporalGraph], method: str) -> int
     beyond the loaded graph: METIS's graph and coarsening levels, sort keys, metrics, and one
     part's copies while it is written."""
     kind = "static" if isinstance(graph, Graph) else "temporal"
-    per_edge, per_node = _PER_ITEM[kind, method]
+    per_edge, per_node = _PER_ITEM[kind, method.removesuffix("-lp")]
     items = graph.num_edges if kind == "static" else graph.num_events
     return _FIXED + items * per_edge + graph.num_nodes * per_node + graph_bytes(graph) // 2
+
+
+def parse_size(text: Union[str, int, float]) -> int:
+    """A byte count: a number, or a number with a unit (KiB, MiB, GiB, TiB; KB, MB, GB, TB)."""
+    units = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+             "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+    s = str(text).strip().lower().replace(" ", "")
+    num = s.rstrip("abcdefghijklmnopqrstuvwxyz")
+    try:
+        value = float(num) * units[s[len(num):]]
+    except (ValueError, KeyError):
+        raise GnndistError(f"--memory-budget must be bytes or a size such as 2GiB, got {text!r}") from None
+    if not value >= 1:
+        raise GnndistError(f"--memory-budget must be at least 1 byte, got {text!r}")
+    return int(value)
+
+
+def default_budget() -> int:
+    """This host's available memory divided among its ranks."""
+    avail = available_memory_bytes() or 2**32
+    return int(avail // max(int(os.environ.get("LOCAL_WORLD_SIZE", "1")), 1))
 
 
 def fmt_bytes(n: float) -> str:

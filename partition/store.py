@@ -311,21 +311,7 @@ def partition_graph(graph: Union[Graph, TemporalGraph], num_parts: int, method: 
         raise GnndistError(f"--out must be a path, got {out!r}")
     temporal = isinstance(graph, TemporalGraph)
     method = method or ("temporal" if temporal else "metis")
-    if method not in methods.METHODS:
-        raise GnndistError(f"unknown method {method!r}; choose from {', '.join(methods.METHODS)}")
-    if method == "temporal" and not temporal:
-        raise GnndistError("--method temporal needs a temporal graph (timestamped events)")
-    if balance is not None and method != "metis":
-        raise GnndistError(f"--balance applies to --method metis only; --method {method} "
-                           + ("balances the events each part owns in every time window" if method == "temporal"
-                              else "hashes node ids and balances nothing") + ": leave --balance out")
-    if imbalance_tol is not None and method == "random":
-        raise GnndistError("--imbalance-tol applies to --method metis and temporal; --method random hashes node ids "
-                           "and balances nothing: leave it out")
-    if recency is not None and method != "temporal":
-        raise GnndistError(f"--recency applies to --method temporal only, not {method}: leave it out")
-    if time_windows is not None and not temporal:
-        raise GnndistError("--time-windows applies to temporal graphs only: leave it out")
+    base = methods.check_method_options(method, temporal, balance, imbalance_tol, recency, time_windows)
     recency = 1.0 if recency is None else recency
     if not 1 <= num_parts <= max(graph.num_nodes, 1):
         raise GnndistError(f"--parts must be between 1 and the node count ({graph.num_nodes}), got {num_parts}")
@@ -357,10 +343,18 @@ def partition_graph(graph: Union[Graph, TemporalGraph], num_parts: int, method: 
     elif method == "metis":
         params["balance"] = balance
         membership = methods.metis_membership(graph, num_parts, balance, imbalance_tol, seed)
-    else:
+    elif method == "temporal":
         params.update(time_windows=time_windows, recency=recency)
         membership = methods.temporal_membership(graph, num_parts, time_windows, recency, imbalance_tol,
                                                     seed, hubs)
+    else:
+        if hubs.size:
+            raise GnndistError(f"--replicate-hubs applies to --method temporal, metis and random, not {method}")
+        params.update({"balance": balance} if base == "metis" else {"time_windows": time_windows, "recency": recency})
+        from gnndist.partition.propagation import lp_membership  # torch: only where label propagation runs
+
+        membership = lp_membership(graph, num_parts, method, balance, time_windows, recency,
+                                               imbalance_tol, seed)
     if temporal:
         params["replicate_hubs"] = replicate_hubs
     bar.update()

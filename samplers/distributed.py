@@ -104,6 +104,14 @@ def requests_per_step(keys: Sequence[np.ndarray], owner: Sequence[np.ndarray], g
     return out
 
 
+def _own_streams(streams: Optional[np.ndarray], lo: int, n_own: int, rank: int) -> np.ndarray:
+    """The random stream ids of a rank's `n_own` nodes from `lo` on (default: their ids)."""
+    out = np.arange(lo, lo + n_own, dtype=np.int64) if streams is None else np.asarray(streams, np.int64)
+    if out.size != n_own:
+        raise GnndistError(f"rank {rank}: {out.size} random streams, its id range has {n_own}")
+    return out
+
+
 class DistNeighborSampler:
     """Uniform multi-hop sampling over a static partition.
 
@@ -126,10 +134,7 @@ class DistNeighborSampler:
         n_own = hi - self.lo
         if self.indptr.size != n_own + 1 or self.indptr[-1] != self.indices.size:
             raise GnndistError(f"rank {self.rank}: CSR has {self.indptr.size - 1} rows, its id range has {n_own}")
-        self.streams = (np.arange(self.lo, self.lo + n_own, dtype=np.int64) if streams is None
-                        else np.asarray(streams, np.int64))
-        if self.streams.size != n_own:
-            raise GnndistError(f"rank {self.rank}: {self.streams.size} random streams, its id range has {n_own}")
+        self.streams = _own_streams(streams, self.lo, n_own, self.rank)
 
     @classmethod
     def from_partition(cls, part: Any, group: Any = None) -> "DistNeighborSampler":
@@ -175,10 +180,7 @@ class DistTemporalSampler:
         n_own = hi - self.lo
         if self.tcsr[0].size != n_own + 1:
             raise GnndistError(f"rank {self.rank}: T-CSR has {self.tcsr[0].size - 1} rows, its id range has {n_own}")
-        self.streams = (np.arange(self.lo, self.lo + n_own, dtype=np.int64) if streams is None
-                        else np.asarray(streams, np.int64))
-        if self.streams.size != n_own:
-            raise GnndistError(f"rank {self.rank}: {self.streams.size} random streams, its id range has {n_own}")
+        self.streams = _own_streams(streams, self.lo, n_own, self.rank)
 
     @classmethod
     def from_events(cls, src, dst, t, eid, book: PartitionBook, streams: Optional[np.ndarray] = None,

@@ -2,7 +2,9 @@
 tests. Under NCCL (`--device cuda`) the default group may carry only device tensors, so every
 host-side exchange (sampled neighbours, feature rows, negatives, counters of numpy data) must
 go on the samplers' gloo group; `DEVICE_SITES` are the places that exchange device tensors
-(gradients, node-state rows, embeddings, metrics built on the trainer's device)."""
+(gradients, node-state rows, embeddings, metrics built on the trainer's device), each a
+"folder/file.py" of the package and the names of functions in it (tests/test_structure.py checks
+that the file has them)."""
 import sys
 from pathlib import Path
 

@@ -221,6 +221,8 @@ CASES = [
          ["w.txt:3", "field 2 is not a number: 'x'"]),
     Case("snap-empty", partition(lambda c: c.file("e.txt", "")), ["e.txt", "empty file"]),
     Case("snap-inf-time", partition(lambda c: c.file("i.txt", "1 2 inf\n")), ["i.txt:1", "time is inf"]),
+    Case("snap-time-span-overflows", partition(lambda c: c.file("o.txt", "1 2 -1e308\n2 3 1e308\n")),
+         ["o.txt: t spans -1e+308 to 1e+308", "shift or scale the times"]),  # numpy warned of overflow first
     Case("snap-gz-cut", partition(lambda c: c.file("g.txt.gz", gzip.compress(b"1 2 3\n" * 500)[:30], raw=True)),
          ["g.txt.gz", "cannot read"]),
     Case("shards-bad-row-in-shard-3", partition(lambda c: shard_folder(c, part_3="src,dst,t\n1,2,3\n4,5\n")),
@@ -260,6 +262,8 @@ CASES = [
     Case("data-missing", partition(lambda c: str(c.tmp / "nothing.txt")), ["nothing.txt", "no such file"]),
     Case("data-fifo", partition(lambda c: (os.mkfifo(c.tmp / "pipe.txt"), str(c.tmp / "pipe.txt"))[1]),
          ["pipe.txt", "not a regular file"]),
+    Case("data-symlink-loop", partition(lambda c: c.link("loop.txt", "loop.txt")),  # was pathlib's RuntimeError
+         ["/loop.txt: its symbolic links loop (a link to itself, or links to each other)"]),
     Case("data-folder-of-nothing", partition(lambda c: (c.file("d/readme.md", "hi"), str(c.tmp / "d"))[1]),
          ["cannot tell the format of this folder"]),
     # ---- built-in generators
@@ -286,9 +290,9 @@ CASES = [
     Case("method-temporal-on-static", partition(STATIC, "--method", "temporal"), ["--method temporal needs"]),
     Case("balance-unknown", partition(STATIC, "--balance", "nodes,colour"), ["unknown --balance key 'colour'"]),
     Case("balance-with-temporal", partition(TEMPORAL, "--balance", "train"),
-         ["--balance applies to --method metis only", "--method temporal balances"]),
+         ["--balance applies to --method metis and metis-lp only", "--method temporal balances"]),
     Case("balance-with-random", partition(STATIC, "--method", "random", "--balance", "nodes"),
-         ["--balance applies to --method metis only", "--method random"]),
+         ["--balance applies to --method metis and metis-lp only", "--method random"]),
     Case("imbalance-tol-below-1", partition(STATIC, "--imbalance-tol", "0.5"), ["--imbalance-tol must be from"]),
     Case("imbalance-tol-nan", partition(STATIC, "--imbalance-tol", "nan"), ["--imbalance-tol must be from"]),
     Case("seed-negative", partition(STATIC, "--seed", "-1"), ["--seed must be an integer from 0 to 4294967295"]),
@@ -458,6 +462,9 @@ CASES = [
     Case("train-outputs-the-same-path", lambda c: ["train", *TEMPORAL, "--quiet", "--checkpoint", str(c.tmp / "o"),
                                                    "--metrics-out", str(c.tmp / "o")],
          ["--metrics-out and --checkpoint are the same path", "give each output a place of its own"], loads=False),
+    Case("train-checkpoint-symlink-loop", lambda c: (c.link("b", "a"), c.link("a", "b"), [
+        "train", *TEMPORAL, "--quiet", "--checkpoint", str(c.tmp / "a")])[2],
+         ["--checkpoint ", "/a: its symbolic links loop"], loads=False),
     Case("train-outputs-nested", lambda c: ["train", *TEMPORAL, "--quiet", "--checkpoint", str(c.tmp / "o"),
                                             "--log-dir", str(c.tmp / "o" / "tb")],
          ["--checkpoint and --log-dir are nested paths"], loads=False),
@@ -472,8 +479,8 @@ CASES = [
     Case("train-metrics-out-is-the-input", lambda c: ["train", (d := c.file("g.txt", "1 2 3\n4 5 6\n")),
                                                      "--quiet", "--metrics-out", d], ["g.txt", "it is the input"],
          loads=False),
-    Case("train-node-on-temporal-data", lambda c: ["train", *TEMPORAL, "--task", "node", "--quiet"],
-         ["DATA is a temporal graph: use --task link"], loads=False),
+    Case("train-node-on-temporal-data-without-labels", lambda c: ["train", *TEMPORAL, "--task", "node", "--quiet"],
+         ["--task node on a temporal graph needs a label per event", "--task node-property"]),
     Case("train-store-of-2-parts-on-1-rank", lambda c: ["train", str(c.store()), "--quiet"],
          ["has 2 parts but 1 rank(s) run; use --nproc 2"], loads=False),
     Case("demo-seed-negative", lambda c: ["demo", "--seed", "-1", "--quiet"],
@@ -499,13 +506,18 @@ CASES = [
          ["not enough memory for gnndist demo: Unable to allocate"]),
     Case("train-hidden-too-large", train("node", "--hidden", "1000000000"),
          ["the sage trainer needs an estimated", "lower --hidden"]),
+    Case("train-hidden-activations-too-large", lambda c: [  # a model of 3.6 GiB, whose layers' activations the
+        "train", "synthetic-static", "--num-nodes", "500", "--num-edges", "3000", "--task", "node", "--epochs", "1",
+        "--hidden", "3000000", "--quiet"],  # estimate left out: it grew to 24 GB and was killed without a word
+         ["the sage trainer needs an estimated", "a training step's tensors (at most)",
+          "lower --hidden, --batch-size or --fanouts"]),
     Case("train-gat-hidden-not-a-multiple-of-heads", train("node", "--model", "gat", "--hidden", "30"),
          ["GAT hidden size 30 must be a multiple of heads 8"]),
 ]
 # torch_geometric's import calls torch.jit.script, which torch 2.13 deprecates: a warning users do not
 # see (Python shows DeprecationWarnings raised in __main__ only), which the subprocess runs allow
 PYG_IMPORT_WARNING = "`torch.jit.script` is deprecated"
-SUBPROCESS = ["csv-form-feed-only", "info-generator-too-large", "planetoid-16tib-array", "data-seed-negative-static", "info-meta-nested",
+SUBPROCESS = ["csv-form-feed-only", "snap-time-span-overflows", "info-generator-too-large", "planetoid-16tib-array", "data-seed-negative-static", "info-meta-nested",
               "out-is-the-input", "train-memory-dim-too-large", "demo-seed-negative"]
 
 
@@ -846,7 +858,7 @@ def test_a_replaced_checkpoint_survives_every_later_failure(tmp_path):
 
     with pytest.raises(GnndistError):
         run(saves=1)
-    for f in (d / ".replaced").iterdir():  # the README's advice: move them back
+    for f in (d / ".replaced").iterdir():  # the advice of docs/guide/troubleshooting.md: move them back
         os.replace(f, d / f.name)
     (d / checkpoint_name(1)).unlink()
     with pytest.raises(GnndistError):  # beside the empty .replaced: kept, and put back
@@ -861,7 +873,7 @@ def test_a_replaced_checkpoint_survives_every_later_failure(tmp_path):
     from gnndist.predict import SavedModel
     with pytest.raises(GnndistError, match=f"^no checkpoint in {d} .*; an earlier run's checkpoint is kept in {d}/.replaced$"):
         SavedModel.load(d)
-    with pytest.raises(GnndistError, match=f"^\\[Errno 28\\] No space left on device \\(an earlier run's checkpoint"):
+    with pytest.raises(GnndistError, match="^\\[Errno 28\\] No space left on device \\(an earlier run's checkpoint"):
         run(resume=True, error=OSError(28, "No space left on device"))
     assert checkpoint.epochs(d / ".replaced") == [4]
 
@@ -972,7 +984,6 @@ def _library_calls():
     """(id, call, expected message part): library calls a script can get wrong, each refused
     with a GnndistError before any work (a part count of 1.5 used to end the process by SIGFPE)."""
     from gnndist import LinkConfig, NodeConfig
-    from gnndist.outputs import Outputs
     from gnndist.static.trainer import train_node
     from gnndist.temporal.fit import train_link
     g, tg = load(STATIC[0], num_nodes=200, num_edges=600), load(TEMPORAL[0], num_nodes=80, num_events=800)

@@ -514,7 +514,7 @@ class _Huge:
         self.how, self.shape = how, shape
 
     def __reduce__(self):
-        from gnndist.datasets.planetoid import _reconstruct
+        from gnndist.datasets.pickles import _reconstruct
         if self.how == "ndarray":
             return (np.ndarray, (self.shape, np.dtype("u1")))
         return (_reconstruct, (np.ndarray, self.shape, np.dtype("u1")))

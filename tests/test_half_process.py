@@ -217,7 +217,7 @@ def test_an_error_in_the_writes_is_raised_here_and_the_process_serves_on(process
 
 def test_a_killed_process_is_named_not_waited_for(process):
     p, q = process(lambda work, ready: time.sleep(60)), process()
-    named = rf"^the process running the second half of each step \(pid {{}}\) ended: killed by SIGKILL$"
+    named = r"^the process running the second half of each step \(pid {}\) ended: killed by SIGKILL$"
     p.start("anything")
     os.kill(p.pid, signal.SIGKILL)
     with pytest.raises(GnndistError, match=named.format(p.pid)):

@@ -1,7 +1,7 @@
 """Runs across two real network hosts: two Linux network namespaces joined by a veth pair, each
-with its own address, one torchrun node in each, started with the plain command the README
-gives (no GLOO_SOCKET_IFNAME: the hosts' name resolves to 127.0.0.1, and gnndist must pick the
-veth itself). The veth byte counters show the traffic crossed the link.
+with its own address, one torchrun node in each, started with the plain command of
+docs/guide/several-machines.md (no GLOO_SOCKET_IFNAME: the hosts' name resolves to 127.0.0.1, and
+gnndist must pick the veth itself). The veth byte counters show the traffic crossed the link.
 
 They need root and `ip netns`; without them they skip, saying why."""
 import json
@@ -77,9 +77,9 @@ class Hosts:
         p = _ip(*args)
         assert p.returncode == 0, f"ip {' '.join(args)}: {p.stderr}"
 
-    def start(self, i: int, argv: list[str], timeout: str = "60", c10d: bool = False, restarts: int = 0
-              ) -> subprocess.Popen:
-        """Host `i`'s torchrun node running `gnndist train ARGV` (stderr in host{i}.err), joined
+    def start(self, i: int, argv: list[str], timeout: str = "60", c10d: bool = False, restarts: int = 0,
+              command: str = "train") -> subprocess.Popen:
+        """Host `i`'s torchrun node running `gnndist COMMAND ARGV` (stderr in host{i}.err), joined
         by --node-rank and --master-addr, or with `c10d` by the c10d rendezvous (which, where a
         host's name resolves to 127.0.0.1, needs is_host=1 on the endpoint and --local-addr);
         with `restarts`, torchrun --max-restarts (and a store of the ranks' own, which restarts
@@ -94,15 +94,16 @@ class Hosts:
         else:
             join = ["--node-rank", str(i), "--master-addr", ADDRS[0], "--master-port", str(PORT)]
         cmd = ["ip", "netns", "exec", self.ns[i], sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
-               "--nproc-per-node", "1", "--max-restarts", str(restarts), *join, "-m", "gnndist", "train", *argv]
+               "--nproc-per-node", "1", "--max-restarts", str(restarts), *join, "-m", "gnndist", command, *argv]
         with open(self.tmp / f"host{i}.err", "w") as err:
             p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=err, text=True)
         self.procs.append(p)
         return p
 
-    def run(self, argvs: tuple[list[str], list[str]], timeout: float = 110, c10d: bool = False) -> list[int]:
+    def run(self, argvs: tuple[list[str], list[str]], timeout: float = 110, c10d: bool = False,
+            command: str = "train") -> list[int]:
         """Both hosts' nodes to the end; their exit statuses."""
-        procs = [self.start(i, argv, c10d=c10d) for i, argv in enumerate(argvs)]
+        procs = [self.start(i, argv, c10d=c10d, command=command) for i, argv in enumerate(argvs)]
         deadline = time.monotonic() + timeout
         try:
             return [p.wait(timeout=max(0.0, deadline - time.monotonic())) for p in procs]
@@ -350,3 +351,42 @@ def test_a_host_killed_mid_epoch_rejoins_with_resume_auto_and_the_job_ends_as_un
     # a checkpoint every 10 steps of the run: of epoch 2 at its steps 5, 15, ...; torchrun does not tell the rank lost
     assert r["epoch"] == 2 and r["step"] % 10 == 5 and r["rank_lost"] is None, r
     assert re.search(r"^restart 1: resuming from epoch 2, step \d+ of 35 \(the checkpoint in ", hosts.err(0), re.M)
+
+
+def test_hosts_each_given_their_own_shard_files_partition_together_then_train(hosts, tmp_path):
+    """Each host holds only its own shard files: they partition them together (each host writes
+    meta.json, the id maps and its own part: the store `--nproc 2` writes on one host, but for
+    the parts), then train on what each wrote, with the metrics of `--nproc 2`."""
+    from gnndist.datasets import load
+    from gnndist.datasets.shard_writer import ShardWriteConfig, write_shards
+
+    shards = tmp_path / "shards"
+    write_shards(load(*TEMPORAL[:1], num_nodes=60, num_events=900), shards, ShardWriteConfig(num_shards=4))
+    files = sorted(p for p in shards.rglob("*.parquet"))
+    for i in range(2):
+        (tmp_path / f"host{i}" / "shards").mkdir(parents=True)
+        for f in files[i::2]:
+            shutil.copy(f, tmp_path / f"host{i}" / "shards" / f.name)
+    one = tmp_path / "one"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GNNDIST_TIMEOUT", "60")
+        assert main(["partition", str(shards), "--parts", "2", "--out", str(one), "--nproc", "2", "--quiet"]) == 0
+    argvs = [[str(tmp_path / f"host{i}" / "shards"), "--parts", "2", "--out", str(tmp_path / f"host{i}" / "store"),
+              "--quiet"] for i in range(2)]
+    rcs = hosts.run((argvs[0], argvs[1]), command="partition")
+    assert rcs == [0, 0], hosts.err(0)[-3000:] + hosts.err(1)[-3000:]
+    want = json.loads((one / "meta.json").read_text())
+    for i in range(2):
+        store = tmp_path / f"host{i}" / "store"
+        assert sorted(p.name for p in store.iterdir()) == ["meta.json", "orig_to_new.npy", f"part{i}"]
+        got = json.loads((store / "meta.json").read_text())
+        assert got["files"] == want["files"] and got["node_offsets"] == want["node_offsets"]
+    rcs = hosts.run(([str(tmp_path / "host0" / "store"), *TGN, "--epochs", "2", "--metrics-out",
+                      str(tmp_path / "hosts.json")], [str(tmp_path / "host1" / "store"), *TGN, "--epochs", "2"]))
+    assert rcs == [0, 0], hosts.err(0)[-3000:] + hosts.err(1)[-3000:]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OMP_NUM_THREADS", "1")
+        mp.setenv("GNNDIST_TIMEOUT", "60")
+        assert main(["train", str(one), *TGN, "--epochs", "2", "--nproc", "2",
+                     "--metrics-out", str(tmp_path / "nproc.json")]) == 0
+    _same_metrics(json.loads((tmp_path / "hosts.json").read_text()), json.loads((tmp_path / "nproc.json").read_text()))

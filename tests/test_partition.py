@@ -360,9 +360,9 @@ def test_out_of_space_is_named(graph, tmp_path, monkeypatch):
 
 def test_options_the_method_ignores_are_refused(graph):
     tg = load("synthetic-temporal", num_nodes=80, num_events=800)
-    for g, kw, msg in [(tg, dict(method="temporal", balance=["train"]), "--balance applies to --method metis only"),
+    for g, kw, msg in [(tg, dict(method="temporal", balance=["train"]), "--balance applies to --method metis and metis-lp only"),
                        (tg, dict(method="random", balance=["nodes"]), "--method random hashes node ids"),
-                       (graph, dict(method="random", balance=["nodes"]), "--balance applies to --method metis only"),
+                       (graph, dict(method="random", balance=["nodes"]), "--balance applies to --method metis and metis-lp only"),
                        (tg, dict(method="metis", recency=0.5), "--recency applies to --method temporal only"),
                        (graph, dict(time_windows=2), "--time-windows applies to temporal graphs only")]:
         with pytest.raises(GnndistError, match=msg):

@@ -252,11 +252,11 @@ def test_partition_figure_shows_the_store_metrics(kind, tmp_path, capsys):
     assert f"nodes per part (max/mean {imb['nodes']:.3f})" in ax
     title = fig.get_suptitle()
     assert all(f"{k.replace('_', ' ')} {v:.3f}" in title for k, v in imb.items()) and "3 parts" in title
-    share = ax["cross-partition share"]
+    cross = ax["cross-partition fraction"]
     expect = ([s["cross_partition_event_fraction"], s["cross_partition_event_fraction_with_replicas"],
                s["edge_cut_fraction"]] if kind == "temporal" else [s["edge_cut_fraction"]])
-    assert bar_heights(share) == expect
-    assert [ln.get_ydata()[0] for ln in share.lines] == [1 - 1 / 3]
+    assert bar_heights(cross) == expect
+    assert [ln.get_ydata()[0] for ln in cross.lines] == [1 - 1 / 3]
     meta_file = store / "meta.json"
     before = meta_file.read_bytes()
     one_line_error(["info", str(store), "--plot", str(meta_file)], capsys)

@@ -89,6 +89,15 @@ def test_lower_layers_import_no_trainer_or_cli(graph):
             assert not bad, (m, bad)
 
 
+def test_the_shared_memory_check_imports_no_trainer_package(graph):
+    """gnndist.footprint is the check both trainers go through; each model family's estimate
+    lives beside its models (temporal/footprint.py, static/footprint.py), so no arrow points back up."""
+    deps, _ = graph["gnndist.footprint"]
+    assert [d for d in deps if d.startswith(("gnndist.temporal", "gnndist.static"))] == []
+    for family in ("temporal", "static"):
+        assert "gnndist.footprint" in graph[f"gnndist.{family}.footprint"][0]
+
+
 def test_argparse_only_in_cli_glue(graph):
     assert [m for m, (_, uses) in graph.items() if uses and not glue(m)] == []
 
@@ -101,3 +110,15 @@ def test_every_public_function_and_class_has_a_docstring():
 
 def test_api_listing_is_current():
     assert (ROOT / "docs" / "api.md").read_text() == api.listing(), "run: python -m gnndist.api > docs/api.md"
+
+
+def test_the_device_sites_name_functions_the_code_has():
+    """tests/sites.py allows collectives on the default group in named functions: each must exist."""
+    import sys
+    sys.path.insert(0, str(ROOT / "tests"))
+    from sites import DEVICE_SITES
+    for file, functions in DEVICE_SITES.items():
+        path = next(p for p in (ROOT / "gnndist" / file, ROOT / file) if p.is_file())
+        defined = {n.name for n in ast.walk(ast.parse(path.read_text()))
+                   if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        assert functions <= defined, f"{file} has no {sorted(functions - defined)}"

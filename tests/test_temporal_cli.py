@@ -11,15 +11,13 @@ import torch
 from gnndist import checkpoint, footprint
 from gnndist.cli import main
 from gnndist.errors import GnndistError
-from gnndist.footprint import link_footprint
+from gnndist.temporal.footprint import link_footprint
 from gnndist.graph import TemporalGraph
 from gnndist.partition.stats import fmt_bytes
 from gnndist.temporal import trainer as trainer_module
 from gnndist.temporal.config import LinkConfig
 from gnndist.temporal.events import RankEvents
 from gnndist.temporal.models import MODELS
-from gnndist.temporal.modules import TemporalAttention
-from gnndist.temporal.neighbours import Neighbours
 from gnndist.temporal.trainer import LinkTrainer
 
 DATA = ["synthetic-temporal", "--num-nodes", "80", "--num-events", "1200", "--memory-dim", "16", "--epochs", "3",
@@ -77,11 +75,36 @@ def test_link_task_on_static_data_suggests_node(capsys):
     assert rc == 2 and "--task node" in capsys.readouterr().err
 
 
-def test_demo_trains_and_prints_the_table(capsys):
-    assert main(["demo", "--num-nodes", "60", "--num-events", "1000", "--epochs", "1", "--quiet"]) == 0
-    out = capsys.readouterr().out.splitlines()
-    assert out[0].split() == ["AP", "AUC", "MRR"] and out[2].startswith("test ")
-    assert re.fullmatch(r"test new nodes \([\d,]+ events\) +(\d\.\d{4}|-) .*", out[3]), out
+def test_demo_prints_what_each_rank_held_and_moved_beside_one_process(tmp_path, capsys):
+    out = tmp_path / "demo.json"
+    assert main(["demo", "--num-nodes", "60", "--num-events", "1000", "--epochs", "1", "--quiet",
+                 "--metrics-out", str(out)]) == 0
+    m = json.loads(out.read_text())
+    one = m["one_process"]
+    assert (m["world_size"], m["memory"], m["config"]["cache"], one["world_size"]) == (2, "partitioned", "presample", 1)
+    lines = capsys.readouterr().out.splitlines()
+    parts = [[int(x.replace(",", "")) for x in re.fullmatch(
+        r"  part \d: ([\d,]+) nodes, ([\d,]+) events from them, ([\d,]+) events touching them", ln).groups()]
+        for ln in lines if ln.startswith("  part ")]
+    # the partition covers the graph, and each rank holds its part: the events touching its nodes,
+    # the memory of its nodes; the one process holds everything
+    assert sum(p[0] for p in parts) == 60 and sum(p[1] for p in parts) == 1000
+    assert [r["events_held"] for r in m["ranks"]] == [p[2] for p in parts]
+    assert [r["node_state_rows"] for r in m["ranks"]] == [p[0] for p in parts]
+    assert (one["ranks"][0]["events_held"], one["ranks"][0]["node_state_rows"]) == (1000, 60)
+    table = lines[lines.index("what each rank held (cache counters: its last training epoch)"):]
+    assert table[1].split() == ["rank", "0", "rank", "1", "1", "process"]
+    rows = {ln[:26].strip(): ln[26:].split() for ln in table[2:] if ln[:26].strip()}
+    ranks = m["ranks"] + one["ranks"]
+    assert rows["events held"] == [f"{r['events_held']:,}" for r in ranks]
+    assert rows["node-state rows"] == [f"{r['node_state_rows']:,}" for r in ranks]
+    assert rows["MiB held"] == [f"{sum(r['bytes'].values()) / 2**20:.2f}" for r in ranks]
+    assert rows["edge-cache hit rate"] == [f"{r['edge_cache']['hit_rate']:.2f}" for r in m["ranks"]] + ["-"]
+    e = m["epochs"][-1]
+    assert any(ln.startswith(f"moved between the 2 ranks in the last epoch: {e['remote_rows']:,} node-state rows "
+                             f"({e['state_bytes'] / 2**20:.1f} MiB)") for ln in table)
+    assert rows["2 ranks"] == [f"{m['test'][k]:.4f}" for k in ("ap", "auc", "mrr")]
+    assert rows["1 process"] == [f"{one['test'][k]:.4f}" for k in ("ap", "auc", "mrr")]
 
 
 def test_the_table_marks_figures_without_events():
@@ -159,14 +182,12 @@ def optimizer_bytes(params, optimizer) -> int:
 
 
 @pytest.mark.parametrize("model", MODELS)
-def test_the_footprint_is_what_a_link_trainer_allocates(model, monkeypatch):
-    """Model and node state: the bytes the trainer holds after a training epoch. A batch's
-    neighbour tensors: a lower bound on the sampled hops plus the attention inputs of one
-    evaluation batch, exact for the one-layer attention models (TGN, DyRep)."""
+def test_the_footprint_is_what_a_link_trainer_allocates(model):
+    """Model and node state: the bytes the trainer holds after a training epoch (a step's tensors
+    and the steps planned ahead: bounded from above in tests/test_footprint.py)."""
     events, cfg = small_events(), small_config(model)
     parts = {p.label: p.nbytes for p in link_footprint(events, cfg).parts}
     tr = LinkTrainer(events, cfg)
-    tr.halves = 1  # the whole batch's tensors made in this process
     tr.train_epoch(1)
     held = optimizer_bytes(list(tr.model.parameters()), tr.optimizer)
     # DyRep's attention and the key weights of TGAT's first layer (whose keys are all the zero
@@ -177,29 +198,6 @@ def test_the_footprint_is_what_a_link_trainer_allocates(model, monkeypatch):
         assert held == parts["model with gradients and Adam state"]
     state = [] if tr.state is None else [tr.state.memory, tr.state.last_update, tr.state.mail, tr.state.mail_time]
     assert parts["node state"] == sum(t.nbytes for t in state)
-
-    seen = {"hops": 0, "attention": 0}
-    call = Neighbours.hops
-
-    def counted(self, *args):
-        hops = call(self, *args)
-        seen["hops"] += sum(t.nbytes for h in hops for t in (h.nbr, h.eid, h.ts, h.dt, h.mask, h.feat))
-        return hops
-
-    def attention_inputs(module, inputs, output):  # the keys' node rows as gathered, and the context
-        query, table, index, context, mask, *_ = inputs
-        seen["attention"] += index.numel() * table.shape[1] * table.element_size() + context.nbytes
-
-    monkeypatch.setattr(Neighbours, "hops", counted)
-    for m in tr.model.modules():
-        if isinstance(m, TemporalAttention):
-            m.register_forward_hook(attention_inputs)
-    tr.evaluate(tr.val_end, tr.val_end + cfg.batch_size, "one batch")
-    bound, measured = parts["a batch's neighbour tensors (at least)"], sum(seen.values())
-    assert bound <= measured
-    if model in ("tgn", "dyrep"):
-        assert bound == measured > 0
-    assert (bound > 0) == (model != "jodie")  # JODIE samples no neighbours
 
 
 def test_a_link_setting_that_cannot_fit_is_refused_with_its_estimate(monkeypatch):

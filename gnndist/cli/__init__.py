@@ -19,21 +19,24 @@ from typing import Optional, Sequence
 from gnndist.errors import GnndistError, allocating, first_line
 
 EPILOG = """examples:
-  gnndist datasets
   gnndist demo
+  gnndist datasets
+  gnndist train uci --task link --model tgn --epochs 5 --metrics-out tgn.json
+  gnndist train cora --task node --model sage --nproc 2 --metrics-out sage.json --log-dir runs/sage
+  gnndist train synthetic-temporal --task link --nproc 2 --memory partitioned
+  gnndist partition uci --parts 4 --out uci4/
   gnndist partition synthetic-static --parts 4 --method metis --balance nodes,train --out parts/
-  gnndist partition ../shared/datasets/uci_collegemsg/CollegeMsg.txt.gz --parts 4 --method temporal --out uci4/
   gnndist info uci4/ --json
-  gnndist info ../shared/datasets/cora --nproc 4
-  gnndist train ../shared/datasets/uci_collegemsg/CollegeMsg.txt.gz --task link --model tgn --epochs 5
-  gnndist train ../shared/datasets/cora --task node --model sage --nproc 2 --metrics-out sage.json --log-dir runs/sage
+  gnndist info cora --nproc 4
   gnndist plot sage.json -o sage.png
-  gnndist train ../shared/datasets/uci_collegemsg/CollegeMsg.txt.gz --task link --checkpoint uci_tgn/
-  gnndist predict uci_tgn/ ../shared/datasets/uci_collegemsg/CollegeMsg.txt.gz --split test
-  gnndist predict uci_tgn/ ../shared/datasets/uci_collegemsg/CollegeMsg.txt.gz --candidates links.csv -o scores.csv
-  gnndist predict uci_tgn/ ../shared/datasets/uci_collegemsg/CollegeMsg.txt.gz --embed-at 1.09e9 -o emb.npy
-  gnndist train ../shared/datasets/cora --task node --checkpoint cora_sage/
-  gnndist predict cora_sage/ ../shared/datasets/cora -o probs.csv
+  gnndist train uci --task link --checkpoint uci_tgn/
+  gnndist predict uci_tgn/ uci --split test
+  gnndist predict uci_tgn/ uci --candidates links.csv -o scores.csv
+  gnndist predict uci_tgn/ uci --embed-at 1.09e9 -o emb.npy
+  gnndist train cora --task node --checkpoint cora_sage/
+  gnndist predict cora_sage/ cora -o probs.csv
+
+the guide: README.md and docs/ in the source tree
 """
 
 # subcommand -> (module that implements it, one-line help)
@@ -45,7 +48,8 @@ SUBCOMMANDS = {
     "predict": ("gnndist.cli.predict_cli", "use a trained model: test metrics, link scores, embeddings, class "
                 "probabilities"),
     "plot": ("gnndist.cli.plot_cli", "draw a training run's metrics JSON as one PNG"),
-    "demo": ("gnndist.cli.demo", "a short TGN training on built-in synthetic data"),
+    "demo": ("gnndist.cli.demo", "partition generated data, train TGN on 2 ranks and on one process, and "
+             "show what each rank held and moved"),
 }
 
 

@@ -1,14 +1,21 @@
 """Split a graph into partitions and write them as an on-disk store.
 
-  gnndist partition DATA --parts K --out DIR [--method metis|random|temporal]
+  gnndist partition DATA --parts K --out DIR [--method metis|random|temporal|metis-lp|temporal-lp]
                    [--balance nodes,edges,train] [--imbalance-tol 1.03] [--halo 0|1]
                    [--replicate-hubs K] [--time-windows W] [--recency R] [--seed S] [--force]
+                   [--nproc K] [--memory-budget SIZE]
 
-DATA is a built-in dataset name or a file path. Methods: `metis` (default for static
-graphs) balances the --balance weights within --imbalance-tol; `random` hashes node ids;
-`temporal` (default for temporal graphs) cuts few events, weighting recent ones more, and
-balances the events each part owns (an event belongs to its source node's part) in each of
---time-windows windows. The metrics are printed and kept in DIR/meta.json (`gnndist info DIR`).
+DATA is a dataset name, a file or folder, or shard files of one graph. Methods: `metis`
+(default for static graphs) balances the --balance weights within --imbalance-tol; `random`
+hashes node ids; `temporal` (default for temporal graphs) cuts few events, weighting recent
+ones more, and balances the events each part owns (an event belongs to its source node's part)
+in each of --time-windows windows; `metis-lp` and `temporal-lp` are their balanced label
+propagation, for projections larger than one rank's memory. The metrics are printed and kept
+in DIR/meta.json (`gnndist info DIR`).
+
+With --nproc K (or under torchrun, one rank per part, on one host or several) the ranks read
+DATA's shard files and write one part each; no rank holds the whole graph. METIS runs on rank 0
+where the projection fits --memory-budget, else the -lp method (the default method says which).
 """
 from __future__ import annotations
 
@@ -16,13 +23,13 @@ import argparse
 import json
 import sys
 
-from gnndist.cli.datasets_cli import add_data_args, source_from_args
+from gnndist.cli.datasets_cli import add_data_args, refuse_dataset_flags, source_from_args
 from gnndist.errors import GnndistError
 from gnndist.graph import Graph
 from gnndist.io import show_progress
 from gnndist.partition.info import format_summary, summary
-from gnndist.partition.methods import IMBALANCE_TOL, METHODS
-from gnndist.partition.stats import available_memory_bytes, fmt_bytes, graph_bytes
+from gnndist.partition.methods import IMBALANCE_TOL, LP_METHODS, METHODS
+from gnndist.partition.stats import available_memory_bytes, fmt_bytes, graph_bytes, parse_size
 from gnndist.outputs import check_output
 from gnndist.partition.store import check_memory, is_store, partition_graph, read_store_meta
 
@@ -57,6 +64,12 @@ def configure(p: argparse.ArgumentParser) -> None:
                    "which the metis and temporal methods run, draws alike for seeds 0 and 1)")
     p.add_argument("--force", action="store_true", help="partition even if the memory estimate exceeds "
                    "the available memory")
+    p.add_argument("--nproc", type=int, default=1, metavar="K",
+                   help="partition across K local ranks, one part each, reading shard files (default: 1: in this "
+                        "process); under torchrun the ranks torchrun starts")
+    p.add_argument("--memory-budget", default=None, metavar="SIZE",
+                   help="with --nproc: the memory each rank plans against, bytes or e.g. 2GiB (default: this "
+                        "host's available memory / its ranks); METIS runs on rank 0 only where the projection fits it")
     p.add_argument("--json", action="store_true", help="print the metrics as one JSON object")
     p.add_argument("--quiet", action="store_true", help="no progress bars or notes")
 
@@ -67,27 +80,42 @@ def run(args: argparse.Namespace) -> int:
     if is_store(args.data):
         raise GnndistError(f"{args.data} is a partition store: partition the graph it was made from (a store's "
                            f"parts are not read back as one graph)")
-    graph = source_from_args(args).load()
-    method = args.method or ("metis" if isinstance(graph, Graph) else "temporal")
-    need = check_memory(graph, method, force=True)
-    if need is not None and not args.quiet:
-        avail = available_memory_bytes()
-        loaded = graph_bytes(graph)
-        print(f"estimated peak memory {fmt_bytes(loaded + need)}: the graph {fmt_bytes(loaded)} + {fmt_bytes(need)} "
-              "to partition" + (f" ({fmt_bytes(avail)} available)" if avail is not None else ""), file=sys.stderr)
     balance = None if args.balance is None else [b.strip() for b in args.balance.split(",") if b.strip()]
-    partition_graph(graph, args.parts, method=method, balance=balance,
-                    imbalance_tol=args.imbalance_tol, halo=args.halo, replicate_hubs=args.replicate_hubs,
-                    time_windows=args.time_windows, recency=args.recency, seed=args.seed, force=args.force,
-                    out=args.out, progress=show_progress(args.quiet))
-    s = summary(read_store_meta(args.out))
+    options = dict(method=args.method, balance=balance, imbalance_tol=args.imbalance_tol, halo=args.halo,
+                   replicate_hubs=args.replicate_hubs, time_windows=args.time_windows, recency=args.recency,
+                   seed=args.seed, force=args.force)
+    from gnndist.runtime.dist import in_torchrun, writes_outputs
+    from gnndist.runtime.launch import partition_data
+
+    if args.nproc > 1 or in_torchrun():
+        if args.memory_budget is not None:
+            options["memory_budget"] = parse_size(args.memory_budget)
+        refuse_dataset_flags(args, what="shard files partitioned across ranks") if args.format is None else None
+        meta = partition_data(args.data, args.parts, args.out, args.nproc, args.quiet, **options)
+        if not writes_outputs():
+            return 0
+    else:
+        if args.memory_budget is not None:
+            raise GnndistError("--memory-budget applies to partitioning across ranks (--nproc K)")
+        graph = source_from_args(args).load()
+        method = args.method or ("metis" if isinstance(graph, Graph) else "temporal")
+        need = check_memory(graph, method, force=True)
+        if need is not None and not args.quiet:
+            avail = available_memory_bytes()
+            loaded = graph_bytes(graph)
+            print(f"estimated peak memory {fmt_bytes(loaded + need)}: the graph {fmt_bytes(loaded)} + {fmt_bytes(need)} "
+                  "to partition" + (f" ({fmt_bytes(avail)} available)" if avail is not None else ""), file=sys.stderr)
+        partition_graph(graph, args.parts, out=args.out, progress=show_progress(args.quiet), **{**options, "method": method})
+        meta = read_store_meta(args.out)
+    s = summary(meta)
     print(json.dumps(s) if args.json else f"wrote {args.out}\n{format_summary(s)}")
     over = over_tolerance(s)
     if over and not args.quiet:
-        print(f"note: METIS left {', '.join(f'{k} at {v:.3f}' for k, v in over.items())} over --imbalance-tol "
+        who = "label propagation" if s["method"].endswith("-lp") else "METIS"
+        print(f"note: {who} left {', '.join(f'{k} at {v:.3f}' for k, v in over.items())} over --imbalance-tol "
               f"{s['params']['imbalance_tol']:g} (it aims for the tolerance and does not always meet it; "
-              + ("fewer --time-windows, " if s["method"] == "temporal" else "") + "fewer parts or a looser tolerance "
-              "help)", file=sys.stderr)
+              + ("fewer --time-windows, " if s["method"].startswith("temporal") else "") + "fewer parts or a looser "
+              "tolerance help)", file=sys.stderr)
     return 0
 
 
@@ -96,5 +124,6 @@ def over_tolerance(s: dict) -> dict[str, float]:
     the store's --imbalance-tol."""
     params = s["params"]
     balanced = {"metis": params.get("balance", ["nodes"]), "temporal": ["events", "events_worst_window"]}
+    balanced.update({lp: balanced[m] for m, lp in LP_METHODS.items()})
     tol = params.get("imbalance_tol")
     return {k: v for k, v in s["imbalance"].items() if k in balanced.get(s["method"], []) and v > tol}

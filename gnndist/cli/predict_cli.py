@@ -11,6 +11,10 @@ link models (temporal DATA):
   gnndist predict CKPT DATA --embed-at T -o emb.npy
       every node's embedding at time T after replaying the events before T (.npy: row i is
       node i of the data's numbering, ascending original id; .csv: a node column first)
+  gnndist predict CKPT DATA -o probs.csv
+      of a `gnndist train --task node` run on temporal DATA (its decoder is in the checkpoint):
+      per event, the class probabilities of its source, embedded as in training (.csv: columns
+      event,p for two classes, event,p0,p1,... for more; .npy: the array)
 node models (static DATA):
   gnndist predict CKPT DATA -o probs.npy [--ids ids.txt]
       class probabilities of every node (or of the ids listed one per line), over full
@@ -84,6 +88,19 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.ids:
         raise GnndistError(f"--ids is for node models; {args.checkpoint} holds a link model")
+    if not given and saved.decoder is not None:
+        if not args.out:
+            raise GnndistError("give -o FILE (.npy or .csv): where the events' class probabilities go (or one of "
+                               f"{', '.join(LINK_MODES)} for the link model)")
+        check_predictions_out(args.out, inputs)
+        from gnndist.temporal.nodes import event_probabilities
+
+        probs = event_probabilities(saved, data, **run_opts)
+        if writes_outputs():
+            names = ["p"] if probs.ndim == 1 else [f"p{c}" for c in range(probs.shape[1])]
+            path = write_predictions(args.out, probs, names, {"event": np.arange(probs.shape[0])}, inputs)
+            print(f"wrote {path}: class probabilities of the sources of {probs.shape[0]:,} events")
+        return 0
     if len(given) != 1:
         raise GnndistError(f"a link model needs one of {', '.join(LINK_MODES)}" +
                            (f", not {' and '.join(given)} together" if given else ""))

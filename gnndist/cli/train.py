@@ -1,7 +1,11 @@
 """Train a GNN.
 
   --task link: memory-based temporal GNN (tgn, jodie, apan, dyrep, tgat) on a temporal graph
-  --task node: node classification (sage, gcn, gat) on a static graph
+  --task node: node classification (sage, gcn, gat) on a static graph; on a temporal graph with
+               event labels (JODIE's state_label), dynamic node classification: the link model,
+               then a decoder on its embeddings at each labelled event (AUC, or accuracy and F1)
+  --task node-property: TGB's node property prediction (tgbn-*): the link model, then a decoder
+               on its embeddings at each label time (NDCG@10)
 
 DATA is a built-in dataset name, a file or folder, or a partition store written by
 `gnndist partition`. With --nproc W > 1 it starts W local ranks (torch's elastic
@@ -16,13 +20,14 @@ from gnndist.datasets.registry import data_kind
 from gnndist.errors import GnndistError
 from gnndist.static.config import MODELS as STATIC_MODELS, NodeConfig
 from gnndist.temporal.config import (LR_SCHEDULES, MEMORY_MODES, NEG_STRATEGIES, SAMPLINGS, SHARES,
-                                     MODELS as TEMPORAL_MODELS, LinkConfig)
+                                     MODELS as TEMPORAL_MODELS, DecoderConfig, LinkConfig)
 from gnndist.validate import CACHE_POLICIES, DEVICES, TASK_OF_KIND, Int, check, check_seeds, flag
 
 # the config fields set by flags: of both tasks, of link prediction only, of node classification only
 COMMON_FLAGS = ("epochs", "patience", "batch_size", "lr", "cache", "cache_size", "device", "seed", "quiet")
 LINK_FLAGS = ("lr_schedule", "clip_grad", "memory_dim", "sampling", "neg", "memory", "share")
 NODE_FLAGS = ("fanouts", "eval_fanouts", "hidden", "dropout", "weight_decay", "row_norm")
+DECODER_FLAGS = ("hidden", "dropout", "weight_decay")  # of a node task's decoder on a temporal graph
 
 
 def _ints(s: str) -> list[int]:
@@ -55,14 +60,15 @@ def _defaults(name: str, tasks: tuple[str, ...] = ("link", "node")) -> str:
 def configure(p: argparse.ArgumentParser) -> None:
     """The subcommand\'s flags."""
     add_data_args(p)
-    p.add_argument("--task", choices=("link", "node"), default=None,
-                   help="link prediction on temporal graphs or node classification on static ones "
-                        "(default: from the data)")
+    p.add_argument("--task", choices=("link", "node", "node-property"), default=None,
+                   help="link prediction on temporal graphs; node classification on static ones, or on temporal "
+                        "ones with event labels (a decoder on the link model's embeddings); node-property: TGB's "
+                        "tgbn-* task (default: link or node, from the data)")
     p.add_argument("--model", default=None,
                    help=f"link: {'|'.join(TEMPORAL_MODELS)} (default tgn); node: {'|'.join(STATIC_MODELS)} (default sage)")
     p.add_argument("--epochs", type=int, default=None, help=f"most training epochs {_defaults('epochs')}")
     p.add_argument("--patience", type=int, default=None,
-                   help="stop after this many epochs without a better validation figure (AP / accuracy); "
+                   help="stop after this many epochs without a better validation metric (AP / accuracy); "
                         f"the best-validation parameters are tested {_defaults('patience')}")
     p.add_argument("--batch-size", type=int, default=None,
                    help=f"global batch size (events or seed nodes) {_defaults('batch_size')}")
@@ -76,7 +82,7 @@ def configure(p: argparse.ArgumentParser) -> None:
                    "(rank 0 writes it)")
     p.add_argument("--quiet", action="store_true", help="no progress bars or per-epoch lines")
     p.add_argument("--log-dir", default=None, metavar="DIR",
-                   help="write TensorBoard event files here: the loss of every step, every figure of every epoch, "
+                   help="write TensorBoard event files here: the loss of every step, every metric of every epoch, "
                         "the test metrics (rank 0; needs the tensorboard package)")
     p.add_argument("--checkpoint", default=None, metavar="DIR",
                    help="write a checkpoint each epoch here (for --resume, restarts, and `gnndist predict`)")
@@ -111,10 +117,11 @@ def configure(p: argparse.ArgumentParser) -> None:
                       help="how node memory is held across ranks")
     link.add_argument("--share", choices=SHARES, default=None,
                       help="which rank scores each event of a global batch: even (default; the owners of the "
-                           "events' sources send a surplus over an even share to ranks below it, so that no rank "
+                           "events' sources send a surplus over an even portion to ranks below it, so that no rank "
                            "waits for a busier one at each step) or owner (the owner of its source; no event "
                            "travels)")
-    node = p.add_argument_group("node classification (static)")
+    node = p.add_argument_group("node classification (static; on a temporal graph --hidden, --dropout and "
+                                "--weight-decay set the decoder's)")
     node.add_argument("--fanouts", type=_ints, default=None,
                       help="per-hop fanouts (-1: all; a list that starts with -1 takes '=': --fanouts=-1,10) "
                            f"{_defaults('fanouts', ('node',))}")
@@ -139,14 +146,29 @@ def node_config(args: argparse.Namespace) -> NodeConfig:
     return NodeConfig.for_model(args.model or "sage", **{n: getattr(args, n, None) for n in COMMON_FLAGS + NODE_FLAGS})
 
 
-def check_flags(args: argparse.Namespace) -> None:
+def decoder_config(args: argparse.Namespace) -> DecoderConfig:
+    """The `DecoderConfig` the flags describe (unset flags keep its defaults)."""
+    return DecoderConfig(**{n: getattr(args, n) for n in DECODER_FLAGS if getattr(args, n, None) is not None})
+
+
+def check_flags(args: argparse.Namespace, temporal_node: bool = False) -> None:
     """Refuse, before any work, flags of the other task and bad values of flags that are no
-    config field (the configs check their own)."""
-    other = NODE_FLAGS if args.task == "link" else LINK_FLAGS
-    given = [n for n in other if getattr(args, n, None) is not None]
-    if given:
-        raise GnndistError(f"{flag(given[0])} applies to --task {'node' if args.task == 'link' else 'link'} only "
-                           f"(this run is --task {args.task})")
+    config field (the configs check their own). `temporal_node`: a node task on a temporal graph,
+    which takes the link flags (its link model's) and the decoder's."""
+    if temporal_node:
+        given = [n for n in NODE_FLAGS if n not in DECODER_FLAGS and getattr(args, n, None) is not None]
+        if given:
+            raise GnndistError(f"{flag(given[0])} applies to node classification on static graphs only (this run "
+                               f"is --task {args.task} on a temporal graph)")
+        if args.model is not None and args.model not in TEMPORAL_MODELS:
+            raise GnndistError(f"--task {args.task} on a temporal graph takes a link model for its embeddings: "
+                               f"--model {'|'.join(TEMPORAL_MODELS)}, got {args.model!r}")
+    else:
+        other = NODE_FLAGS if args.task == "link" else LINK_FLAGS
+        given = [n for n in other if getattr(args, n, None) is not None]
+        if given:
+            raise GnndistError(f"{flag(given[0])} applies to --task {'node' if args.task == 'link' else 'link'} "
+                               f"only (this run is --task {args.task})")
     check("nproc", args.nproc, Int())
     if args.seeds is not None:
         check_seeds("seeds", args.seeds)
@@ -169,15 +191,25 @@ def run(args: argparse.Namespace) -> int:
             raise GnndistError(f"--model {args.model} trains on {model_kind} graphs; DATA is a {kind} graph: "
                                f"use --model {', '.join(models)}")
         args.task = TASK_OF_KIND[kind]
-    check_flags(args)
-    cfg = node_config(args) if args.task == "node" else link_config(args)
+    temporal_node = args.task != "link" and data_kind(args.data, args.format) == "temporal"
+    if args.task == "node-property" and not temporal_node:
+        raise GnndistError("--task node-property needs a temporal graph with node labels over time (TGB's tgbn-*)")
+    check_flags(args, temporal_node)
+    cfg = node_config(args) if args.task == "node" and not temporal_node else link_config(args)
 
     from gnndist.errors import allocating
     from gnndist.outputs import Outputs
     from gnndist.runtime.launch import over_seeds
     from gnndist.partition import is_store
 
-    if args.task == "node":
+    if temporal_node:
+        from gnndist.temporal.nodes import train_temporal_node
+
+        decoder = decoder_config(args)
+
+        def train(data, cfg, nproc=1, outputs=Outputs(), max_restarts=0):
+            return train_temporal_node(data, cfg, decoder, args.task, nproc, outputs, max_restarts)
+    elif args.task == "node":
         from gnndist.static.trainer import train_node as train
     else:
         from gnndist.temporal.fit import train_link as train

@@ -421,7 +421,7 @@ def teardown() -> None:
     interpreter is finalizing aborts the process ("terminate called without an active
     exception"), and the other ranks' torchrun then waits out its exit barrier. A group's
     threads end when its last reference goes; the objects that held one are garbage by now.
-    Without a group there is nothing to end (and a full collection costs 0.15 s after a run)."""
+    Without a group there is nothing to end, and the full garbage collection is skipped."""
     if not dist.is_initialized() and not _host_groups:
         return
     if dist.is_initialized():
@@ -499,8 +499,8 @@ def counts_group(payload: torch.Tensor, group: Any) -> Any:
 def all_reduce(t: torch.Tensor, op: str = "sum", group: Any = None) -> torch.Tensor:
     """In-place all-reduce (`sum` or `max`) over `group` (default: the world); identity in a
     1-process world. Two gloo ranks sum by swapping their tensors in one all-to-all and adding
-    (the same result on both): gloo's ring all-reduce takes two rounds for it, 3.4-4.3 ms
-    against 1.6-1.8 ms for a 680 KB gradient between 2 local ranks here."""
+    (the same result on both): gloo's ring all-reduce takes two rounds for it, about twice the
+    time for a gradient (docs/benchmarks.md, "Measurements behind the code")."""
     if world_size() == 1:
         return t
     if op == "sum" and swaps(group):
@@ -522,6 +522,16 @@ def swaps(group: Any = None) -> bool:
 def agree_max(n: int, device: torch.device | str = "cpu") -> int:
     """The largest `n` over all ranks (e.g. the step count every rank must run)."""
     return int(all_reduce(torch.tensor([n], dtype=torch.int64, device=device), "max").item())
+
+
+def gather_objects(obj: Any, group: Any = None) -> list[Any]:
+    """Every rank's `obj` (picklable, made by the job itself: listings, errors, metrics), by
+    rank; `[obj]` in a 1-process world."""
+    if world_size() == 1:
+        return [obj]
+    out: list[Any] = [None] * world_size()
+    _check("all_gather_object", lambda: dist.all_gather_object(out, obj, group=group))
+    return out
 
 
 def _on_device(op: str, t: torch.Tensor, group: Any) -> None:
@@ -753,9 +763,8 @@ _carried: Optional[GradientSum] = None  # for the next exchange on the default g
 def carrying(s: GradientSum) -> Iterator[None]:
     """Within the block, the first exchange or gather on the default group also sums `s`, where
     a sum is a swap (`swaps`): a training step's state write and its gradient sum then travel in
-    one collective instead of two (2 local ranks, replicated TGN on 200k events, 3 epochs each,
-    alternated: 17.0-17.1k events/s against 15.3-15.7k). Elsewhere `s.result()` sums on its own
-    after the block."""
+    one collective instead of two (faster: docs/benchmarks.md, "Measurements behind the code").
+    Elsewhere `s.result()` sums on its own after the block."""
     global _carried
     _carried = s if swaps() else None
     try:

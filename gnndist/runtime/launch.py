@@ -1,4 +1,5 @@
-"""Starting a training job, the one path both trainers share: what its ranks train on (the
+"""Starting a job (training, prediction and, with `partition_data`, partitioning), the one path
+both trainers share: what its ranks train on (the
 graph itself in one process, else a partition store with one part per rank) and how they start
 (in this process, on --nproc local ranks with torch's elastic launcher, or as one rank of the
 world torchrun describes).
@@ -23,7 +24,7 @@ import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Iterator, Optional, Union
 
 import numpy as np
 import torch
@@ -32,11 +33,14 @@ from tqdm import tqdm
 from gnndist import __version__, checkpoint
 from gnndist.runtime import dist, threads
 from gnndist.datasets import DataSource
+from gnndist.datasets.shards import is_shards, reads_as_shards
 from gnndist.errors import GnndistError, first_line
 from gnndist.graph import MASKS, Graph, TemporalGraph
 from gnndist.io import cache_root, show_progress
 from gnndist.outputs import Outputs, report, write_metrics
 from gnndist.partition import check_store_of, is_store, open_part, partition_graph, read_store_meta
+from gnndist.partition.methods import LP_METHODS
+from gnndist.partition.scale import partition_shards
 from gnndist.validate import DEVICES, TASK_OF_KIND, Int, OneOf, check
 
 ERRDIR = "GNNDIST_LAUNCH_ERRDIR"  # where the ranks `launch` starts (they inherit it) leave their error line
@@ -82,12 +86,31 @@ def store_dir(data: Union[DataSource, Graph, TemporalGraph], world: int, split: 
     return cache_root() / "partitions" / f"{name or 'data'}-{world}parts-{split.method}-{key.hexdigest()[:12]}"
 
 
-def _load(data: Union[DataSource, Graph, TemporalGraph], split: Split) -> Union[Graph, TemporalGraph]:
-    """The graph of `data`, which must be of the kind the trainer takes (told before loading)."""
+def _check_kind(data: Union[DataSource, Graph, TemporalGraph], split: Split) -> None:
+    """A one-line error unless `data` is of the kind of graph the trainer takes (told without
+    loading it)."""
     kind = kind_of(data)
     if kind != split.kind:
         raise GnndistError(f"DATA is a {kind} graph: use --task {TASK_OF_KIND[kind]} (--task {TASK_OF_KIND[split.kind]} needs a "
                            f"{split.kind} graph)")
+
+
+def _sharded(data: Union[DataSource, Graph, TemporalGraph]) -> bool:
+    """Whether `data` is a folder or glob of shard files (partitioned across the ranks, not
+    loaded by one process)."""
+    return isinstance(data, DataSource) and data.format in (None, "shards") and not data.options and \
+        is_shards(data.name)
+
+
+def _split_options(split: Split) -> dict:
+    """`partition_shards`' options for `split`: its default method (METIS where the projection
+    fits the memory budget, else label propagation) where `split` names the METIS one."""
+    return {"method": None if split.method in LP_METHODS else split.method, "balance": list(split.balance) or None}
+
+
+def _load(data: Union[DataSource, Graph, TemporalGraph], split: Split) -> Union[Graph, TemporalGraph]:
+    """The graph of `data`, which must be of the kind the trainer takes (told before loading)."""
+    _check_kind(data, split)
     graph = data.load() if isinstance(data, DataSource) else data
     if split.check is not None:
         split.check(graph)
@@ -131,6 +154,11 @@ def make_store(data: Data, world: int, split: Split, quiet: bool = False) -> str
     if is_store(out) and _readable(out):
         dist.say(f"using the partition store {out} ({world} parts, made earlier)")
         return str(out)
+    if _sharded(data):  # partitioned by `world` ranks, as they will train
+        _check_kind(data, split)
+        dist.say(f"partitioning into {world} parts ({split.method}) at {out}, across {world} ranks")
+        launch(world, _partition_rank, data.name, world, str(out), show_progress(quiet), _split_options(split))
+        return str(out)
     graph = _load(data, split)
     if world > graph.num_nodes:
         raise GnndistError(f"--nproc {world} is more ranks than the data has nodes ({graph.num_nodes:,}): "
@@ -160,14 +188,24 @@ def _wait_for_store(path: Path) -> str:
 
 def rank_source(data: Data, world: int, split: Split, quiet: bool = False) -> Union[Graph, TemporalGraph, str]:
     """What one rank of `world` trains on: the graph (one rank, raw data) or a store folder.
-    Under torchrun with raw data and W > 1, the local rank 0 of every node (host) makes the store
-    in its own cache while the node's other ranks wait: every host partitions the same data the
-    same way, and the start-up check of `run_job` compares the stores' checksums."""
+    Under torchrun with raw data and W > 1, shard files are partitioned by all the ranks
+    together, each host's ranks writing into their host's cache; other raw data is partitioned by
+    the local rank 0 of every node (host) into its own cache while the node's other ranks wait:
+    every host partitions the same data the same way, and the start-up check of `run_job`
+    compares the stores' checksums."""
     data = _normal(data)
     if world == 1 and not isinstance(data, Path):
         return _load(data, split)
     if world == 1 or isinstance(data, Path) or not dist.in_torchrun():
         return make_store(data, world, split, quiet)
+    if _sharded(data):  # every rank partitions its portion, into its host's cache
+        _check_kind(data, split)
+        out = store_dir(data, world, split)
+        if dist.agree_max(int(not (is_store(out) and _readable(out)))):
+            with dist.busy(f"partitioning into {world} parts"):
+                partition_shards(data.name, world, out=out, progress=show_progress(quiet) and dist.rank() == 0,
+                                 **_split_options(split))
+        return str(out)
     if dist.first_on_host():
         with dist.busy(f"partitioning into {world} parts"):
             return make_store(data, world, split, quiet)
@@ -224,7 +262,7 @@ def check_same_job(meta: dict, args: tuple) -> None:
 def over_seeds(train: Callable[..., dict], data: Data, cfg: Any, seeds: list[int], nproc: int = 1,
                outputs: Outputs = Outputs()) -> dict:
     """`train(data, cfg with seed s, nproc)` for each seed; the runs' metrics and, for every test
-    figure, its mean and (sample) standard deviation over the seeds. Rank 0 prints the summary
+    metric, its mean and (sample) standard deviation over the seeds. Rank 0 prints the summary
     and writes it to `outputs.metrics_out`."""
     import statistics
 
@@ -241,7 +279,8 @@ def over_seeds(train: Callable[..., dict], data: Data, cfg: Any, seeds: list[int
     out = {"task": runs[0]["task"], "model": runs[0]["model"], "seeds": seeds, "summary": summary, "runs": runs}
     if dist.rank() == 0:
         print(f"over seeds {','.join(map(str, seeds))}: " + ", ".join(
-            f"{k} {v['mean']:.4f} ± {v['std']:.4f}" for k, v in summary.items() if k in ("ap", "auc", "mrr", "acc")),
+            f"{k} {v['mean']:.4f} ± {v['std']:.4f}" for k, v in summary.items()
+            if k in ("ap", "auc", "mrr", "acc", "f1", "ndcg")),
             flush=True)
         if outputs.metrics_out:
             write_metrics(outputs.metrics_out, out)
@@ -334,10 +373,9 @@ def _refuse_rerun_script() -> None:
 def _torchrun_rank(data: Data, split: Split, rank_fn: Callable[..., Any], args: tuple, device: str,
                    quiet: bool) -> Any:
     """This rank of a torchrun world: join, open this rank's data, check that every rank runs the
-    same job, run; an error of its own is left in the job's store for the others to name."""
+    same job, run."""
     world = int(os.environ["WORLD_SIZE"])
-    _thread_locks_only()
-    try:
+    with _torchrun_errors():
         _refuse_shared_store_restarts()
         dev = dist.setup(device)
         source = rank_source(data, world, split, quiet)
@@ -348,6 +386,18 @@ def _torchrun_rank(data: Data, split: Split, rank_fn: Callable[..., Any], args: 
             rank0_host = dist.heartbeat().host_of(0)
             dist.say(f"running on part {dist.rank()} of {source.path} ({world} ranks)")
         result = rank_fn(source, dev, *args)
+    if world > 1 and not dist.writes_outputs():
+        dist.say(f"done; rank 0 (host {rank0_host}) prints the results and writes the output files, if given there")
+    return result
+
+
+@contextlib.contextmanager
+def _torchrun_errors() -> Iterator[None]:
+    """A torchrun rank's block: its own error is left in the job's store for the others to name,
+    and said with its rank and host; the process group is left at the end either way."""
+    _thread_locks_only()
+    try:
+        yield
     except Exception as e:
         dist.post_failure(e)
         who = dist.line_prefix()
@@ -357,9 +407,43 @@ def _torchrun_rank(data: Data, split: Split, rank_fn: Callable[..., Any], args: 
             raise GnndistError(who + first_line(e)) from None  # its own error: which rank, on which host
         raise
     dist.teardown()
-    if world > 1 and not dist.writes_outputs():
-        dist.say(f"done; rank 0 (host {rank0_host}) prints the results and writes the output files, if given there")
-    return result
+
+
+def partition_data(data: str, num_parts: int, out: Union[str, os.PathLike], nproc: int = 1, quiet: bool = False,
+                   **options: Any) -> dict:
+    """Partition DATA into a store at `out` (`options`: those of `partition.partition_graph`, and
+    `memory_budget`): in this process (`partition_graph`, nproc 1), or across `nproc` local ranks,
+    or the ranks of the torchrun world this process is one of, which read DATA's shard files and
+    write one part each (`partition.scale.partition_shards`). Returns meta.json's contents."""
+    check("nproc", nproc, Int())
+    distributed = nproc > 1 or dist.in_torchrun()
+    if not distributed:
+        options.pop("memory_budget", None)
+        partition_graph(DataSource(str(data)).load(), num_parts, out=out, progress=show_progress(quiet), **options)
+        return read_store_meta(out)
+    for flag, given in (("--halo", options.pop("halo", 0)), ("--replicate-hubs", options.pop("replicate_hubs", 0)),
+                        ("--force", options.pop("force", False))):
+        if given:
+            raise GnndistError(f"{flag} applies to partitioning in one process; leave it out with --nproc (or torchrun)")
+    if not reads_as_shards(str(data)):
+        raise GnndistError(f"{data} is not shard files (a folder, a glob, or one CSV, SNAP or Parquet file): partitioning "
+                           "across ranks reads shard files; leave --nproc out, or write the graph as shards first "
+                           "(`gnndist datasets DATA --write-shards DIR`)")
+    dist.timeout_s()
+    if dist.in_torchrun():
+        with _torchrun_errors():
+            dist.setup("cpu")
+            return partition_shards(str(data), num_parts, out=out, progress=show_progress(quiet), **options)
+    return launch(nproc, _partition_rank, str(data), num_parts, str(out), show_progress(quiet), options)[0]
+
+
+def _partition_rank(data: str, num_parts: int, out: str, progress: bool, options: dict) -> dict:
+    """One local rank of `partition_data`."""
+    dist.setup("cpu")
+    try:
+        return partition_shards(data, num_parts, out=out, progress=progress, **options)
+    finally:
+        dist.teardown()
 
 
 def _refuse_shared_store_restarts() -> None:
@@ -520,7 +604,7 @@ def launch(nproc: int, entrypoint: Callable[..., Any], *args: Any, max_restarts:
     config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id="gnndist",
                           rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0", max_restarts=max_restarts,
                           monitor_interval=0.1, start_method="spawn")
-    # as torchrun does: ranks share the cores, so each gets its part (unless the user chose)
+    # as torchrun does: the ranks run on the same cores, so each gets its part (unless the user chose)
     cores = sorted(os.sched_getaffinity(0))  # each rank is pinned to its slice of them
     # restarted ranks join a store of their own (`_refuse_shared_store_restarts`)
     env = {"OMP_NUM_THREADS": str(max(1, len(cores) // nproc))} | (

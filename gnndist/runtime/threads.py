@@ -5,19 +5,16 @@ a user's script or notebook run alike.
 Why: torch and numba both run their parallel regions on the one GNU OpenMP runtime of the
 process, whose idle threads spin (busy-wait) for a while after every region unless
 OMP_WAIT_POLICY=PASSIVE was set before the runtime loaded (it reads it once, when torch
-loads it). Measured on a shared 2-core machine: after each torch matmul two-thread teams burn
-4-12 ms of CPU spinning while the process sleeps (0.1 ms with PASSIVE); a one-epoch TGN run
-ran 182 events/s with torch's default 2 spinning threads against 6,153 with 1 thread, at
-load 5-7 (`benchmarks/tgn_vs_pyg.py`); the temporal sampler's parallel kernel ran 10x
-slower in a spinning runtime (0.32 M queries/s) than serial (2.46 M). Spinning threads take
-the core that the thread holding the work needs as soon as anything else runs on the machine.
+loads it). Spinning threads take the core that the thread holding the work needs as soon as
+anything else runs on the machine: on a shared machine a TGN epoch and the temporal sampler
+ran many times slower (docs/benchmarks.md, "Measurements behind the code").
 
 What `configure` does:
 - OMP_WAIT_POLICY unset: it is set to PASSIVE. When no OpenMP runtime is loaded yet
   (gnndist imported before torch, as the CLI does), the process's runtime then sleeps idle
   threads and nothing else changes: torch keeps its thread count (outside jobs, below),
-  numba uses its `omp` threading layer (the cheapest launch: 15-50 us against 70-180 us for
-  `workqueue`, and safe to call from several threads, e.g. `PrefetchLoader`'s). Ranks started by
+  numba uses its `omp` threading layer (the cheapest launch, and safe to call from several
+  threads, e.g. `PrefetchLoader`'s). Ranks started by
   `gnndist train --nproc` inherit it either way.
 - The runtime was loaded already with the spinning default (torch imported first), which no
   setting can change any more: torch runs its intra-op work on one thread (a team of one has
@@ -37,23 +34,20 @@ OMP_NUM_THREADS=1 by the launcher ran torch on 2 threads after its first samplin
 
 A job (`gnndist.runtime.launch.run_job`: training, prediction) runs torch on OMP_NUM_THREADS threads
 where it is set, else on one (`job_threads`), whichever was imported first; so do the trainers'
-epochs and evaluations (`job_threads` as their decorator), and a temporal trainer's shares are
-chosen for that count, also where a script builds the trainer and runs them itself (with torch
-left on 2 threads, such a script ran UCI TGN at 8,404-8,914 events/s against 20,000-24,000
-through `train_link`, 2026-12-05). On the 2-core
-machine (2026-12-03, `gnndist train`, alternated runs) one thread ran a TGN epoch on UCI at
-7,576-9,420 events/s where 2 sleeping threads ran 5,406-5,928, and GraphSAGE epochs on
-`synthetic-static` at 5,404-7,019 nodes/s against 2,140-2,321: waking a second thread for
-every operation costs more than it brings. Local ranks (`--nproc W`) get OMP_NUM_THREADS =
-cores / W from the launcher (torchrun gives 1 where it starts several per host).
+epochs and evaluations (`job_threads` as their decorator), and a temporal trainer's halves are
+chosen for that count, also where a script builds the trainer and runs them itself. On a
+machine of few cores, waking a second thread for every small operation costs more than it
+brings (docs/benchmarks.md, "Measurements behind the code"). Local ranks (`--nproc W`) get
+OMP_NUM_THREADS = cores / W from the launcher (torchrun gives 1 where it starts several per
+host).
 
 The second core of a one-rank temporal job is used by splitting work, not operations: each
-batch runs as `step_halves()` shares of its events, the second in a process forked from the
+batch runs as `step_halves()` halves of its events, the second in a process forked from the
 rank, each with its own forward and backward pass (`gnndist.temporal.split_step`,
-`gnndist.temporal.half_process`). A share's operations run on one thread of their own, so none
+`gnndist.temporal.half_process`). A half's operations run on one thread of their own, so none
 waits at a barrier for a thread that another job holds; the two meet a few times per step.
-(Shares on two threads of one process, as before, waited for each other's GIL at each of their
-small operations: 24,100-30,400 events/s on UCI where one share ran 21,600-22,900.)
+(Halves on two threads of one process waited for each other's GIL at each of their small
+operations.)
 """
 from __future__ import annotations
 
@@ -122,25 +116,25 @@ def numba_parallel() -> Iterator[None]:
 def torch_threads_here() -> None:
     """Torch's thread count, as the process has it, in the calling thread's OpenMP setting, which
     is per thread: a thread gnndist starts runs this first, or its matrix products take every
-    core whatever `torch.get_num_threads()` says (measured: a 2000 x 2000 product in a new thread
-    ran on 2 threads with the count at 1)."""
+    core whatever `torch.get_num_threads()` says (a product in a new thread runs on every core
+    with the count at 1)."""
     import torch
 
     torch.set_num_threads(torch.get_num_threads())
 
 
 def step_halves() -> int:
-    """How many shares a one-process temporal training step runs its batch as
+    """How many halves a one-process temporal training step runs its batch as
     (`gnndist.temporal.split_step`): 2 where a job runs torch on one thread (`job_thread_count`) and
-    the process may use 2 cores or more (the second share's process runs torch on one thread
+    the process may use 2 cores or more (the second half's process runs torch on one thread
     too), else 1."""
     return 2 if job_thread_count() == 1 and len(os.sched_getaffinity(0)) >= 2 else 1
 
 
 def rank_cores(cores: Sequence[int], local_rank: int, local_world: int) -> Optional[list[int]]:
     """The cores local rank `local_rank` of `local_world` runs on: its contiguous slice of
-    `cores` (the launcher's), as its OMP_NUM_THREADS is its share of them; None where there are
-    fewer cores than ranks (the ranks then share cores as the scheduler sees fit)."""
+    `cores` (the launcher's), as its OMP_NUM_THREADS is its portion of them; None where there are
+    fewer cores than ranks (the ranks then run on any of them, as the scheduler sees fit)."""
     n = len(cores)
     if n < local_world:
         return None
@@ -149,10 +143,9 @@ def rank_cores(cores: Sequence[int], local_rank: int, local_world: int) -> Optio
 
 def pin(cores: Sequence[int]) -> None:
     """Every thread of this process, and every thread it starts later (threads inherit their
-    creator's), on `cores` only. Local ranks that share a machine run on disjoint cores: left to
-    the scheduler, 2 ranks on 2 cores reached their per-step exchange 2.1-2.2 ms apart on average,
-    pinned 1.2-1.3 ms, and trained 21,531 and 21,674 events/s against 18,792 and 19,746
-    (replicated TGN, 200k events, alternated runs, 2026-12-04)."""
+    creator's), on `cores` only. Local ranks on one machine run on disjoint cores: left to the
+    scheduler, 2 ranks on 2 cores reached their per-step exchange further apart and trained
+    slower (docs/benchmarks.md, "Measurements behind the code")."""
     for tid in os.listdir("/proc/self/task"):
         try:
             os.sched_setaffinity(int(tid), cores)

@@ -33,7 +33,8 @@ from tqdm import tqdm
 from gnndist import checkpoint, resume
 from gnndist.runtime import dist, threads
 from gnndist.errors import GnndistError
-from gnndist.footprint import memory_checked, node_footprint
+from gnndist.footprint import memory_checked
+from gnndist.static.footprint import node_footprint
 from gnndist.graph import MASKS, Graph, TemporalGraph
 from gnndist.io import show_progress
 from gnndist.outputs import Outputs
@@ -63,6 +64,9 @@ class RankGraph(abc.ABC):
 
     num_features: int
     num_classes: int
+    num_nodes: int  # of the whole graph, as are the next two (what a sample may reach)
+    num_edges: int  # CSR entries
+    max_degree: int
     train_ids: np.ndarray
     val_ids: np.ndarray
     test_ids: np.ndarray
@@ -111,6 +115,8 @@ class WholeGraph(RankGraph):
         self.graph = graph
         self.x = torch.from_numpy(graph.x)
         self.num_features, self.num_classes = graph.num_features, graph.num_classes
+        self.num_nodes, self.num_edges = graph.num_nodes, graph.num_edges
+        self.max_degree = int(graph.degrees().max(initial=0))
         self.train_ids, self.val_ids, self.test_ids = (np.flatnonzero(m) for m in
                                                       (graph.train_mask, graph.val_mask, graph.test_mask))
         self._deg = torch.from_numpy(graph.degrees())
@@ -147,6 +153,8 @@ class PartGraph(RankGraph):
         self.dist_features = DistFeatures.from_partition(part)
         self.num_features = int(part.x.shape[1])
         self.num_classes = dist.agree_max(int(part.y.max(initial=-1)) + 1, device)
+        self.num_nodes, self.num_edges = part.num_nodes, int(part.meta["num_edges"])
+        self.max_degree = dist.agree_max(int(np.diff(part.indptr).max(initial=0)), device)
         self.train_ids, self.val_ids, self.test_ids = (np.flatnonzero(m) + self.offset for m in
                                                       (part.train_mask, part.val_mask, part.test_mask))
         local_deg = torch.from_numpy(np.diff(part.indptr)).to(device)
@@ -356,7 +364,7 @@ class NodeTrainer:
 
     @threads.job_threads()
     def train_epoch(self, epoch: int, on_step: Optional[Callable[[int, np.ndarray], None]] = None) -> dict:
-        """One epoch: this rank's share of each global batch (epochs count from 1; where `epoch_state`
+        """One epoch: this rank's portion of each global batch (epochs count from 1; where `epoch_state`
         is of this epoch, from the step it resumes at); returns the epoch's global metrics.
         `on_step(step, seeds)` runs after each optimizer step (`step` from 0)."""
         self.graph.reset_counters()
@@ -455,7 +463,7 @@ class NodeTrainer:
                 epochs, at = list(saved["history"]), found.position
                 best, best_epoch, best_state = saved["best"]["val_acc"], saved["best"]["epoch"], saved["best"]["model"]
             first = at.epoch + (at.step is None)
-            if first > cfg.epochs:
+            if first > cfg.epochs and resume.mode(outputs.resume) == "require":  # a restart goes on to test
                 raise GnndistError(f"the checkpoint already holds {first - 1} epochs; ask for more with --epochs")
             if found is not None:
                 restarts = resume.resumed(found, outputs, spe, self.device)

@@ -11,7 +11,7 @@ read straight from the table (the [R, k, C] gathered rows, 2.4 MB for a TGN batc
 are never written out) and the table's gradient is added in place. In their place the scores
 and the sums as kernels of their own, with torch's masking, softmax and sums between them
 (about ten more operations forward and fifteen backward, each writing its output out), ran a
-UCI TGN epoch at 0.91x the events/s (README). On other devices, or with
+UCI TGN epoch slower (docs/benchmarks.md, "Measurements behind the code"). On other devices, or with
 `gnndist.runtime.device.CPU_PATHS` off (as the host-sync tests do, to follow the GPU path on the CPU),
 `attend` runs as torch operations on the gathered keys: batched products, softmax, batched
 products.

@@ -53,3 +53,29 @@ class LinkConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+NODE_TASKS = ("node", "node-property")  # the node tasks on a temporal graph (gnndist.temporal.nodes)
+DECODER_RULES = {"hidden": Int(), "dropout": Real(0, 1, high_open=True), "lr": Real(low_open=True),
+                 "weight_decay": Real(), "epochs": Int(), "patience": Int(optional=True), "batch_size": Int()}
+
+
+@dataclass(frozen=True)
+class DecoderConfig:
+    """The decoder of a node task on a temporal graph: an MLP (one hidden layer) on the trained
+    link model's frozen node embeddings, with TGL's train_node.py's batch size, epochs, hidden
+    size and learning rate, kept at its best validation metric."""
+
+    hidden: int = 100
+    dropout: float = 0.1
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    epochs: int = 100
+    patience: Optional[int] = 10  # stop after this many epochs without a better validation metric (None: never)
+    batch_size: int = 4000  # global: labelled rows per step over all ranks
+
+    def __post_init__(self) -> None:
+        check_fields(self, DECODER_RULES)
+
+    def to_dict(self) -> dict:
+        return asdict(self)

@@ -4,6 +4,8 @@ with the remote events one sampling pass over the training batches requests most
 starts empty."""
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 import torch
 
@@ -14,9 +16,10 @@ from gnndist.temporal.linkpred import train_negatives
 from gnndist.temporal.planner import Planner
 
 
-def fill_edge_cache(cfg: LinkConfig, planner: Planner, train_end: int) -> None:
+def fill_edge_cache(cfg: LinkConfig, planner: Planner, train_end: int, among: Optional[np.ndarray] = None) -> None:
     """Put the cache of `cfg.cache` in front of the neighbours' edge features (nothing in one
-    process or without edge features)."""
+    process or without edge features); `among`: the training negatives' candidates
+    (`linkpred.Candidates.train`)."""
     ev, features = planner.events, planner.neighbours.features
     if cfg.cache == "none" or ev.num_parts == 1 or ev.edge_dim == 0:
         return
@@ -28,11 +31,11 @@ def fill_edge_cache(cfg: LinkConfig, planner: Planner, train_end: int) -> None:
         candidates = degree_offers(ev.scored_eid, ev.src[own], ev.dst[own], score, ev.book,
                                    features.capacities(cfg.cache_size), features.group)
     elif cfg.cache == "presample":
-        candidates = _presampled(cfg, planner, train_end, features.capacities(cfg.cache_size)[ev.rank])
+        candidates = _presampled(cfg, planner, train_end, features.capacities(cfg.cache_size)[ev.rank], among)
     features.set_cache(cfg.cache, cfg.cache_size, candidates=candidates)
 
 
-def _presampled(cfg: LinkConfig, planner: Planner, train_end: int, capacity: int
+def _presampled(cfg: LinkConfig, planner: Planner, train_end: int, capacity: int, among: Optional[np.ndarray]
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The remote events one pass of this rank's training-batch sampling requests, with their
     request counts and holders."""
@@ -45,7 +48,7 @@ def _presampled(cfg: LinkConfig, planner: Planner, train_end: int, capacity: int
         nodes, times = [ev.src[pos], ev.dst[pos]], [ev.t[pos], ev.t[pos]]
         if model.sampling.rows == "queries":
             neg = train_negatives(cfg.seed, 1, index, e - s, ev.eid[pos] - s, ev.new_to_orig[ev.dst[pos]],
-                                  ev.num_nodes)
+                                  ev.num_nodes, among)
             nodes.append(ev.orig_to_new[neg[:, 0]])
             times.append(ev.t[pos])
         hops, owner = neighbours.sample(np.concatenate(nodes), np.concatenate(times), [model.k] * model.sampling.hops)

@@ -6,10 +6,9 @@ order, their times, edge features and labels, plus the id maps (per node, not pe
 batch i is the events [iB, (i+1)B); the events of it whose source node a rank owns (each event
 has exactly one such rank) are found by a binary search in its own sorted event ids. With
 `share="even"` (`even_out`) the ranks then even out their counts per batch, a rank above an even
-share sending its surplus (with their negatives and edge features) to ranks below it: a temporal
-partition's batches crowd into one part or another (on 200k synthetic events in 2 parts, a
-rank's share of a 200-event batch ran from 71 to 129 at the 10th and 90th percentiles), and every
-step waits for the busiest rank. One process is the same with one part: the whole graph, ids
+portion sending its surplus (with their negatives and edge features) to ranks below it: a
+temporal partition's batches crowd into one part or another (docs/benchmarks.md, "Measurements
+behind the code"), and every step waits for the busiest rank. One process is the same with one part: the whole graph, ids
 unchanged.
 
 No array here has one entry per event of the whole graph: `eid`, `src`, `dst`, `t`,
@@ -136,8 +135,8 @@ class BatchEvents(NamedTuple):
 
 def even_moves(counts: np.ndarray) -> np.ndarray:
     """[k, W, W]: how many events rank r sends rank q in each of k global batches, given each
-    rank's count of them ([W, k]), so that every rank ends with an even share (the first
-    `total % W` ranks one more): the surpluses of the ranks above their share, laid end to end
+    rank's count of them ([W, k]), so that every rank ends with an even portion (the first
+    `total % W` ranks one more): the surpluses of the ranks above their portion, laid end to end
     in rank order, fill the shortfalls of those below it, laid out the same way."""
     w = counts.shape[0]
     total = counts.sum(0)
@@ -151,10 +150,10 @@ def even_moves(counts: np.ndarray) -> np.ndarray:
 def even_out(batches: list[BatchEvents], book: PartitionBook, group: Any) -> list[BatchEvents]:
     """This rank's events of each global batch once the ranks have evened out their counts (a
     collective: one gather of the counts, one exchange of the events moved): a rank above an
-    even share sends its surplus, those whose destination the receiver owns first, the rest
+    even portion sends its surplus, those whose destination the receiver owns first, the rest
     from the end of the batch. Each batch's events stay in event order. The window's batches
-    are handled together, as one array per column (a loop per batch took a third of the CPU
-    time of planning a window, 2 ranks, 1M events)."""
+    are handled together, as one array per column (a loop per batch cost the planning of a
+    window much of its CPU time)."""
     w, me, k = dist.world_size(), dist.rank(), len(batches)
     sizes = np.array([b.src.size for b in batches], np.int64)
     counts = torch.stack(dist.all_gather_varsize(torch.from_numpy(sizes), group, [k] * w)).numpy()

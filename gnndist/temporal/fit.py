@@ -29,6 +29,7 @@ from gnndist.samplers.distributed import Requests
 from gnndist.temporal.config import LinkConfig
 from gnndist.temporal.events import RankEvents
 from gnndist.temporal.linkpred import link_metrics
+from gnndist.temporal.protocol import Protocol, protocol_folder
 from gnndist.temporal.trainer import LinkTrainer
 from gnndist.graph import TemporalGraph
 from gnndist.validate import check_type
@@ -55,7 +56,7 @@ def fit(trainer: LinkTrainer, outputs: Outputs = Outputs()) -> dict[str, Any]:
         if found is not None:
             history, best, at = load(trainer, found)
         first = at.epoch + (at.step is None)
-        if first > cfg.epochs:
+        if first > cfg.epochs and resume.mode(outputs.resume) == "require":  # a restart goes on to test
             raise GnndistError(f"the checkpoint already holds {first - 1} epochs; ask for more with --epochs")
         if found is not None:
             restarts = resume.resumed(found, outputs, spe, trainer.device)
@@ -87,7 +88,8 @@ def fit(trainer: LinkTrainer, outputs: Outputs = Outputs()) -> dict[str, Any]:
         runlog.test(test, best["epoch"])
     resume.finish(outputs, found)
     return {"task": "link", "model": cfg.model, "world_size": ev.num_parts, "memory": cfg.memory, "share": cfg.share,
-            "neg": cfg.neg, "config": config, "epochs": history, "selected_epoch": best["epoch"],
+            "neg": cfg.neg, "negatives": trainer.candidates.kind, "protocol": trainer.protocol.name,
+            "config": config, "epochs": history, "selected_epoch": best["epoch"],
             "stop_reason": "patience" if history[-1]["epoch"] < cfg.epochs else "epochs",
             "restarts": restarts, "ranks": trainer.rank_metrics(), "test": test}
 
@@ -159,9 +161,10 @@ def rank_events(source: Union[TemporalGraph, RankPart, str, os.PathLike]) -> Ran
 
 
 def link_rank(source: Union[TemporalGraph, RankPart], device: torch.device, cfg: LinkConfig,
-              outputs: Outputs = Outputs()) -> dict:
-    """One rank of a run: its events, then `fit`."""
-    return fit(LinkTrainer(rank_events(source), cfg, device), outputs)
+              outputs: Outputs = Outputs(), tgb: Optional[str] = None) -> dict:
+    """One rank of a run: its events, then `fit` (`tgb`: the folder of TGB's protocol, if any)."""
+    events = rank_events(source)
+    return fit(LinkTrainer(events, cfg, device, Protocol.of(events.num_events, tgb)), outputs)
 
 
 def train_link(data: Data, cfg: Optional[LinkConfig] = None, nproc: int = 1, outputs: Outputs = Outputs(),
@@ -176,5 +179,5 @@ def train_link(data: Data, cfg: Optional[LinkConfig] = None, nproc: int = 1, out
     cfg = LinkConfig() if cfg is None else cfg
     check_type("cfg", cfg, LinkConfig)
     check_type("outputs", outputs, Outputs)
-    return run_job(data, nproc, SPLIT, link_rank, cfg, outputs, device=cfg.device, quiet=cfg.quiet,
-                   outputs=outputs, max_restarts=max_restarts)
+    return run_job(data, nproc, SPLIT, link_rank, cfg, outputs, protocol_folder(data), device=cfg.device,
+                   quiet=cfg.quiet, outputs=outputs, max_restarts=max_restarts)

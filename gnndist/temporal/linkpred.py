@@ -5,13 +5,21 @@ Negatives are drawn per global batch, from random streams keyed by (seed, period
 batch index), in original node ids: any rank draws the rows of its own events of the batch and
 gets what one process would draw. Strategies follow Poursafaei et al. 2022, with the source of
 each positive kept so that every positive has its own list of negative destinations (needed for
-MRR): `random` (any node), `historical` (a destination the source reached before the evaluated
-period), `inductive` (a destination the source reaches in the evaluated period but never before
-it). A source without such candidates falls back to random destinations. A negative never
+MRR): `random` (any candidate), `historical` (a destination the source reached before the
+evaluated period), `inductive` (a destination the source reaches in the evaluated period but
+never before it). A source without such candidates falls back to random ones. A negative never
 equals its positive's destination. Candidates of a source come from its own events, which the
 rank that owns the source holds.
+
+Random candidates (`Candidates`): any node; on a bipartite graph (no node is both a source and
+a destination, as JODIE's users and items) the destinations only, as TGN, TGL and DyGLib draw
+them: those of the training events for training, those of all events for evaluation
+(TGN's `RandEdgeSampler`, DyGLib's `NegativeEdgeSampler`). A user is never a destination there,
+and a negative drawn among users would be easy to tell from the positive item.
 """
 from __future__ import annotations
+
+from typing import NamedTuple, Optional
 
 import numpy as np
 import torch
@@ -21,22 +29,71 @@ from gnndist.errors import GnndistError
 from gnndist.graph import indptr_of, unique_ints
 from gnndist.samplers import sampler_group
 from gnndist.temporal.config import NEG_STRATEGIES
+from gnndist.temporal.events import RankEvents
+
+
+class Candidates(NamedTuple):
+    """Where random negatives come from (original ids): `kind` "all" (any node; `train` and
+    `eval` None) or "destinations" (sorted: the training events' destinations, all events')."""
+
+    kind: str = "all"
+    train: Optional[np.ndarray] = None
+    eval: Optional[np.ndarray] = None
+
+
+def negative_candidates(ev: RankEvents, train_end: int) -> Candidates:
+    """The random negatives' candidates of the graph whose events `ev` holds this rank's part of:
+    its destinations where no node is both a source and a destination, else every node (a
+    collective: each rank tells of the nodes it owns, whose events it holds)."""
+    lo, n = ev.lo, ev.hi - ev.lo
+    as_src, as_dst, train_dst = (np.zeros(n, bool) for _ in range(3))
+    own_src, own_dst = ev.owns(ev.src), ev.owns(ev.dst)
+    as_src[ev.src[own_src] - lo] = True
+    as_dst[ev.dst[own_dst] - lo] = True
+    train_dst[ev.dst[own_dst & (ev.eid < train_end)] - lo] = True
+    group = sampler_group()
+    both = dist.all_reduce(torch.tensor([int(np.count_nonzero(as_src & as_dst))]), group=group)
+    if int(both[0]) or ev.num_events == 0:
+        return Candidates()
+
+    def gathered(mine: np.ndarray) -> np.ndarray:
+        ids = torch.from_numpy(ev.new_to_orig[lo + np.flatnonzero(mine)])
+        return np.sort(torch.cat(dist.all_gather_varsize(ids, group)).numpy())
+
+    return Candidates("destinations", gathered(train_dst), gathered(as_dst))
 
 
 def train_negatives(seed: int, epoch: int, batch_index: int, batch_size: int, rows: np.ndarray, dst: np.ndarray,
-                    num_nodes: int) -> np.ndarray:
+                    num_nodes: int, among: Optional[np.ndarray] = None) -> np.ndarray:
     """One random negative destination [len(rows), 1] (original ids) for the events at positions
     `rows` (with original destinations `dst`) of global training batch `batch_index` of
-    `batch_size` events, seeded by (seed, epoch, batch index) only."""
+    `batch_size` events, seeded by (seed, epoch, batch index) only; drawn among the sorted ids
+    `among` (None: all `num_nodes` nodes)."""
     rng = np.random.default_rng([seed, epoch, batch_index, 0x7E57])
-    return _other(rng.integers(1, max(num_nodes, 2), size=(batch_size, 1))[rows], dst, num_nodes)
+    return _other(rng.integers(1, _size(num_nodes, among), size=(batch_size, 1))[rows], dst, num_nodes, among)
 
 
-def _other(off: np.ndarray, dst: np.ndarray, num_nodes: int) -> np.ndarray:
-    """Node ids `dst + off` (offsets in [1, N)), which never equal their row's `dst`."""
-    if num_nodes < 2:
-        raise GnndistError("negative sampling needs at least 2 nodes")
-    return (np.asarray(dst, np.int64)[:, None] + off) % num_nodes
+def _size(num_nodes: int, among: Optional[np.ndarray]) -> int:
+    """How many candidates there are (at least 2: the draws' upper bound)."""
+    m = num_nodes if among is None else among.size
+    if m < 2:
+        raise GnndistError("negative sampling needs at least 2 nodes" if among is None else
+                           "negative sampling needs at least 2 destinations on a bipartite graph")
+    return m
+
+
+def _other(off: np.ndarray, dst: np.ndarray, num_nodes: int, among: Optional[np.ndarray] = None) -> np.ndarray:
+    """Node ids `dst + off` (offsets in [1, N)), which never equal their row's `dst`; with
+    `among` (sorted candidates), the candidate `off` places after `dst`'s place among them (a
+    `dst` that is none of them: after the place it would take)."""
+    m = _size(num_nodes, among)
+    dst = np.asarray(dst, np.int64)
+    if among is None:
+        return (dst[:, None] + off) % m
+    at = np.searchsorted(among, dst)
+    missing = at >= m
+    missing[~missing] = among[at[~missing]] != dst[~missing]
+    return among[(at[:, None] + off - missing[:, None]) % m]
 
 
 class EvalNegatives:
@@ -46,10 +103,11 @@ class EvalNegatives:
     in the period that never occur before it."""
 
     def __init__(self, src: np.ndarray, dst: np.ndarray, eid: np.ndarray, num_nodes: int, start: int, stop: int,
-                 strategy: str = "random", n: int = 1, seed: int = 0) -> None:
+                 strategy: str = "random", n: int = 1, seed: int = 0, among: Optional[np.ndarray] = None) -> None:
         if strategy not in NEG_STRATEGIES:
             raise GnndistError(f"unknown negative sampling {strategy!r}; choose one of {', '.join(NEG_STRATEGIES)}")
         self.num_nodes, self.start, self.strategy, self.n, self.seed = num_nodes, start, strategy, n, seed
+        self.among = among  # random candidates (sorted original ids), or None: all nodes
         self.sources = np.zeros(0, np.int64)
         if strategy == "random":
             return
@@ -70,7 +128,8 @@ class EvalNegatives:
         """Negatives (original ids) of the events at positions `rows`, with original endpoints
         `src`, `dst`, of the period's batch `index` of `batch_size` events."""
         rng = np.random.default_rng([self.seed, self.start, index, NEG_STRATEGIES.index(self.strategy)])
-        out = _other(rng.integers(1, max(self.num_nodes, 2), size=(batch_size, self.n))[rows], dst, self.num_nodes)
+        off = rng.integers(1, _size(self.num_nodes, self.among), size=(batch_size, self.n))[rows]
+        out = _other(off, dst, self.num_nodes, self.among)
         if self.strategy == "random":
             return out
         u = rng.random((batch_size, self.n))[rows]

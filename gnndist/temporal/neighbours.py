@@ -23,6 +23,19 @@ PLAN_BYTES = 16 * 2**20  # what a plan's samples may hold (host memory)
 PLAN_STEPS = 32  # the most steps one plan samples for
 
 
+def sample_bytes(queries: int, ks: list[int], edge_dim: int) -> int:
+    """The bytes of the samples of `queries` queries with `ks` neighbours per hop: an entry's
+    node, event id, time, time gap, mask and event features."""
+    return sum(queries * math.prod(ks[:h + 1]) for h in range(len(ks))) * (8 + 8 + 8 + 4 + 1 + 4 * edge_dim)
+
+
+def steps_ahead(queries: int, ks: list[int], edge_dim: int) -> int:
+    """How many steps of at most `queries` queries each one plan covers: as many as fit in
+    PLAN_BYTES, from 1 to PLAN_STEPS. Depends on global sizes only, so every rank plans the
+    same steps."""
+    return max(1, min(PLAN_STEPS, PLAN_BYTES // max(sample_bytes(queries, ks, edge_dim), 1)))
+
+
 class Neighbours:
     """Temporal neighbourhoods of queries: sampled by the queried nodes' owners, with the features
     of the sampled events (a collective: one exchange per hop for the samples). Without an edge
@@ -74,12 +87,8 @@ class Neighbours:
         return list(zip(hops, feats))
 
     def steps_ahead(self, queries: int, ks: list[int]) -> int:
-        """How many steps of at most `queries` queries each one plan covers: as many as fit in
-        PLAN_BYTES, from 1 to PLAN_STEPS. Depends on global sizes only, so every rank plans
-        the same steps."""
-        entry = 8 + 8 + 8 + 4 + 1 + 4 * self.events.edge_dim  # nbr, eid, ts, dt, mask, features
-        per_step = sum(queries * math.prod(ks[:h + 1]) for h in range(len(ks))) * entry
-        return max(1, min(PLAN_STEPS, PLAN_BYTES // max(per_step, 1)))
+        """How many steps of at most `queries` queries each one plan covers (`steps_ahead`)."""
+        return steps_ahead(queries, ks, self.events.edge_dim)
 
     def plan(self, queries: list[tuple[np.ndarray, np.ndarray]], ks: list[int]) -> list[list[tuple]]:
         """Sample the queries (nodes, times) of several coming steps at once (a collective: one

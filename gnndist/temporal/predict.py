@@ -45,6 +45,7 @@ from gnndist.temporal.events import RankEvents
 from gnndist.runtime.device import to_device
 from gnndist.temporal.events import BatchEvents
 from gnndist.temporal.fit import SPLIT, rank_events, selected_test_metrics
+from gnndist.temporal.protocol import Protocol, protocol_folder
 from gnndist.temporal.trainer import LinkTrainer
 
 
@@ -54,7 +55,8 @@ def link_test(checkpoint: Checkpoint, data: Data, nproc: int = 1, device: str = 
     as `gnndist train` printed them (rank 0 prints the same table); the keys of the metrics
     JSON's "test"."""
     saved = saved_model(checkpoint, "link")
-    return _run(saved, source_of(data), nproc, _test_rank, device, quiet, same_events=True)
+    return run_saved(saved, source_of(data), nproc, _test_rank, device, quiet, protocol_folder(data),
+                     same_events=True)
 
 
 def link_scores(checkpoint: Checkpoint, data: Data, src: np.ndarray, dst: np.ndarray, t: np.ndarray,
@@ -71,7 +73,7 @@ def link_scores(checkpoint: Checkpoint, data: Data, src: np.ndarray, dst: np.nda
     source, known = _with_ids(source_of(data), nproc)
     n = int(saved.config["num_nodes"])
     pos = to_positions(src, known, n), to_positions(dst, known, n)
-    return _run(saved, source, nproc, _scores_rank, device, quiet, *pos, t)
+    return run_saved(saved, source, nproc, _scores_rank, device, quiet, *pos, t)
 
 
 def link_embeddings(checkpoint: Checkpoint, data: Data, at: float, nproc: int = 1, device: str = "cpu",
@@ -81,7 +83,7 @@ def link_embeddings(checkpoint: Checkpoint, data: Data, at: float, nproc: int = 
     if not isinstance(at, numbers.Real) or isinstance(at, bool) or not math.isfinite(at):
         raise GnndistError(f"--embed-at must be a finite time, got {at!r}")
     saved = saved_model(checkpoint, "link")
-    return _run(saved, source_of(data), nproc, _embed_rank, device, quiet, float(at))
+    return run_saved(saved, source_of(data), nproc, _embed_rank, device, quiet, float(at))
 
 
 def node_ids(data: Data) -> np.ndarray:
@@ -116,8 +118,8 @@ def _with_ids(source, nproc: int) -> tuple[Any, Optional[np.ndarray]]:
     return (graph if nproc == 1 else source), known
 
 
-def _run(saved: SavedModel, source, nproc: int, rank_fn, device: str, quiet: bool, *args: Any,
-         same_events: bool = False):
+def run_saved(saved: SavedModel, source, nproc: int, rank_fn, device: str, quiet: bool, *args: Any,
+              same_events: bool = False):
     """`rank_fn` on the ranks of a job over `source`, whose sizes are checked against the
     checkpoint's before raw data is split for them."""
     saved.check_kind(source)
@@ -132,15 +134,16 @@ def _check_sizes(saved: SavedModel, data: Union[TemporalGraph, RankEvents], same
     saved.check_sizes({**sizes, "num_events": data.num_events} if same_events else sizes)
 
 
-def _trainer(source, saved: SavedModel, device: torch.device, quiet: bool, same_events: bool = False
-             ) -> LinkTrainer:
-    """This rank's trainer with the saved settings and the selected parameters."""
+def saved_trainer(source, saved: SavedModel, device: torch.device, quiet: bool, same_events: bool = False,
+                  tgb: Optional[str] = None) -> LinkTrainer:
+    """This rank's trainer with the saved settings and the selected parameters (`tgb`: the
+    folder of TGB's protocol, if any)."""
     events = rank_events(source)
     _check_sizes(saved, events, same_events)
     # checkpoints from before the sampling setting: TGAT sampled uniformly, the others the most recent
     cfg = saved.settings(LinkConfig, {"sampling": "uniform" if saved.config.get("model") == "tgat" else "recent"},
                          device=device.type, quiet=quiet)
-    trainer = LinkTrainer(events, cfg, device)
+    trainer = LinkTrainer(events, cfg, device, Protocol.of(events.num_events, tgb))
     trainer.model.load_state_dict(saved.params)
     trainer.model.eval()
     return trainer
@@ -191,15 +194,15 @@ def events_before(trainer: LinkTrainer, times: np.ndarray) -> np.ndarray:
     return dist.all_reduce(torch.from_numpy(mine).to(trainer.device)).cpu().numpy()
 
 
-def _test_rank(source, dev: torch.device, saved: SavedModel, quiet: bool) -> dict[str, Any]:
-    trainer = _trainer(source, saved, dev, quiet, same_events=True)
+def _test_rank(source, dev: torch.device, saved: SavedModel, quiet: bool, tgb: Optional[str]) -> dict[str, Any]:
+    trainer = saved_trainer(source, saved, dev, quiet, same_events=True, tgb=tgb)
     return selected_test_metrics(trainer, {"epoch": saved.selected_epoch, "model": saved.params})
 
 
 @torch.no_grad()
 def _scores_rank(source, dev: torch.device, saved: SavedModel, quiet: bool, src: np.ndarray, dst: np.ndarray,
                  t: np.ndarray) -> np.ndarray:
-    trainer = _trainer(source, saved, dev, quiet)
+    trainer = saved_trainer(source, saved, dev, quiet)
     ev, b = trainer.events, trainer.cfg.batch_size
     src, dst = ev.orig_to_new[src], ev.orig_to_new[dst]
     before = events_before(trainer, t)
@@ -226,7 +229,7 @@ def _scores_rank(source, dev: torch.device, saved: SavedModel, quiet: bool, src:
 
 @torch.no_grad()
 def _embed_rank(source, dev: torch.device, saved: SavedModel, quiet: bool, at: float) -> np.ndarray:
-    trainer = _trainer(source, saved, dev, quiet)
+    trainer = saved_trainer(source, saved, dev, quiet)
     ev, b, model = trainer.events, trainer.cfg.batch_size, trainer.model
     cut = int(events_before(trainer, np.array([at]))[0])
     replay = Replay(trainer, cut)

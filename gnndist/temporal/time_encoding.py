@@ -5,8 +5,8 @@ The argument is formed and reduced to [-pi, pi] in float64 before the cosine is 
 float32. Unix-second deltas reach 1e7 and more, where a float32 product `w * dt` is off by a
 radian: PyG's float32 encoder gives noise in its fastest dimensions, this one the cosine of the
 true argument (within 1e-6). On the CPU a numba kernel does it (the cosine an even polynomial
-on [-pi, pi], vectorized): about 5x faster than torch's cosine of a TGN batch's [6000, 100]
-arguments, which takes its slow path for large ones. Elsewhere, or with
+on [-pi, pi], vectorized): faster than torch's cosine of a TGN batch's arguments, which takes
+its slow path for large ones (docs/benchmarks.md, "Measurements behind the code"). Elsewhere, or with
 `gnndist.runtime.device.CPU_PATHS` off, torch operations compute the same.
 """
 from __future__ import annotations

@@ -26,8 +26,9 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from gnndist.datasets import chronological_split
 from gnndist.errors import GnndistError
+from gnndist.footprint import memory_checked
+from gnndist.temporal.footprint import link_footprint
 from gnndist.io import show_progress
 from gnndist.runtime import dist, threads
 from gnndist.runtime.device import to_device
@@ -36,11 +37,11 @@ from gnndist.temporal.config import LinkConfig
 from gnndist.temporal.dist_state import PartitionedNodeState, ReplicatedNodeState
 from gnndist.temporal.edge_cache import fill_edge_cache
 from gnndist.temporal.events import RankEvents
-from gnndist.footprint import link_footprint, memory_checked
-from gnndist.temporal.linkpred import EvalNegatives, train_negatives
+from gnndist.temporal.linkpred import EvalNegatives, negative_candidates, train_negatives
 from gnndist.temporal.models import Batch, Forward, build_model
 from gnndist.temporal.neighbours import Neighbours
 from gnndist.temporal.planner import Planner
+from gnndist.temporal.protocol import Protocol
 from gnndist.temporal.split_step import HalfRun, SplitStep, bounds, loss_and_grads
 from gnndist.temporal.state import NodeState
 from gnndist.temporal.timers import Timers
@@ -138,11 +139,13 @@ class LinkTrainer:
     steps, epochs and evaluations (all ranks call every method together)."""
 
     @memory_checked(link_footprint)
-    def __init__(self, events: RankEvents, cfg: LinkConfig, device: torch.device = torch.device("cpu")) -> None:
+    def __init__(self, events: RankEvents, cfg: LinkConfig, device: torch.device = torch.device("cpu"),
+                 protocol: Optional[Protocol] = None) -> None:
         if events.num_parts != dist.world_size():
             raise GnndistError(f"the events are of a {events.num_parts}-part store but {dist.world_size()} ranks run")
         self.events, self.cfg, self.device = events, cfg, device
-        self.train_end, self.val_end = chronological_split(events.num_events)
+        self.protocol = Protocol.of(events.num_events) if protocol is None else protocol  # split, fixed negatives
+        self.train_end, self.val_end = self.protocol.train_end, self.protocol.val_end
         if self.train_end < 1 or self.val_end <= self.train_end or self.val_end >= events.num_events:
             raise GnndistError(f"{events.num_events} events are too few for a 70/15/15 split")
         torch.manual_seed(cfg.seed)  # identical initial parameters on every rank
@@ -171,7 +174,8 @@ class LinkTrainer:
         # a checkpoint by `train_epoch`), and the clock (`_clock`: its time before this process)
         self.epoch_state: Optional[dict[str, Any]] = None
         self._clock = (0.0, 0.0, 0.0, 0.0)  # (perf_counter, cpu seconds at the start here, time and cpu before)
-        fill_edge_cache(cfg, self.planner, self.train_end)
+        self.candidates = negative_candidates(events, self.train_end)  # of random negatives: all nodes or destinations
+        fill_edge_cache(cfg, self.planner, self.train_end, self.candidates.train)
 
     def set_state(self, state: Optional[NodeState]) -> None:
         """Train and evaluate on `state` (the node state `new_state` makes, or one of its kind)."""
@@ -308,7 +312,8 @@ class LinkTrainer:
             with self._bar(self.train_end, f"epoch {epoch}") as bar:
                 bar.update(min(first * cfg.batch_size, self.train_end))
                 ahead = Lookahead(self.planner.steps(0, self.train_end, lambda index, size, rows, src, dst:
-                                                     train_negatives(cfg.seed, epoch, index, size, rows, dst, n),
+                                                     train_negatives(cfg.seed, epoch, index, size, rows, dst, n,
+                                                                     self.candidates.train),
                                                      per_event=1, first=first))
                 for step, (size, batch) in enumerate(ahead, first + 1):
                     loss = self.step(batch, size, ahead)[0]
@@ -337,28 +342,41 @@ class LinkTrainer:
     def evaluate(self, start: int, stop: int, desc: str, score: bool = True) -> Scores:
         """`Scores` of the events in [start, stop) this rank scored; the node state absorbs the
         true events as it goes. `score=False` replays the events through the memory without
-        negatives ([P, 0] of them)."""
-        self.model.eval()
+        negatives ([P, 0] of them). Negatives: the protocol's fixed ones of the period (TGB's),
+        else drawn (`EvalNegatives`); a negative score is NaN where a shorter list of fixed ones
+        ends (MRR counts only the others)."""
         ev, cfg = self.events, self.cfg
-        negatives = EvalNegatives(ev.new_to_orig[ev.src[ev.scored]], ev.new_to_orig[ev.dst[ev.scored]],
-                                  ev.scored_eid, ev.num_nodes, start, stop, cfg.neg, cfg.eval_negatives,
-                                  cfg.seed) if score else None
+        negatives, n = None, 0
+        if score:
+            negatives = self.protocol.fixed_negatives(start, stop, cfg.batch_size) or EvalNegatives(
+                ev.new_to_orig[ev.src[ev.scored]], ev.new_to_orig[ev.dst[ev.scored]], ev.scored_eid, ev.num_nodes,
+                start, stop, cfg.neg, cfg.eval_negatives, cfg.seed, self.candidates.eval)
+            n = negatives.n
         pos, neg, eid, ends = [], [], [], []
+        for runs in self.eval_runs(start, stop, desc, None if negatives is None else negatives.batch, n):
+            for r in runs:
+                src, dst, _, ids = r.half.on_host()
+                pos.append(r.fw.pos.cpu().numpy())
+                neg.append(np.where(ids == dst[:, None], np.nan, r.fw.neg.cpu().numpy()))
+                eid.append(r.half.eid.cpu().numpy())
+                ends.append((src, dst))
+        src, dst = (np.concatenate(e) for e in zip(*ends))
+        return Scores(np.concatenate(pos), np.concatenate(neg), np.concatenate(eid), src, dst)
+
+    def eval_runs(self, start: int, stop: int, desc: str, negatives: Optional[Callable[..., np.ndarray]] = None,
+                  n: int = 0) -> Iterator[list[HalfRun]]:
+        """This rank's runs of each global batch of the events [start, stop) in evaluation mode
+        (`Planner.steps`' `negatives`, `n` per event), once the node state has absorbed the
+        batch (a collective; call under `torch.no_grad`)."""
+        self.model.eval()
         with self._bar(stop - start, desc) as bar:
-            ahead = Lookahead(self.planner.steps(start, stop, negatives.batch if score else None,
-                                                 cfg.eval_negatives if score else 0))
+            ahead = Lookahead(self.planner.steps(start, stop, negatives, n))
             for size, batch in ahead:
                 runs = self.run_batch(batch, ahead=ahead)
                 self.write(runs)
                 self.split.settle()
-                for r in runs:
-                    pos.append(r.fw.pos.cpu().numpy())
-                    neg.append(r.fw.neg.cpu().numpy())
-                    eid.append(r.half.eid.cpu().numpy())
-                    ends.append(r.half.on_host()[:2])
+                yield runs
                 bar.update(size)
-        src, dst = (np.concatenate(e) for e in zip(*ends))
-        return Scores(np.concatenate(pos), np.concatenate(neg), np.concatenate(eid), src, dst)
 
     def rank_metrics(self) -> list[dict[str, Any]]:
         """What each rank holds (`traffic.rank_metrics`; a collective)."""
