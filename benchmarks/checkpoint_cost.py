@@ -52,14 +52,19 @@ def one_checkpoint(folder: Path) -> tuple[int, float, float]:
     return (rank0 / at.name).stat().st_size, statistics.median(copies), statistics.median(writes)
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
+    """The command line (tests/test_docs.py checks the documented commands against it)."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--events", type=int, default=1_000_000)
     p.add_argument("--nodes", type=int, default=None, help="default: events / 10")
     p.add_argument("--every", type=int, default=100, help="steps between checkpoints")
     p.add_argument("--ranks", default="1,2")
     p.add_argument("--repeat", type=int, default=1, help="checkpointed runs per setting (each followed by one without)")
-    a = p.parse_args()
+    return p
+
+
+def main() -> None:
+    a = parser().parse_args()
     data = ["synthetic-temporal", "--num-nodes", str(a.nodes or max(a.events // 10, 2)), "--num-events", str(a.events)]
     print(f"synthetic-temporal {a.events:,} events; TGN memory 100, batch 200, 1 epoch; --checkpoint-every {a.every}")
     head = (f"{'setting':<24}{'events/s: none, every N, none, ...':<44}{'ratio':>7}{'ckpt MiB':>10}{'copy ms':>9}"

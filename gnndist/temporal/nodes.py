@@ -109,9 +109,10 @@ def event_rows(trainer: LinkTrainer, labels: bool = True) -> Rows:
     for runs in trainer.eval_runs(0, ev.num_events, "embed"):
         for r in runs:
             b = r.half.src.shape[0]
-            emb.append(r.fw.embed[:b].float().cpu())
-            eid.append(r.half.eid.cpu().numpy())
-            src.append(r.half.on_host()[0])
+            # copies, as `LinkTrainer.evaluate` keeps them
+            emb.append(r.fw.embed[:b].float().cpu().clone())
+            eid.append(r.half.eid.cpu().numpy().copy())
+            src.append(r.half.on_host()[0].copy())
     eid, src = np.concatenate(eid), np.concatenate(src)
     y = None
     if labels:

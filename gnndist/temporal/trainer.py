@@ -355,11 +355,13 @@ class LinkTrainer:
         pos, neg, eid, ends = [], [], [], []
         for runs in self.eval_runs(start, stop, desc, None if negatives is None else negatives.batch, n):
             for r in runs:
+                # copies: a half's results may be views of one buffer per step, which a view kept
+                # here would keep whole (`HalfProcess`)
                 src, dst, _, ids = r.half.on_host()
-                pos.append(r.fw.pos.cpu().numpy())
+                pos.append(r.fw.pos.cpu().numpy().copy())
                 neg.append(np.where(ids == dst[:, None], np.nan, r.fw.neg.cpu().numpy()))
-                eid.append(r.half.eid.cpu().numpy())
-                ends.append((src, dst))
+                eid.append(r.half.eid.cpu().numpy().copy())
+                ends.append((src.copy(), dst.copy()))
         src, dst = (np.concatenate(e) for e in zip(*ends))
         return Scores(np.concatenate(pos), np.concatenate(neg), np.concatenate(eid), src, dst)
 
