@@ -119,6 +119,7 @@ def restarted_worker(tstore, sstore, root):
             tr.step = stop_at(tr.step, 17 + 6, stop)
             with pytest.raises(Stop):
                 fit(tr, outputs)
+            gdist.agree_max(0)  # every rank's last write has ended
             if gdist.rank() == 0:
                 shutil.copytree(ck, root / "replicated-copy")
             gdist.agree_max(0)

@@ -65,7 +65,7 @@ def fit(trainer: LinkTrainer, outputs: Outputs = Outputs()) -> dict[str, Any]:
         trainer.on_loss = runlog.step
 
         def payload(epoch: int, step: Optional[int] = None) -> dict[str, Any]:
-            return {"config": config, "epoch": epoch, "step": step, **trainer.state_dict(),
+            return {"config": config, "epoch": epoch, "step": step, **trainer_state(trainer),
                     "rng": checkpoint.rng_state(), "history": history, "best": best, "restarts": restarts}
 
         with resume.Checkpointer(outputs, spe, trainer.device) as saver:
@@ -112,9 +112,44 @@ def load(trainer: LinkTrainer, found: resume.Found) -> tuple[list, dict, checkpo
         every_row = found.world == 1 or saved["config"].get("memory") == "replicated"
         parts = [saved["node_state"]] + [checkpoint.load(f.parent, found.position, mmap=True)["node_state"]
                                          for f in ([] if every_row else found.files[1:])]
-    trainer.load_state_dict(saved, parts)
+    trainer.model.load_state_dict(saved["model"])
+    trainer.optimizer.load_state_dict(saved["optimizer"])
+    if trainer.state is not None:
+        load_node_rows(trainer, [saved["node_state"]] if parts is None else parts)
+    trainer.epoch_state = saved.get("epoch_state")
     checkpoint.set_rng_state(saved["rng"])
     return list(saved["history"]), saved["best"], found.position
+
+
+def trainer_state(trainer: LinkTrainer) -> dict[str, Any]:
+    """What a checkpoint holds of `trainer`: parameters, optimizer, node state (its rows keyed by
+    the data's own node ids, `node_ids`) and, within an epoch, `epoch_state` (live tensors: copy
+    them to keep them)."""
+    epoch_state = None
+    if trainer.epoch_state is not None:
+        time_s, cpu_s = trainer.elapsed()
+        epoch_state = {**trainer.epoch_state, "time_s": time_s, "cpu_s": cpu_s}
+    node_state = None
+    if trainer.state is not None:
+        node_state = {"node_ids": trainer.held_orig, **trainer.state.state.state_dict()}
+    return {"model": trainer.model.state_dict(), "optimizer": trainer.optimizer.state_dict(),
+            "node_state": node_state, "epoch_state": epoch_state}
+
+
+def load_node_rows(trainer: LinkTrainer, parts: list[dict[str, Any]]) -> None:
+    """The trainer's rows of the node states `parts` (each keyed by the data's node ids; of a
+    checkpoint of format 1: by this store's ids, all rows or a `node_range` of them)."""
+    st, ev = trainer.state.state, trainer.events
+    held = st.held_ids().size
+    got = 0
+    for part in parts:
+        if "node_ids" in part:
+            ids = ev.orig_to_new[part["node_ids"].numpy()]
+        else:
+            ids = np.arange(*part["node_range"].tolist()) if "node_range" in part else np.arange(ev.num_nodes)
+        got += st.load_rows(ids, {k: v for k, v in part.items() if k not in ("node_ids", "node_range")})
+    if got != held:
+        raise GnndistError(f"the checkpoint's node state holds {got:,} of the {held:,} rows of rank {ev.rank}")
 
 
 def selected_test_metrics(trainer: LinkTrainer, best: dict[str, Any]) -> dict[str, Any]:

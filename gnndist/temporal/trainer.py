@@ -59,6 +59,23 @@ class Scores(NamedTuple):
     dst: np.ndarray
 
 
+def scores_of(steps: Iterator[list[HalfRun]]) -> Scores:
+    """The `Scores` of a period's evaluated steps (`LinkTrainer.eval_runs`); a negative scores NaN
+    where it is the event's destination (where a shorter list of fixed negatives ends)."""
+    pos, neg, eid, ends = [], [], [], []
+    for runs in steps:
+        for r in runs:
+            # copies: a half's results may be views of one buffer per step, which a view kept
+            # here would keep whole (`HalfProcess`)
+            src, dst, _, ids = r.half.on_host()
+            pos.append(r.fw.pos.cpu().numpy().copy())
+            neg.append(np.where(ids == dst[:, None], np.nan, r.fw.neg.cpu().numpy()))
+            eid.append(r.half.eid.cpu().numpy().copy())
+            ends.append((src.copy(), dst.copy()))
+    src, dst = (np.concatenate(e) for e in zip(*ends))
+    return Scores(np.concatenate(pos), np.concatenate(neg), np.concatenate(eid), src, dst)
+
+
 class Lookahead:
     """An iterator whose next item can be made early, while waiting for something else (`peek`)."""
 
@@ -182,7 +199,7 @@ class LinkTrainer:
         self.state = None if state is None else TimedState(state, self.timers)
         self.planner.state, self.split.state = self.state, state
         # the data's own ids of its rows (what a checkpoint keys them by)
-        self._held_orig = None if state is None else torch.from_numpy(self.events.new_to_orig[state.held_ids()])
+        self.held_orig = None if state is None else torch.from_numpy(self.events.new_to_orig[state.held_ids()])
 
     def _load_kernels(self) -> None:
         """The numba kernels a step runs, compiled (first run on a machine) or loaded now, not in
@@ -325,7 +342,7 @@ class LinkTrainer:
                     if self.on_step is not None:
                         self.on_step(step)
             self.timers.wait()
-            seconds, cpu = self._elapsed()
+            seconds, cpu = self.elapsed()
         finally:
             self.epoch_state = None
         self.cache_counters = dict(self.neighbours.features.counters)
@@ -352,18 +369,7 @@ class LinkTrainer:
                 ev.new_to_orig[ev.src[ev.scored]], ev.new_to_orig[ev.dst[ev.scored]], ev.scored_eid, ev.num_nodes,
                 start, stop, cfg.neg, cfg.eval_negatives, cfg.seed, self.candidates.eval)
             n = negatives.n
-        pos, neg, eid, ends = [], [], [], []
-        for runs in self.eval_runs(start, stop, desc, None if negatives is None else negatives.batch, n):
-            for r in runs:
-                # copies: a half's results may be views of one buffer per step, which a view kept
-                # here would keep whole (`HalfProcess`)
-                src, dst, _, ids = r.half.on_host()
-                pos.append(r.fw.pos.cpu().numpy().copy())
-                neg.append(np.where(ids == dst[:, None], np.nan, r.fw.neg.cpu().numpy()))
-                eid.append(r.half.eid.cpu().numpy().copy())
-                ends.append((src.copy(), dst.copy()))
-        src, dst = (np.concatenate(e) for e in zip(*ends))
-        return Scores(np.concatenate(pos), np.concatenate(neg), np.concatenate(eid), src, dst)
+        return scores_of(self.eval_runs(start, stop, desc, None if negatives is None else negatives.batch, n))
 
     def eval_runs(self, start: int, stop: int, desc: str, negatives: Optional[Callable[..., np.ndarray]] = None,
                   n: int = 0) -> Iterator[list[HalfRun]]:
@@ -385,45 +391,7 @@ class LinkTrainer:
         return rank_metrics(self.events, None if self.state is None else self.state.state, self.neighbours,
                             self.cache_counters, self.device)
 
-    def _elapsed(self) -> tuple[float, float]:
+    def elapsed(self) -> tuple[float, float]:
         """Wall and CPU seconds of the epoch in progress (before a resume included)."""
         t0, c0, before_s, before_cpu = self._clock
         return before_s + time.perf_counter() - t0, before_cpu + self.cpu_seconds() - c0
-
-    def state_dict(self) -> dict[str, Any]:
-        """Parameters, optimizer, node state (its rows keyed by the data's own node ids,
-        `node_ids`) and, within an epoch, `epoch_state`: what a checkpoint holds of the
-        trainer (live tensors: copy them to keep them)."""
-        epoch_state = None
-        if self.epoch_state is not None:
-            time_s, cpu_s = self._elapsed()
-            epoch_state = {**self.epoch_state, "time_s": time_s, "cpu_s": cpu_s}
-        node_state = None
-        if self.state is not None:
-            node_state = {"node_ids": self._held_orig, **self.state.state.state_dict()}
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "node_state": node_state, "epoch_state": epoch_state}
-
-    def load_state_dict(self, saved: dict[str, Any], node_states: Optional[list[dict[str, Any]]] = None) -> None:
-        """Take what `state_dict` gave; the node state from `node_states` where given (those of
-        every rank of a run on another number of ranks, or of one that held every row)."""
-        self.model.load_state_dict(saved["model"])
-        self.optimizer.load_state_dict(saved["optimizer"])
-        if self.state is not None:
-            self.load_node_states([saved["node_state"]] if node_states is None else node_states)
-        self.epoch_state = saved.get("epoch_state")
-
-    def load_node_states(self, parts: list[dict[str, Any]]) -> None:
-        """This rank's rows of the node states `parts` (each keyed by the data's node ids; of a
-        checkpoint of format 1: by this store's ids, all rows or a `node_range` of them)."""
-        st, ev = self.state.state, self.events
-        held = st.held_ids().size
-        got = 0
-        for part in parts:
-            if "node_ids" in part:
-                ids = ev.orig_to_new[part["node_ids"].numpy()]
-            else:
-                ids = np.arange(*part["node_range"].tolist()) if "node_range" in part else np.arange(ev.num_nodes)
-            got += st.load_rows(ids, {k: v for k, v in part.items() if k not in ("node_ids", "node_range")})
-        if got != held:
-            raise GnndistError(f"the checkpoint's node state holds {got:,} of the {held:,} rows of rank {ev.rank}")
