@@ -1,12 +1,13 @@
 """Rows put in order of a key within a memory budget (`SortedRuns`), and .npy files written a
 block of rows at a time (`write_npy`).
 
-Rows are added in any order. While they fit a quarter of the budget they stay in memory; beyond
-it they are sorted by the key and spilled to disk as a run (an .npy file per column). `merged`
-yields every row in order of the key, a block at a time, by a k-way merge of the spilled runs and
-the rows still in memory (the last run, never spilled: a run of rows that always fitted is one
-sorted in memory, through the same code). A run's files are removed once it is merged; `close`
-removes whatever is left. Keys are int64 and distinct.
+Rows are added in any order, into a buffer made once: the rows to come where they fit a quarter
+of the budget, else that quarter. When it is full its rows are sorted by the key and spilled to
+disk as a run (an .npy file per column). `merged`
+yields every row in order of the key, a block at a time, by a k-way merge of the runs: once one
+run is spilled the rows still in memory follow it to disk; rows that always fitted are one run,
+sorted in memory and merged through the same code. A run's files are removed once it is merged;
+`close` removes whatever is left. Keys are int64 and distinct.
 """
 from __future__ import annotations
 
@@ -37,57 +38,56 @@ class _Run:
 
 
 class SortedRuns:
-    """Rows of the named columns `like` (empty arrays: dtype and trailing shape; the first column
-    is the key), kept within `budget` bytes, spilled to `folder` (made when first needed) beyond it."""
+    """`rows` rows (as many as will be added) of the named columns `like` (empty arrays: dtype and
+    trailing shape; the first column is the key), kept within `budget` bytes, spilled to `folder`
+    (made when first needed) beyond it."""
 
-    def __init__(self, like: dict[str, np.ndarray], budget: int, folder: Path):
+    def __init__(self, like: dict[str, np.ndarray], rows: int, budget: int, folder: Path):
         self.names = list(like)
         self.like = [np.empty((0, *c.shape[1:]), c.dtype) for c in like.values()]
         self.row_bytes = max(_row_bytes(self.like), 1)
         self.budget = budget
         self.folder = folder
-        self.pending: list[list[np.ndarray]] = []  # rows not spilled yet: chunks of columns
-        self.pending_rows = 0
+        fits = rows * self.row_bytes <= budget // 4
+        self.buffer = [np.empty((max(rows if fits else budget // 4 // self.row_bytes, 1), *c.shape[1:]), c.dtype)
+                       for c in self.like]
+        self.held = 0  # rows in the buffer
         self.runs: list[tuple[list[Path], int]] = []  # the spilled runs: their files (a column each), rows
         self.rows = 0
         self.spilled_bytes = 0
         self.heads: list[list[np.ndarray]] = []  # during `merged`: each run's block at hand
 
     def add(self, columns: Sequence[np.ndarray]) -> None:
-        """Rows (one array per column, of equal length), spilling a run where they fill the memory
-        allowed."""
-        n = len(columns[0])
-        self.pending.append(list(columns))
-        self.pending_rows += n
-        self.rows += n
-        if self.pending_rows * self.row_bytes > self.budget // 4:
-            self.spill()
+        """Rows (one array per column, of equal length), spilling a run whenever the buffer is full."""
+        room = self.buffer[0].shape[0]
+        for a in range(0, len(columns[0]), room):
+            piece = [c[a:a + room] for c in columns]
+            n = len(piece[0])
+            if self.held + n > room:
+                self.spill()
+            for b, c in zip(self.buffer, piece):
+                b[self.held:self.held + n] = c
+            self.held += n
+            self.rows += n
 
-    def _joined(self) -> tuple[list[np.ndarray], np.ndarray]:
-        """The rows in memory as one array per column (their chunks freed as each is joined), and
-        the order that sorts them by key."""
-        order = np.argsort(np.concatenate([c[0] for c in self.pending] or [self.like[0]]), kind="stable")
-        cols = []
-        for j, like in enumerate(self.like):
-            cols.append(np.concatenate([c[j] for c in self.pending] or [like]))
-            for c in self.pending:
-                c[j] = None
-        self.pending, self.pending_rows = [], 0
-        return cols, order
+    def _sorted(self) -> tuple[list[np.ndarray], np.ndarray]:
+        """The rows in the buffer (a view per column), and the order that sorts them by key."""
+        cols = [b[:self.held] for b in self.buffer]
+        return cols, np.argsort(cols[0], kind="stable")
 
     def spill(self) -> None:
-        """The rows in memory, sorted by key, as a run on disk."""
-        cols, order = self._joined()
+        """The rows in the buffer, sorted by key, as a run on disk."""
+        cols, order = self._sorted()
         files = [self.folder / f"run{len(self.runs)}-{j}.npy" for j in range(len(cols))]
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
-            for j, path in enumerate(files):
-                np.save(path, cols[j][order])
-                cols[j] = None
+            for path, c in zip(files, cols):
+                np.save(path, c[order])
         except OSError as e:
             raise GnndistError(f"cannot spill sorted rows to {self.folder}: {e.strerror or e}") from None
         self.runs.append((files, order.size))
         self.spilled_bytes += order.size * self.row_bytes
+        self.held = 0
 
     def _file_run(self, files: list[Path], rows: int) -> _Run:
         """A spilled run, read a block at a time (through reads, not a memory map, so that what it
@@ -110,15 +110,17 @@ class SortedRuns:
         return _Run(rows, read, drop)
 
     def _memory_run(self) -> _Run:
-        cols, order = self._joined()
+        cols, order = self._sorted()
         return _Run(order.size, lambda a, b: [c[order[a:b]] for c in cols], lambda: None)
 
     def merged(self) -> Iterator[list[np.ndarray]]:
         """Every row in order of the key, in blocks of at most BLOCK_BYTES (and a quarter of the
         budget): each run offers a block; the rows up to the least of the last keys of the runs
         not yet exhausted are in order among all runs, and go out together."""
-        if self.runs and self.pending_rows:
+        if self.runs and self.held:
             self.spill()  # the rest joins the runs on disk: the merge then holds their blocks alone
+        if self.runs:
+            self.buffer = []
         runs = [self._file_run(files, rows) for files, rows in self.runs] or [self._memory_run()]
         per = max(MIN_BLOCK_ROWS, min(self.budget // 4, BLOCK_BYTES) // self.row_bytes // len(runs))
         at = [0] * len(runs)

@@ -103,6 +103,7 @@ class Job:
     vwgt: Optional[np.ndarray] = None
     membership: Optional[np.ndarray] = None
     seconds: dict = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
+    peaks: dict = field(default_factory=dict)  # the peak resident memory so far at each phase's end
     bytes_read: int = 0
     bytes_sent: int = 0
     bytes_received: int = 0
@@ -123,6 +124,7 @@ class Job:
         bar.update()
         bar.close()
         self.seconds[name] += time.perf_counter() - t0
+        self.peaks[name] = stats.peak_memory_bytes()
         held(self, name)
 
     def exchange(self, columns: Sequence[np.ndarray], dest: np.ndarray, rows: Optional[np.ndarray] = None
@@ -506,7 +508,7 @@ def route_events(job: Job, num: Numbering) -> dict[str, np.ndarray]:
     if c is not None and (c.label is not None or c.weight is not None):
         names.append("edge_label")
         like.append(np.zeros(0, np.int64))
-    job.runs = SortedRuns(dict(zip(names, like)), job.budget, job.spill_folder())
+    job.runs = SortedRuns(dict(zip(names, like)), _part_rows(job), job.budget, job.spill_folder())
     lo, hi = num.book.range(dist.rank())
     halo = np.zeros(job.ids.size, bool)
     # what a rank receives in a round (from every rank) is at most a quarter of its budget
@@ -529,6 +531,17 @@ def route_events(job: Job, num: Numbering) -> dict[str, np.ndarray]:
         job.runs.add(got)
     job.halo = int(halo.sum())
     return {"orig_ids": num.new_to_orig[lo:hi]}
+
+
+def _part_rows(job: Job) -> int:
+    """The events the part this rank writes holds: every rank's events with an endpoint among its
+    nodes (a collective)."""
+    p, part, w = job.portion, job.membership, dist.world_size()
+    counts = np.zeros(w, np.int64)
+    for a in range(0, p.src.size, 1 << 20):
+        ps, pd = part[p.src[a:a + (1 << 20)]], part[p.dst[a:a + (1 << 20)]]
+        counts += np.bincount(ps, minlength=w) + np.bincount(pd[ps != pd], minlength=w)
+    return int(np.array(job.gather(counts))[:, dist.rank()].sum())
 
 
 def _pieces(job: Job, num: Numbering, names: list[str], rows: int) -> Iterator[tuple]:
@@ -767,7 +780,8 @@ def _run_metrics(job: Job) -> dict:
     return {"rank": dist.rank(), "peak_memory_bytes": stats.peak_memory_bytes(), "bytes_read": job.bytes_read,
             "bytes_sent": job.bytes_sent, "bytes_received": job.bytes_received,
             "runs_spilled": len(job.runs.runs) if job.runs is not None else 0,
-            "bytes_spilled": job.runs.spilled_bytes if job.runs is not None else 0, "seconds": dict(job.seconds)}
+            "bytes_spilled": job.runs.spilled_bytes if job.runs is not None else 0, "seconds": dict(job.seconds),
+            "peak_memory_bytes_by_phase": dict(job.peaks)}
 
 
 # ---------------------------------------------------------------------------------------- the run
