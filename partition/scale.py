@@ -17,8 +17,11 @@ The phases (`PHASES`), all collectives on the ranks' gloo group:
   the store identical to one process's; else `temporal-lp` / `metis-lp` run balanced label
   propagation over the distributed projection (`partition.propagation`).
 - route: events (to the parts of both endpoints) or adjacency entries (to the part of their
-  row) travel to the rank that writes their part, in all-to-all rounds of bounded size.
-- write: rank r writes part r into a folder beside DIR; the first rank of each host writes
+  row) travel to the rank that writes their part, in all-to-all rounds of bounded size. A rank
+  keeps the events that come within its memory budget (`runs.SortedRuns`): beyond it, sorted by
+  event id, they are spilled in runs to a folder beside DIR (out of core).
+- write: rank r writes part r into a folder beside DIR (events merged from the runs, a block at
+  a time, into the bytes the in-memory path writes); the first rank of each host writes
   meta.json (the same bytes on every host) and the id maps; only once every rank has written,
   each host renames its folder into place, so a failure leaves every host's earlier store.
 """
@@ -796,7 +799,8 @@ def partition_shards(data: str, num_parts: int, method: Optional[str] = None,
     host's copy of it holds meta.json, the id maps and the parts of the host's ranks). Options as
     `partition_graph`'s (no halo or hub replicas), plus `temporal-lp` and `metis-lp`, and
     `memory_budget` (bytes each rank plans against; default: `stats.default_budget`): the default
-    method runs METIS where the projection fits it, else label propagation. Returns meta.json's
+    method runs METIS where the projection fits it, else label propagation; a rank keeps the part
+    it writes (temporal) within it, spilling sorted runs beside `out` beyond it. Returns meta.json's
     contents."""
     t0 = time.perf_counter()
     world = dist.world_size()

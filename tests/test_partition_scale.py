@@ -217,6 +217,10 @@ def test_the_run_metrics_of_every_rank_are_in_meta_json(launched, shards):
     assert all(r["bytes_read"] > 0 and r["bytes_sent"] > 0 and r["bytes_received"] > 0 for r in ranks)
     assert sum(r["bytes_read"] for r in ranks) == sum(p.stat().st_size for p in Path(shards["temporal"]).rglob("*.parquet"))
     assert all(set(r["seconds"]) == set(scale.PHASES) and r["peak_memory_bytes"] > 0 for r in ranks)
+    for r in ranks:  # the peak so far at the end of each phase before the write (meta.json is written in it)
+        peaks = r["peak_memory_bytes_by_phase"]
+        assert list(peaks) == list(scale.PHASES[:-1]) and list(peaks.values()) == sorted(peaks.values()), peaks
+        assert 0 < peaks["route"] <= r["peak_memory_bytes"]
 
 
 def test_a_budget_too_small_for_metis_refuses_it_or_runs_label_propagation(launched):
