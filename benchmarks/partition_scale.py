@@ -11,6 +11,14 @@ with 16 edge features is about 5 GB of Parquet). The goal for the largest rank's
 1/W x 1.3 of the one process's, plus the arrays sized by the node count that every rank holds.
 Peak memory is the VmHWM of each process (meta.json's `stats.ranks` for the ranks, wait4's
 ru_maxrss for the one process).
+
+Out of core, `--memory-budget SIZE` runs each method on W ranks twice, with the default budget
+(everything in memory) and with SIZE a rank (the part a rank writes spilled to disk in sorted
+runs beyond it), and prints each rank's peak resident memory against SIZE plus the node-sized
+arrays (and the phase it reached it in), the runs it spilled, and the events partitioned per
+second of both runs (mind the disk: the shards, a store and the spilled runs at once):
+
+    python benchmarks/partition_scale.py --events 300000000 --nodes 5000000 --ranks 4 --memory-budget 1GiB --methods random
 """
 from __future__ import annotations
 
@@ -23,6 +31,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from gnndist.partition.stats import parse_size
 
 GIB = 2**30
 
@@ -51,7 +61,39 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--ranks", default="2,4", help="comma-separated W")
     p.add_argument("--folder", default="bench-partition-scale", help="where the shards and stores go")
     p.add_argument("--methods", default="temporal,temporal-lp,random", help="the methods run on W ranks")
+    p.add_argument("--memory-budget", default=None, help="out of core: each rank's budget (e.g. 1GiB)")
     return p
+
+
+def reached(rank: dict) -> str:
+    """The phase in which a rank reached its peak (the write, where no phase's end had it yet)."""
+    by_phase = rank["peak_memory_bytes_by_phase"]
+    return next((p for p, b in by_phase.items() if b >= rank["peak_memory_bytes"]), "write")
+
+
+def out_of_core(args: argparse.Namespace, shards: Path, root: Path, node_arrays: int) -> None:
+    """Each method on W ranks in memory, then under --memory-budget: per rank, its peak against
+    the budget plus the node-sized arrays, the phase it reached it in, and what it spilled."""
+    budget = parse_size(args.memory_budget)
+    goal = budget + node_arrays
+    print(f"--memory-budget {args.memory_budget} a rank; goal for a rank's peak: the budget plus the node-sized "
+          f"arrays, {goal / GIB:.2f} GiB")
+    print(f"{'run':<36}{'rank':>5}{'wall s':>9}{'events/s':>12}{'peak GiB':>10}{'/ goal':>8}{'reached in':>12}"
+          f"{'runs':>6}{'spilled GiB':>13}")
+    for w in map(int, args.ranks.split(",")):
+        for method in args.methods.split(","):
+            for limit in (None, args.memory_budget):
+                store = root / f"{method}-{w}-{limit}"
+                more = [] if limit is None else ["--memory-budget", limit]
+                took, _ = run(["partition", str(shards), "--parts", str(w), "--out", str(store), "--nproc", str(w),
+                               "--method", method, "--quiet", *more])
+                name = f"{w} ranks, {method}, " + ("in memory" if limit is None else f"budget {limit}")
+                for r in stats(store)["ranks"]:
+                    peak = r["peak_memory_bytes"]
+                    print(f"{name:<36}{r['rank']:>5}{took:>9.0f}{args.events / took:>12,.0f}{peak / GIB:>10.2f}"
+                          f"{peak / goal:>8.2f}{reached(r):>12}{r['runs_spilled']:>6}{r['bytes_spilled'] / GIB:>13.2f}",
+                          flush=True)
+                shutil.rmtree(store)
 
 
 def main() -> None:
@@ -67,6 +109,9 @@ def main() -> None:
     node_arrays = args.nodes * 8 * 4  # ids, membership, id maps: int64 each
     print(f"{args.events:,} events, {args.nodes:,} nodes, {args.edge_dim} edge features; node-sized arrays "
           f"{node_arrays / GIB:.2f} GiB per rank", flush=True)
+    if args.memory_budget is not None:
+        out_of_core(args, shards, root, node_arrays)
+        return
     print(f"{'run':<28}{'wall s':>9}{'events/s':>12}{'peak GiB':>10}{'ratio':>8}{'goal':>8}{'cross':>8}")
     for w in map(int, args.ranks.split(",")):
         one = root / f"one-{w}"

@@ -17,8 +17,11 @@ The phases (`PHASES`), all collectives on the ranks' gloo group:
   the store identical to one process's; else `temporal-lp` / `metis-lp` run balanced label
   propagation over the distributed projection (`partition.propagation`).
 - route: events (to the parts of both endpoints) or adjacency entries (to the part of their
-  row) travel to the rank that writes their part, in all-to-all rounds of bounded size.
-- write: rank r writes part r into a folder beside DIR; the first rank of each host writes
+  row) travel to the rank that writes their part, in all-to-all rounds of bounded size. A rank
+  keeps the events that come within its memory budget (`runs.SortedRuns`): beyond it, sorted by
+  event id, they are spilled in runs to a folder beside DIR (out of core).
+- write: rank r writes part r into a folder beside DIR (events merged from the runs, a block at
+  a time, into the bytes the in-memory path writes); the first rank of each host writes
   meta.json (the same bytes on every host) and the id maps; only once every rank has written,
   each host renames its folder into place, so a failure leaves every host's earlier store.
 """
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -47,11 +51,13 @@ from gnndist.outputs import check_output
 from gnndist.partition import methods, stats
 from gnndist.partition.book import PartitionBook
 from gnndist.partition.propagation import propagate
+from gnndist.partition.runs import SortedRuns, write_npy
 from gnndist.partition.store import FORMAT_VERSION, invert_permutation, meta_checksum
 from gnndist.runtime import dist
 
 PHASES = ("read", "ids", "sort", "projection", "partition", "route", "write")
 ROUND_BYTES = 64 << 20  # what a rank sends in one all-to-all round of the route phase, at most
+MIN_ROUND_ROWS = 128  # events a rank sends in a round of the route phase at least, whatever its budget
 SAMPLES = 256  # keys each rank offers for the sample sort's splitters
 # bytes METIS and the adjacency take per node pair and per node on the rank that runs it (its
 # graph, weights and coarsening levels), for the fit of the projection against the budget
@@ -94,12 +100,23 @@ class Job:
     windows: Optional[int] = None  # temporal: the time windows of the balance and the metrics
     part: dict = field(default_factory=dict)  # the arrays of the part this rank writes
     units: tuple = ()  # what this rank reads of the shard files (read again to route the events)
+    runs: Optional[SortedRuns] = None  # temporal: the rows of the part this rank writes, by event id
+    halo: int = 0  # temporal: the halo nodes of the part this rank writes
+    token: str = ""  # the run's name, the same on every rank: of the folders beside the output
     vwgt: Optional[np.ndarray] = None
     membership: Optional[np.ndarray] = None
     seconds: dict = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
+    peaks: dict = field(default_factory=dict)  # the peak resident memory so far at each phase's end
     bytes_read: int = 0
     bytes_sent: int = 0
     bytes_received: int = 0
+
+    def spill_folder(self) -> Path:
+        """Where this rank spills sorted runs: a folder beside the output (or in the temporary
+        folder, where nothing is written)."""
+        name = f"runs-{self.token}-{dist.rank()}"
+        return (Path(tempfile.gettempdir()) / f"gnndist-{name}" if self.out is None
+                else self.out.parent / f".{self.out.name}.{name}")
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -110,6 +127,7 @@ class Job:
         bar.update()
         bar.close()
         self.seconds[name] += time.perf_counter() - t0
+        self.peaks[name] = stats.peak_memory_bytes()
         held(self, name)
 
     def exchange(self, columns: Sequence[np.ndarray], dest: np.ndarray, rows: Optional[np.ndarray] = None
@@ -125,7 +143,10 @@ class Job:
         at = 0
         for k in range(max(-(-int(n) // per_round) for n in counts.sum(axis=1))):
             take = order[k * per_round:(k + 1) * per_round]
-            at += self.send_round(columns, dest[take], take if rows is None else rows[take], out, at)
+            got = self.send_round(columns, dest[take], take if rows is None else rows[take])
+            for o, g in zip(out, got):
+                o[at:at + g.shape[0]] = g
+            at += got[0].shape[0]
         return out
 
     @staticmethod
@@ -133,10 +154,9 @@ class Job:
         """Arrays for `rows` received rows of `columns`."""
         return [np.empty((rows, *c.shape[1:]), c.dtype) for c in columns]
 
-    def send_round(self, columns: Sequence[np.ndarray], dest: np.ndarray, rows: np.ndarray, out: list[np.ndarray],
-                   at: int) -> int:
-        """One all-to-all: rows `rows` of `columns` to the ranks `dest` (sorted); what came is
-        written into `out` from row `at` on. Returns the rows that came."""
+    def send_round(self, columns: Sequence[np.ndarray], dest: np.ndarray, rows: np.ndarray) -> list[np.ndarray]:
+        """One all-to-all: rows `rows` of `columns` to the ranks `dest` (sorted); the rows that
+        came, a column each."""
         w, me = dist.world_size(), dist.rank()
         buf = dist.pack([torch.from_numpy(np.ascontiguousarray(c[rows])) for c in columns])
         sizes = np.bincount(dest, minlength=w).tolist()
@@ -144,8 +164,9 @@ class Job:
         own = sizes[me] * _row_bytes(columns)  # the rows this rank keeps travel nowhere
         self.bytes_sent += buf.numel() - own
         self.bytes_received += back.numel() - own
-        dist.unpack_into(back, [torch.from_numpy(o[at:at + back.shape[0]]) for o in out])
-        return back.shape[0]
+        out = self.receiving(columns, back.shape[0])
+        dist.unpack_into(back, [torch.from_numpy(o) for o in out])
+        return out
 
     def gather(self, obj: Any) -> list[Any]:
         return dist.gather_objects(obj, self.group)
@@ -477,11 +498,11 @@ class Numbering:
 def route_events(job: Job, num: Numbering) -> dict[str, np.ndarray]:
     """This rank's part of a temporal store: every event touching a node it owns, by event id.
     Each rank reads its units again, a chunk at a time, and sends each chunk's events (with their
-    edge features and labels, which it did not keep) to the parts of both their endpoints."""
-    p, part, w = job.portion, job.membership, dist.world_size()
-    ps, pd = part[p.src], part[p.dst]
-    counts = np.array(job.gather(np.bincount(ps, minlength=w) + np.bincount(pd[ps != pd], minlength=w)))
-    c = job.columns
+    edge features and labels, which it did not keep) to the parts of both their endpoints. What
+    comes is kept in `job.runs`, spilled to disk in sorted runs beyond the memory budget and
+    merged as the part is written; the part returned holds the node-sized arrays (its nodes'
+    original ids). Counts the part's halo nodes on the way (`job.halo`)."""
+    p, c = job.portion, job.columns
     names = ["eid", "src", "dst", "t"]
     like = [p.eid[:0], p.src[:0], p.dst[:0], np.zeros(0)]
     if c is not None and c.features:
@@ -490,30 +511,56 @@ def route_events(job: Job, num: Numbering) -> dict[str, np.ndarray]:
     if c is not None and (c.label is not None or c.weight is not None):
         names.append("edge_label")
         like.append(np.zeros(0, np.int64))
-    out = job.receiving(like, int(counts[:, dist.rank()].sum()))
-    chunks = (ch for u in job.units for ch in read_unit(job.shards, u))
-    at = start = 0
-    while True:
-        ch = next(chunks, None)
-        if not dist.agree_max(int(ch is not None)):
-            break
-        n = 0 if ch is None else len(ch)
-        mine = slice(start, start + n)
-        cols = [p.eid[mine], num.orig_to_new[p.src[mine]], num.orig_to_new[p.dst[mine]],
-                np.zeros(0) if ch is None else ch.t]
-        cols += [np.asarray(getattr(ch, name)) if ch is not None else x for name, x in zip(names[4:], like[4:])]
-        two = np.flatnonzero(ps[mine] != pd[mine])
-        dest = np.concatenate([ps[mine], pd[mine][two]])
-        rows = np.concatenate([np.arange(n), two])
-        order = np.argsort(dest, kind="stable")
-        at += job.send_round(cols, dest[order], rows[order], out, at)
-        start += n
-    order = np.argsort(out[0], kind="stable")
+    job.runs = SortedRuns(dict(zip(names, like)), _part_rows(job), job.budget, job.spill_folder())
     lo, hi = num.book.range(dist.rank())
-    part = {"orig_ids": num.new_to_orig[lo:hi]}
-    for name in names:
-        part[name] = out.pop(0)[order]  # a column at a time: one more copy at most
-    return part
+    halo = np.zeros(job.ids.size, bool)
+    # what a rank receives in a round (from every rank) is at most a quarter of its budget
+    per_round = max(MIN_ROUND_ROWS, min(ROUND_BYTES, job.budget // 4 // dist.world_size()) // job.runs.row_bytes)
+    pieces = _pieces(job, num, names, per_round)
+    nothing = (like, np.zeros(0, np.int64), np.zeros(0, np.int64))
+    while True:
+        piece = next(pieces, None)
+        if not dist.agree_max(int(piece is not None)):
+            break
+        cols, ps, pd = piece or nothing
+        two = np.flatnonzero(ps != pd)
+        dest = np.concatenate([ps, pd[two]])
+        rows = np.concatenate([np.arange(ps.size), two])
+        order = np.argsort(dest, kind="stable")
+        got = job.send_round(cols, dest[order], rows[order])
+        src, dst = got[1], got[2]
+        own_s, own_d = (src >= lo) & (src < hi), (dst >= lo) & (dst < hi)
+        halo[dst[own_s & ~own_d]] = halo[src[own_d & ~own_s]] = True
+        job.runs.add(got)
+    job.halo = int(halo.sum())
+    return {"orig_ids": num.new_to_orig[lo:hi]}
+
+
+def _part_rows(job: Job) -> int:
+    """The events the part this rank writes holds: every rank's events with an endpoint among its
+    nodes (a collective)."""
+    p, part, w = job.portion, job.membership, dist.world_size()
+    counts = np.zeros(w, np.int64)
+    for a in range(0, p.src.size, 1 << 20):
+        ps, pd = part[p.src[a:a + (1 << 20)]], part[p.dst[a:a + (1 << 20)]]
+        counts += np.bincount(ps, minlength=w) + np.bincount(pd[ps != pd], minlength=w)
+    return int(np.array(job.gather(counts))[:, dist.rank()].sum())
+
+
+def _pieces(job: Job, num: Numbering, names: list[str], rows: int) -> Iterator[tuple]:
+    """This rank's events in file order, read again a chunk at a time, in pieces of at most `rows`:
+    (their columns `names` with endpoints in the store's ids, the parts of their sources, of
+    their destinations)."""
+    p, part = job.portion, job.membership
+    start = 0
+    for ch in (ch for u in job.units for ch in read_unit(job.shards, u)):
+        for a in range(0, len(ch), rows):
+            b = min(a + rows, len(ch))
+            mine = slice(start + a, start + b)
+            cols = [p.eid[mine], num.orig_to_new[p.src[mine]], num.orig_to_new[p.dst[mine]], ch.t[a:b]]
+            cols += [np.asarray(getattr(ch, name))[a:b] for name in names[4:]]
+            yield cols, part[p.src[mine]], part[p.dst[mine]]
+        start += len(ch)
 
 
 def static_entries(job: Job) -> None:
@@ -563,7 +610,7 @@ def _node_rows(job: Job, owned: np.ndarray) -> dict[str, np.ndarray]:
 
 # ---------------------------------------------------------------------------------------- metrics
 
-def temporal_stats(job: Job, num: Numbering, part: dict[str, np.ndarray]) -> dict:
+def temporal_stats(job: Job) -> dict:
     """`stats.temporal_quality` of the partition, from every rank's counts (no halo, no hubs)."""
     p, m, k, e = job.portion, job.membership, job.num_parts, job.num_events
     nw = job.windows
@@ -576,12 +623,7 @@ def temporal_stats(job: Job, num: Numbering, part: dict[str, np.ndarray]) -> dic
     a, b, _ = job.pairs if job.method in ("temporal", "temporal-lp", "metis", "metis-lp") else _unique_pairs(job)
     loops = _loop_pairs(job)
     pair_counts = job.all_sum(np.array([a.size + loops[0], int(np.count_nonzero(m[a] != m[b]))], np.int64))
-    me = dist.rank()
-    lo, hi = num.book.range(me)
-    src, dst = part["src"], part["dst"]
-    own_s, own_d = (src >= lo) & (src < hi), (dst >= lo) & (dst < hi)
-    halo = unique_ints(np.concatenate([dst[own_s & ~own_d], src[own_d & ~own_s]])).size
-    halos = [int(x) for x in job.gather(halo)]
+    halos = [int(x) for x in job.gather(job.halo)]
     nodes = np.bincount(m, minlength=k)
     return {
         "nodes_per_part": nodes.tolist(),
@@ -641,13 +683,12 @@ def write_store(job: Job, num: Numbering, part: dict[str, np.ndarray], quality: 
     """Write part r here, meta.json and the id maps on the first rank of each host, then, once
     every rank has written, rename each host's folder into place (see the module docstring).
     On a file system every host shares, rank 0 alone renames (it finds its mark there)."""
-    out, me = job.out, dist.rank()
-    token = job.gather(os.urandom(8).hex() if me == 0 else None)[0]
+    out, me, token = job.out, dist.rank(), job.token
     tmp = out.parent / f".{out.name}.partial-{token}"
     first_here = int(os.environ.get("LOCAL_RANK", "0")) == 0
     try:
         agreed(job, lambda: tmp.mkdir(parents=True, exist_ok=True))
-        files = agreed(job, lambda: _write_part(tmp, me, part, out))
+        files = agreed(job, lambda: _write_part(job, tmp, part))
         ids_file = agreed(job, lambda: _write_array(tmp, "orig_to_new.npy", num.orig_to_new, out) if first_here
                           else None)
         meta = _meta(job, num, part, quality, t0, files, ids_file)
@@ -710,20 +751,40 @@ def _write_array(folder: Path, rel: str, a: np.ndarray, store: Path) -> str:
     return sha256_file(path)
 
 
-def _write_part(tmp: Path, p: int, part: dict[str, np.ndarray], store: Path) -> dict[str, str]:
-    return {f"part{p}/{name}.npy": _write_array(tmp, f"part{p}/{name}.npy", a, store) for name, a in part.items()}
+def _write_part(job: Job, tmp: Path, part: dict[str, np.ndarray]) -> dict[str, str]:
+    """Part r's arrays into `tmp`, those of `job.runs` (temporal) merged from its runs a block at
+    a time; {file: sha256}."""
+    me, runs = dist.rank(), job.runs
+    files = {f"part{me}/{name}.npy": _write_array(tmp, f"part{me}/{name}.npy", a, job.out) for name, a in part.items()}
+    if runs is None:
+        return files
+    rel = [f"part{me}/{name}.npy" for name in runs.names]
+
+    def blocks() -> Iterator[list[np.ndarray]]:
+        for block in runs.merged():
+            yield block
+            held(job, "write")
+    try:
+        write_npy([tmp / r for r in rel], runs.like, runs.rows, blocks())
+    except OSError as e:
+        raise GnndistError(f"cannot write the partition store {job.out} (part{me}): {e.strerror or e}") from None
+    return {**files, **{r: sha256_file(tmp / r) for r in rel}}
 
 
 def _array_specs(job: Job, part: dict[str, np.ndarray]) -> dict[str, dict]:
     """dtype and trailing shape of each per-part array (as `PartitionStore.array_specs`)."""
     names = (["orig_ids", "indptr", "indices", "x", "y", *MASKS] if job.kind == "static"
              else ["orig_ids", "eid", "src", "dst", "t", "edge_feat", "edge_label"])
-    return {k: {"dtype": part[k].dtype.str, "shape": list(part[k].shape[1:])} for k in names if k in part}
+    like = {**part, **(dict(zip(job.runs.names, job.runs.like)) if job.runs is not None else {})}
+    return {k: {"dtype": like[k].dtype.str, "shape": list(like[k].shape[1:])} for k in names if k in like}
 
 
 def _run_metrics(job: Job) -> dict:
     return {"rank": dist.rank(), "peak_memory_bytes": stats.peak_memory_bytes(), "bytes_read": job.bytes_read,
-            "bytes_sent": job.bytes_sent, "bytes_received": job.bytes_received, "seconds": dict(job.seconds)}
+            "bytes_sent": job.bytes_sent, "bytes_received": job.bytes_received,
+            "runs_spilled": len(job.runs.runs) if job.runs is not None else 0,
+            "bytes_spilled": job.runs.spilled_bytes if job.runs is not None else 0, "seconds": dict(job.seconds),
+            "peak_memory_bytes_by_phase": dict(job.peaks)}
 
 
 # ---------------------------------------------------------------------------------------- the run
@@ -738,7 +799,8 @@ def partition_shards(data: str, num_parts: int, method: Optional[str] = None,
     host's copy of it holds meta.json, the id maps and the parts of the host's ranks). Options as
     `partition_graph`'s (no halo or hub replicas), plus `temporal-lp` and `metis-lp`, and
     `memory_budget` (bytes each rank plans against; default: `stats.default_budget`): the default
-    method runs METIS where the projection fits it, else label propagation. Returns meta.json's
+    method runs METIS where the projection fits it, else label propagation; a rank keeps the part
+    it writes (temporal) within it, spilling sorted runs beside `out` beyond it. Returns meta.json's
     contents."""
     t0 = time.perf_counter()
     world = dist.world_size()
@@ -751,6 +813,7 @@ def partition_shards(data: str, num_parts: int, method: Optional[str] = None,
               None if out is None else Path(out), progress and dist.rank() == 0, dist.host_group("samplers"))
     if job.out is not None:
         agreed(job, lambda: check_output(job.out, "store"))
+    job.token = job.gather(os.urandom(8).hex() if dist.rank() == 0 else None)[0]
     with job.phase("read"):
         read_portion(job)
     _check_options(job, method, balance, imbalance_tol, time_windows, recency, seed)
@@ -777,13 +840,17 @@ def partition_shards(data: str, num_parts: int, method: Optional[str] = None,
             raise GnndistError(f"partitioning left a part without nodes: the graph is too small for {num_parts} "
                                "parts; use fewer --parts")
     num = Numbering.of(job.membership, num_parts)
-    with job.phase("route"):
-        part = job.part = route_events(job, num) if temporal else agreed(job, lambda: route_rows(job, num))
-    quality = temporal_stats(job, num, part) if temporal else static_stats(job, num, part)
-    with job.phase("write"):
-        if job.out is None:
-            return {"num_parts": num_parts, "stats": quality}
-        return write_store(job, num, part, quality, t0)
+    try:
+        with job.phase("route"):
+            part = job.part = route_events(job, num) if temporal else agreed(job, lambda: route_rows(job, num))
+        quality = temporal_stats(job) if temporal else static_stats(job, num, part)
+        with job.phase("write"):
+            if job.out is None:
+                return {"num_parts": num_parts, "stats": quality}
+            return write_store(job, num, part, quality, t0)
+    finally:
+        if job.runs is not None:
+            job.runs.close()
 
 
 def _check_options(job: Job, method: Optional[str], balance, imbalance_tol, time_windows, recency, seed) -> None:

@@ -2,8 +2,9 @@
 and 3 ranks write stores identical to `partition_graph`'s on the loaded graph (every array
 file byte for byte, meta.json apart from its timing and memory metrics), whatever the order of
 the shards; label propagation reaches a cut near METIS's within its balance, the same on any
-number of ranks; no rank holds an array that grows with the whole graph; bad shards stop every
-rank with one line and leave no store."""
+number of ranks; no rank holds an array that grows with the whole graph; under a memory budget
+its part is spilled in sorted runs and merged into the same store, the runs removed even where a
+rank fails; bad shards stop every rank with one line and leave no store."""
 import json
 import os
 import shutil
@@ -77,18 +78,45 @@ def arrays_in(obj, seen=None) -> list[np.ndarray]:
     return [a for x in items for a in arrays_in(x, seen)]
 
 
+def held_bytes(obj) -> int:
+    """Bytes of the arrays reachable from `obj`, a view counted as the whole array it views."""
+    roots = {}
+    for a in arrays_in(obj):
+        while isinstance(a.base, np.ndarray):
+            a = a.base
+        roots[id(a)] = a.nbytes
+    return sum(roots.values())
+
+
+BUDGET = 64 << 10  # bytes: the out-of-core cases' --memory-budget; a part of the communities graph is 2-4x it
+SPILLED = [("temporal", "random"), ("shuffled", "temporal-lp")]
+
+
+class Injected(GnndistError):
+    pass
+
+
 def worker(shards, root):
     """Every case on this rank; what each wrote, and the longest array the rank held at each
-    phase's end with the sizes of its portion."""
+    phase's end with the sizes of its portion; the out-of-core cases (`SPILLED` under `BUDGET`),
+    with the most bytes the part's runs held at once, how many runs were spilled and the spill
+    files seen; and one of them failed by rank 1 half-way through the merge."""
     dist.setup("cpu")
-    peak = {}
+    peak, spilled = {}, {}
 
     def held(job, phase):
+        key = job.data, job.method, phase, job.budget
+        if job.runs is not None:
+            was = spilled.get(key, (0, 0, set()))
+            files = set(os.listdir(job.runs.folder)) if job.runs.folder.exists() else set()
+            spilled[key] = max(was[0], held_bytes(job.runs)), len(job.runs.runs), was[2] | files
+            if job.runs.heads:  # a block of the merge: the runs' rows alone
+                return
         longest = max((a.shape[0] for a in arrays_in(job) if a.ndim), default=0)
         portion = max(job.portion.src.size if job.portion else 0, job.pairs[0].size if job.pairs else 0,
-                      job.entries[0].size if job.entries else 0,
+                      job.entries[0].size if job.entries else 0, job.runs.rows if job.runs else 0,
                       max((a.shape[0] for a in (getattr(job, "part", None) or {}).values()), default=0))
-        peak[job.data, job.method, phase] = (longest, portion, 0 if job.ids is None else job.ids.size)
+        peak[key] = max(peak.get(key, (0, 0, 0)), (longest, portion, 0 if job.ids is None else job.ids.size))
 
     scale.held = held
     out = {}
@@ -97,6 +125,25 @@ def worker(shards, root):
             dest = Path(root) / f"w{dist.world_size()}-{name}-{method}"
             scale.partition_shards(shards[name], dist.world_size(), method=method, out=dest)
             out[name, method] = str(dest)
+        for name, method in SPILLED:
+            dest = Path(root) / f"w{dist.world_size()}-{name}-{method}-spilled"
+            scale.partition_shards(shards[name], dist.world_size(), method=method, memory_budget=BUDGET, out=dest)
+            out[name, method, "spilled"] = str(dest)
+        writes = []
+
+        def failing(job, phase):
+            held(job, phase)
+            writes.append(phase == "write")
+            if dist.rank() == 1 and sum(writes) == 3:
+                raise Injected("injected: the disk is full")
+
+        scale.held = failing
+        try:
+            scale.partition_shards(shards["temporal"], dist.world_size(), method="random", memory_budget=BUDGET,
+                                   out=Path(root) / "failed")
+        except GnndistError as e:
+            out["failed"] = str(e), sum(writes)
+        scale.held = held
         try:  # explicit METIS over the budget: refused; the default: label propagation
             scale.partition_shards(shards["temporal"], dist.world_size(), method="temporal", memory_budget=1024,
                                    out=Path(root) / "refused")
@@ -106,7 +153,7 @@ def worker(shards, root):
                                                  out=Path(root) / f"w{dist.world_size()}-switched")["method"]
     finally:
         dist.teardown()
-    return out, peak
+    return out, peak, spilled
 
 
 @pytest.fixture(scope="module", params=[2, 3])
@@ -132,6 +179,36 @@ def test_stores_of_w_ranks_equal_one_process_s(launched, shards, tmp_path):
     assert shuffled == comparable(Path(results[0][0]["temporal", "temporal"]))
 
 
+def test_parts_spilled_in_sorted_runs_make_one_process_s_store(launched, shards, tmp_path):
+    """Under a budget a quarter of a part, each rank spills its part in several sorted runs and
+    merges them as it writes: every array file byte for byte one process's, the runs' files gone
+    afterwards; the rows of the part the rank held at once stayed within the budget."""
+    w, root, results = launched
+    for name, method in SPILLED:
+        one = tmp_path / f"one-{name}-{method}"
+        partition_graph(load(shards[name]), w, method=method, out=one)
+        got = Path(results[0][0][name, method, "spilled"])
+        assert comparable(got) == comparable(one), (name, method)
+        meta = json.loads((got / "meta.json").read_text())
+        for f in meta["files"]:
+            assert (got / f).read_bytes() == (one / f).read_bytes(), (name, method, f)
+        assert all(r["runs_spilled"] >= 3 and r["bytes_spilled"] > BUDGET for r in meta["stats"]["ranks"])
+        for _, _, spilled in results:
+            runs = {k[2]: v for k, v in spilled.items() if k[:2] == (shards[name], method) and k[3] == BUDGET}
+            assert runs["write"][1] >= 3 and len(runs["write"][2]) >= 3, runs  # runs spilled, their files seen
+            assert max(most for most, _, _ in runs.values()) <= BUDGET, runs
+    assert not [p for p in root.iterdir() if ".runs-" in p.name]
+
+
+def test_a_rank_that_fails_mid_merge_leaves_no_runs_and_no_store(launched):
+    w, root, results = launched
+    for out, _, _ in results:
+        error, writes = out["failed"]
+        assert error == "injected: the disk is full" and writes >= 3
+    assert not (root / "failed").exists()
+    assert not [p for p in root.iterdir() if p.name.startswith(".")]  # neither runs nor a half-written store
+
+
 def test_the_run_metrics_of_every_rank_are_in_meta_json(launched, shards):
     w, _, results = launched
     meta = json.loads((Path(results[0][0]["temporal", "temporal"]) / "meta.json").read_text())
@@ -140,11 +217,15 @@ def test_the_run_metrics_of_every_rank_are_in_meta_json(launched, shards):
     assert all(r["bytes_read"] > 0 and r["bytes_sent"] > 0 and r["bytes_received"] > 0 for r in ranks)
     assert sum(r["bytes_read"] for r in ranks) == sum(p.stat().st_size for p in Path(shards["temporal"]).rglob("*.parquet"))
     assert all(set(r["seconds"]) == set(scale.PHASES) and r["peak_memory_bytes"] > 0 for r in ranks)
+    for r in ranks:  # the peak so far at the end of each phase before the write (meta.json is written in it)
+        peaks = r["peak_memory_bytes_by_phase"]
+        assert list(peaks) == list(scale.PHASES[:-1]) and list(peaks.values()) == sorted(peaks.values()), peaks
+        assert 0 < peaks["route"] <= r["peak_memory_bytes"]
 
 
 def test_a_budget_too_small_for_metis_refuses_it_or_runs_label_propagation(launched):
     _, _, results = launched
-    for out, _ in results:
+    for out, _, _ in results:
         assert out["refused"].startswith("--method temporal runs METIS on one rank, which needs an estimated ")
         assert out["refused"].endswith("but --memory-budget is 1.0 KiB: use --method temporal-lp, or a larger budget")
         assert out["switched"] == "temporal-lp"
@@ -156,8 +237,8 @@ def test_no_rank_holds_an_array_per_event_or_edge_of_the_whole_graph(launched, s
     under the whole graph's events."""
     w, _, results = launched
     events = load(shards["temporal"]).num_events
-    for _, peak in results:
-        for (data, method, phase), (longest, portion, nodes) in peak.items():
+    for _, peak, _ in results:
+        for (data, method, phase, _), (longest, portion, nodes) in peak.items():
             assert longest <= max(portion, nodes), (data, method, phase, longest, portion, nodes)
             if w == 3 and "temporal" in data:
                 assert longest < 0.8 * events, (data, method, phase, longest)

@@ -16,6 +16,8 @@ in DIR/meta.json (`gnndist info DIR`).
 With --nproc K (or under torchrun, one rank per part, on one host or several) the ranks read
 DATA's shard files and write one part each; no rank holds the whole graph. METIS runs on rank 0
 where the projection fits --memory-budget, else the -lp method (the default method says which).
+A rank keeps the part it writes within --memory-budget, spilling sorted runs to a folder beside
+DIR (removed as they are merged into the part) beyond it.
 """
 from __future__ import annotations
 
@@ -69,7 +71,8 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "process); under torchrun the ranks torchrun starts")
     p.add_argument("--memory-budget", default=None, metavar="SIZE",
                    help="with --nproc: the memory each rank plans against, bytes or e.g. 2GiB (default: this "
-                        "host's available memory / its ranks); METIS runs on rank 0 only where the projection fits it")
+                        "host's available memory / its ranks); METIS runs on rank 0 only where the projection fits it, "
+                        "and a rank spills the part it writes to disk beyond it")
     p.add_argument("--json", action="store_true", help="print the metrics as one JSON object")
     p.add_argument("--quiet", action="store_true", help="no progress bars or notes")
 
