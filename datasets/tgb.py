@@ -28,7 +28,7 @@ import re
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Optional
+from typing import IO, TYPE_CHECKING, Optional
 
 import numpy as np
 
@@ -36,6 +36,9 @@ from gnndist.datasets.formats import as_ints, renumbered
 from gnndist.datasets.pickles import restricted_load
 from gnndist.errors import GnndistError, first_line
 from gnndist.graph import TemporalGraph
+
+if TYPE_CHECKING:  # for the annotations: the readers import it where they use it
+    import pyarrow
 
 # dataset -> its layout: "jodie", "weighted" (log2 weight feature), "trade", "genre"
 LAYOUTS = {**dict.fromkeys(("tgbl-wiki", "tgbl-subreddit", "tgbl-uci", "tgbl-enron", "tgbl-lastfm"), "jodie"),

@@ -591,7 +591,7 @@ def _part_problem(meta: dict, p: int, a: dict[str, np.ndarray]) -> Optional[str]
         if arr.dtype.str != spec["dtype"] or list(arr.shape[1:]) != spec["shape"]:
             return (f"{name}.npy is {arr.dtype.str} of shape {arr.shape}, meta.json says {spec['dtype']} "
                     f"of shape (rows, {', '.join(map(str, spec['shape']))})".replace(", )", ")"))
-    n, st = meta["num_nodes"], meta["stats"]
+    n = meta["num_nodes"]
     start, stop = meta["node_offsets"][p], meta["node_offsets"][p + 1]
     local = stop - start
     rows = dict.fromkeys(("orig_ids", *_NODE_ARRAYS), (local, f"node the part owns ({local})"))
