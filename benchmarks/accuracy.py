@@ -5,8 +5,9 @@
 
 Each cell is one `gnndist train DATA --task T --model M --seeds 0,1,2` in a fresh process, with
 nothing else set: what a user gets from the defaults. Printed beside it: the published number
-(see ../shared/datasets/README.md), the test metric of each seed, the epochs trained and selected per seed, and the wall time
-of each run (a default run must finish in under 10 minutes on the 2-core machine).
+(see ../shared/datasets/README.md), the test metric, epochs trained and epoch selected of each
+seed, and the wall time of each run (a default run must finish in under 10 minutes on the 2-core
+machine).
 """
 from __future__ import annotations
 
