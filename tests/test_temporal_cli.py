@@ -105,17 +105,6 @@ def test_resume_compares_the_settings_the_defaults_gave(tmp_path, capsys):
     assert [e["epoch"] for e in m["epochs"]] == [1, 2] and m["restarts"] and "lr" not in m["defaults"]
 
 
-def test_a_checkpoint_from_before_the_dropout_setting_resumes_without_dropout(tmp_path):
-    first = ["train", *SMALL, "--model", "tgn", "--memory-dim", "8", "--checkpoint", str(tmp_path / "c")]
-    assert main([*first, "--epochs", "1"]) == 0
-    payload = checkpoint.load(tmp_path / "c")
-    del payload["config"]["dropout"]  # as such checkpoints were written
-    checkpoint.save(tmp_path / "c", payload)
-    assert main([*first, "--epochs", "2", "--resume", "--metrics-out", str(tmp_path / "m.json")]) == 0
-    m = json.loads((tmp_path / "m.json").read_text())
-    assert [e["epoch"] for e in m["epochs"]] == [1, 2] and m["restarts"]
-
-
 def test_checkpoint_rejects_pickled_objects(tmp_path):
     path = tmp_path / "x"
     path.mkdir()

@@ -34,10 +34,9 @@ RULES = {"model": OneOf(MODELS), **COMMON, "lr_schedule": OneOf(LR_SCHEDULES),
 @dataclass(frozen=True)
 class LinkConfig:
     """Training and evaluation settings of a temporal link-prediction run (checked on creation).
-    memory_dim, lr, patience, num_neighbors and dropout left out are the model's
-    (`MODEL_DEFAULTS`), as `gnndist train --model M` takes them; they are set on creation
-    (`defaults` records which), so `dataclasses.replace(cfg, model=...)` keeps the first model's
-    (make a new config instead)."""
+    memory_dim, lr, patience, num_neighbors and dropout left out are the model's (`MODEL_DEFAULTS`), as
+    `gnndist train --model M` takes them; they are set on creation (`defaults` records which), so
+    `dataclasses.replace(cfg, model=...)` keeps the first model's (make a new config instead)."""
 
     model: str = "tgn"
     epochs: int = 50

@@ -97,7 +97,6 @@ def fit(trainer: LinkTrainer, outputs: Outputs = Outputs()) -> dict[str, Any]:
 def differs(saved: dict[str, Any], config: dict[str, Any], whole: bool) -> Optional[str]:
     """Why a checkpoint's settings `saved` are not this run's `config` (None: they are): the
     settings a resume must share (`whole`: every one but `quiet`, and the rank count)."""
-    saved = {"dropout": 0.0, **saved}  # checkpoints from before the dropout setting trained without it
     if saved.get("world_size", 1) == config["world_size"] and saved.get("partition", config["partition"]) != \
             config["partition"]:  # checkpoints before the partition was recorded: not known
         return ("was written on another partition of the data (its ranks own other nodes): resume on the partition "
