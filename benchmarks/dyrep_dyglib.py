@@ -11,10 +11,9 @@ embedding, an MLP link predictor; Adam at 1e-4, batches of 200 events, one rando
 event, early stopping on validation AP and AUC (both must improve) with patience 20. Split:
 chronological 70/15/15 by time quantiles, with 10% of the nodes held out of training; test AP
 is the mean over batches of each batch's AP, over the memory as it stood after the selected
-epoch's validation. gnndist: `train_link` with `memory_dim=172, lr=1e-4, patience=20,
-dropout=0` (no dropout, as the peer and DyGLib's DyRep on UCI), its own split and protocol (test
-AP over all test events, memory rebuilt by replaying training and validation through the
-selected model).
+epoch's validation. gnndist: `train_link` with `memory_dim=172, lr=1e-4, patience=20`, its own
+split and protocol (test AP over all test events, memory rebuilt by replaying training and
+validation through the selected model).
 
     python benchmarks/dyrep_dyglib.py [--seeds 0,1,2] [--epochs 100]
 """
@@ -233,8 +232,8 @@ def peer(ev: Events, seed: int, epochs: int) -> dict:
 
 
 def ours(seed: int, epochs: int) -> dict:
-    m = train_link(str(UCI), LinkConfig(model="dyrep", memory_dim=MEMORY, lr=LR, patience=PATIENCE, dropout=0.0,
-                                        epochs=epochs, seed=seed, quiet=True))
+    m = train_link(str(UCI), LinkConfig(model="dyrep", memory_dim=MEMORY, lr=LR, patience=PATIENCE, epochs=epochs,
+                                        seed=seed, quiet=True))
     return {"epochs": len(m["epochs"]), "selected_epoch": m["selected_epoch"], "val_ap": m["epochs"][m["selected_epoch"] - 1]["val_ap"],
             "test_ap": m["test"]["ap"]}
 

