@@ -215,7 +215,7 @@ def reference_scores(trainer: LinkTrainer, params, src, dst, t) -> np.ndarray:
 @pytest.mark.parametrize("model", MODELS)
 def test_candidates_score_what_train_scored_and_follow_the_replay_definition(model, tmp_path):
     g = tied_graph()
-    cfg = LinkConfig(model=model, epochs=1, batch_size=70, memory_dim=12, time_dim=8, dropout=0.0, quiet=True)
+    cfg = LinkConfig(model=model, epochs=1, batch_size=70, memory_dim=12, time_dim=8, quiet=True)
     trainer = Recorder(RankEvents.from_graph(g), cfg)
     fit(trainer, Outputs(checkpoint=str(tmp_path / "ck")))
     first = np.arange(1020, 1024)

@@ -45,8 +45,7 @@ def random_graph(seed=0, n=30, e=400, edge_dim=3, ties=True) -> TemporalGraph:
 def trainer(name, tg, batch_size=40, lr=1e-2, **kw) -> LinkTrainer:
     """A one-process trainer with small dimensions, running each batch as one half (the tests
     of two halves set `halves` themselves)."""
-    cfg = LinkConfig(**{**dict(model=name, memory_dim=16, time_dim=8, num_neighbors=4, batch_size=batch_size, lr=lr,
-                             dropout=0.0), **kw})  # no dropout: the tests compare exact results
+    cfg = LinkConfig(model=name, memory_dim=16, time_dim=8, num_neighbors=4, batch_size=batch_size, lr=lr, **kw)
     tr = LinkTrainer(RankEvents.from_graph(tg), cfg)
     tr.halves = 1
     return tr

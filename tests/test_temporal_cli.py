@@ -64,8 +64,8 @@ def test_resume_refuses_a_different_configuration(tmp_path, capsys):
 
 # DyRep's settings in DyGLib (utils/load_configs.py, train_link_prediction.py), the reference its
 # defaults follow; TGN's, as its published UCI figure is met with them
-DYGLIB_DYREP = {"memory_dim": 172, "lr": 1e-4, "patience": 20, "num_neighbors": 10, "dropout": 0.1}
-TGN = {"memory_dim": 100, "lr": 1e-3, "patience": 5, "num_neighbors": 10, "dropout": 0.0}
+DYGLIB_DYREP = {"memory_dim": 172, "lr": 1e-4, "patience": 20, "num_neighbors": 10}
+TGN = {"memory_dim": 100, "lr": 1e-3, "patience": 5, "num_neighbors": 10}
 SMALL = ["synthetic-temporal", "--num-nodes", "60", "--num-events", "600", "--batch-size", "100", "--quiet"]
 
 
@@ -78,8 +78,6 @@ def test_each_model_takes_its_defaults_and_a_setting_given_wins():
     assert dataclasses.replace(cfg, seed=1).defaults == cfg.defaults  # as --seeds makes each run's
     assert "memory_dim" not in dataclasses.replace(cfg, memory_dim=8).defaults
     assert cfg.to_dict()["lr"] == 0.01 and "defaults" not in cfg.to_dict()
-    assert LinkTrainer(small_events(), dataclasses.replace(cfg, memory_dim=8)).model.message_attention.layers[0].drop.p \
-        == 0.1  # the model is built with them
 
 
 def test_the_metrics_json_says_which_defaults_the_model_took(tmp_path):

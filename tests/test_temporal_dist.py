@@ -150,7 +150,7 @@ def graph():
 
 def config(model, memory="replicated", **kw):
     return LinkConfig(**{**dict(model=model, epochs=1, batch_size=BATCH, lr=1e-3, memory_dim=8, time_dim=8,
-                                dropout=0.0, memory=memory, quiet=True), **kw})  # dropout's masks differ by rank
+                                memory=memory, quiet=True), **kw})
 
 
 SELECTION = dict(model="tgn", memory="partitioned", epochs=4, patience=2)  # stops after 3, selects 1

@@ -11,13 +11,13 @@ from gnndist.validate import (COMMON, MEMORY_MODES, Int, OneOf, Real, check, che
 MODELS = ("tgn", "jodie", "apan", "dyrep", "tgat")
 # Per-model defaults. TGN and JODIE meet their published UCI figures with these; DyRep takes
 # DyGLib's settings for it (memory 172 as DyGLib's padded features, Adam at 1e-4, patience 20,
-# 10 recent neighbours, dropout 0.1: DyGLib's for DyRep on most of its datasets).
+# 10 recent neighbours; DyGLib's dropout for DyRep on UCI is 0, as here).
 MODEL_DEFAULTS = {
-    "tgn": dict(memory_dim=100, lr=1e-3, patience=5, num_neighbors=10, dropout=0.0),
-    "jodie": dict(memory_dim=100, lr=1e-3, patience=5, num_neighbors=10, dropout=0.0),
-    "apan": dict(memory_dim=100, lr=1e-3, patience=5, num_neighbors=10, dropout=0.0),
-    "dyrep": dict(memory_dim=172, lr=1e-4, patience=20, num_neighbors=10, dropout=0.1),
-    "tgat": dict(memory_dim=100, lr=1e-3, patience=5, num_neighbors=10, dropout=0.0),
+    "tgn": dict(memory_dim=100, lr=1e-3, patience=5, num_neighbors=10),
+    "jodie": dict(memory_dim=100, lr=1e-3, patience=5, num_neighbors=10),
+    "apan": dict(memory_dim=100, lr=1e-3, patience=5, num_neighbors=10),
+    "dyrep": dict(memory_dim=172, lr=1e-4, patience=20, num_neighbors=10),
+    "tgat": dict(memory_dim=100, lr=1e-3, patience=5, num_neighbors=10),
 }
 NEG_STRATEGIES = ("random", "historical", "inductive")
 SHARES = ("even", "owner")
@@ -25,15 +25,14 @@ SAMPLINGS = ("recent", "uniform")
 LR_SCHEDULES = ("constant", "cosine")
 RULES = {"model": OneOf(MODELS), **COMMON, "lr_schedule": OneOf(LR_SCHEDULES),
          "clip_grad": Real(low_open=True, optional=True), "memory_dim": Int(), "time_dim": Int(),
-         "num_neighbors": Int(), "dropout": Real(0, 1, high_open=True), "sampling": OneOf(SAMPLINGS),
-         "mailbox": Int(), "neg": OneOf(NEG_STRATEGIES), "eval_negatives": Int(), "memory": OneOf(MEMORY_MODES),
-         "share": OneOf(SHARES)}
+         "num_neighbors": Int(), "sampling": OneOf(SAMPLINGS), "mailbox": Int(), "neg": OneOf(NEG_STRATEGIES),
+         "eval_negatives": Int(), "memory": OneOf(MEMORY_MODES), "share": OneOf(SHARES)}
 
 
 @dataclass(frozen=True)
 class LinkConfig:
     """Training and evaluation settings of a temporal link-prediction run (checked on creation).
-    memory_dim, lr, patience, num_neighbors and dropout left out are the model's (`MODEL_DEFAULTS`), as
+    memory_dim, lr, patience and num_neighbors left out are the model's (`MODEL_DEFAULTS`), as
     `gnndist train --model M` takes them; they are set on creation (`defaults` records which), so
     `dataclasses.replace(cfg, model=...)` keeps the first model's (make a new config instead)."""
 
@@ -42,13 +41,12 @@ class LinkConfig:
     patience: Optional[int] = None  # stop after this many epochs without a better validation AP (to never stop
     #                                 early, give one >= epochs)
     batch_size: int = 200  # global: events per step over all ranks
-    lr: Optional[float] = None  # None (here and for patience, memory_dim, num_neighbors, dropout): MODEL_DEFAULTS
+    lr: Optional[float] = None  # None (here and for patience, memory_dim, num_neighbors): MODEL_DEFAULTS
     lr_schedule: str = "constant"  # constant | cosine (decay over `epochs`)
     clip_grad: Optional[float] = None  # global norm of the summed gradient
     memory_dim: Optional[int] = None
     time_dim: int = 100
     num_neighbors: Optional[int] = None
-    dropout: Optional[float] = None  # of the attention (tgn, tgat, dyrep's messages) and apan's mailbox updater
     sampling: str = "recent"  # temporal neighbours: the most recent, or uniform draws (JODIE samples none)
     mailbox: int = 10  # APAN's mails kept per node
     neg: str = "random"  # negatives of validation and test: random | historical | inductive

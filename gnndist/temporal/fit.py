@@ -38,7 +38,7 @@ SPLIT = Split("temporal", "temporal")
 RESUMED = ("config", "model", "optimizer", "node_state", "rng", "history", "best")  # what a resume reads
 # the settings a resumed run must share with its checkpoint (--resume auto: all of them, and the ranks)
 SAME_ON_RESUME = ("model", "batch_size", "lr", "lr_schedule", "clip_grad", "memory_dim", "time_dim", "num_neighbors",
-                  "dropout", "sampling", "neg", "seed", "memory", "num_nodes", "num_events", "edge_dim")
+                  "sampling", "neg", "seed", "memory", "num_nodes", "num_events", "edge_dim")
 
 
 def fit(trainer: LinkTrainer, outputs: Outputs = Outputs()) -> dict[str, Any]:

@@ -150,7 +150,7 @@ class LinkTrainer:
             raise GnndistError(f"{events.num_events} events are too few for a 70/15/15 split")
         torch.manual_seed(cfg.seed)  # identical initial parameters on every rank
         self.model = build_model(cfg.model, events.edge_dim, cfg.memory_dim, cfg.time_dim, cfg.num_neighbors,
-                                 dropout=cfg.dropout, mailbox=cfg.mailbox, sampling=cfg.sampling).to(device)
+                                 mailbox=cfg.mailbox, sampling=cfg.sampling).to(device)
         self.params = [p for p in self.model.parameters() if p.requires_grad]  # the fixed time encoders have none
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr, fused=True)
         self.timers = Timers(device)
