@@ -74,7 +74,8 @@ def test_each_model_takes_its_defaults_and_a_setting_given_wins():
         cfg = LinkConfig(model=model)
         assert cfg.defaults == expected and {k: getattr(cfg, k) for k in expected} == expected
     cfg = LinkConfig(model="dyrep", lr=0.01, patience=None)  # None: the model's
-    assert cfg.lr == 0.01 and cfg.patience == 20 and cfg.defaults == {k: v for k, v in DYGLIB_DYREP.items() if k != "lr"}
+    assert cfg.lr == 0.01 and cfg.patience == 20
+    assert cfg.defaults == {k: v for k, v in DYGLIB_DYREP.items() if k != "lr"}
     assert dataclasses.replace(cfg, seed=1).defaults == cfg.defaults  # as --seeds makes each run's
     assert "memory_dim" not in dataclasses.replace(cfg, memory_dim=8).defaults
     assert cfg.to_dict()["lr"] == 0.01 and "defaults" not in cfg.to_dict()

@@ -66,9 +66,9 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "ones with event labels (a decoder on the link model's embeddings); node-property: TGB's "
                         "tgbn-* task (default: link or node, from the data)")
     p.add_argument("--model", default=None,
-                   help=f"link: {'|'.join(TEMPORAL_MODELS)} (default tgn); node: {'|'.join(STATIC_MODELS)} (default sage); "
-                        "each model takes its own defaults where a flag below names them per model, and a flag given "
-                        "wins")
+                   help=f"link: {'|'.join(TEMPORAL_MODELS)} (default tgn); node: {'|'.join(STATIC_MODELS)} "
+                        "(default sage); each model takes its own defaults where a flag below names them per model, "
+                        "and a flag given wins")
     p.add_argument("--epochs", type=int, default=None, help=f"most training epochs {_defaults('epochs')}")
     p.add_argument("--patience", type=int, default=None,
                    help="stop after this many epochs without a better validation metric (AP / accuracy); "
