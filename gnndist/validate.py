@@ -152,6 +152,17 @@ def check_fields(obj: Any, rules: dict[str, Rule]) -> None:
         check(name, getattr(obj, name), rule)
 
 
+def take_defaults(cfg: Any, defaults: dict[str, Any]) -> None:
+    """Set the fields of `cfg` that are None to their values in `defaults` (its model's), and
+    record in `cfg.defaults` the fields that hold their model's value without the user giving
+    them: those set here, and those a `dataclasses.replace` of such a config carried over."""
+    kept = {k: v for k, v in cfg.defaults.items() if getattr(cfg, k) == v}
+    taken = {k: v for k, v in defaults.items() if getattr(cfg, k) is None}
+    for name, value in taken.items():
+        object.__setattr__(cfg, name, value)  # the link config is frozen
+    object.__setattr__(cfg, "defaults", {**kept, **taken})
+
+
 def check_seeds(name: str, seeds: Sequence[int]) -> None:
     """A list of distinct seeds (each as `SEED`), named by `name`'s flag."""
     for s in seeds:

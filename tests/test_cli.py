@@ -25,13 +25,17 @@ def test_train_help_gives_each_tasks_defaults():
 
     text = " ".join(run("train", "--help").stdout.split())
     link, sage, gat = LinkConfig(), NodeConfig.for_model("sage"), NodeConfig.for_model("gat")
+    dyrep = LinkConfig(model="dyrep")
     assert f"most training epochs (default: {link.epochs})" in text and link.epochs == sage.epochs
     assert f"(default: {','.join(map(str, sage.fanouts))})" in text
-    assert f"(default: link {link.patience}; node none)" in text and sage.patience is None
+    assert f"(default: link tgn {link.patience}, jodie" in text and f"dyrep {dyrep.patience}, tgat" in text
+    assert "; node none)" in text and sage.patience is None
     assert f"(default: link {link.batch_size}; node {sage.batch_size})" in text
-    assert f"(default: link {link.lr:g}; node sage {sage.lr:g}, gcn" in text and f"gat {gat.lr:g})" in text
-    assert f"node memory size (default: {link.memory_dim})" in text
+    assert f"(default: link tgn {link.lr:g}, jodie" in text and f"dyrep {dyrep.lr:g}, tgat" in text
+    assert f"; node sage {sage.lr:g}, gcn" in text and f"gat {gat.lr:g})" in text
+    assert f"node memory size (default: tgn {link.memory_dim}, jodie" in text and f"dyrep {dyrep.memory_dim}," in text
     assert f"hidden size (default: sage {sage.hidden}, gcn" in text
+    assert dyrep.lr != link.lr and dyrep.memory_dim != link.memory_dim and dyrep.patience != link.patience
 
 
 @pytest.mark.parametrize("argv", [

@@ -9,6 +9,7 @@ import pytest
 from gnndist import footprint
 from gnndist.cli import main
 from gnndist.errors import GnndistError
+from gnndist.static.config import MODEL_DEFAULTS
 from gnndist.static.footprint import node_footprint
 from gnndist.partition.stats import fmt_bytes
 from gnndist.static import trainer as trainer_module
@@ -60,6 +61,17 @@ def test_one_and_two_ranks_write_metrics(tmp_path, capsys):
     # a store of 2 parts cannot run on 1 rank
     assert main(["train", str(stores[0]), "--task", "node", "--quiet"]) == 2
     assert "has 2 parts but 1 rank(s) run; use --nproc 2" in capsys.readouterr().err
+
+
+def test_a_run_says_which_defaults_its_model_took(tmp_path):
+    """A flag given wins over the model's default, and the metrics JSON's `defaults` leaves it out."""
+    m = train(tmp_path, "--model", "gat", "--hidden", "16", "--epochs", "1")
+    took = {k: v for k, v in MODEL_DEFAULTS["gat"].items() if k != "hidden"}
+    assert m["defaults"] == took and all(m["config"][k] == v for k, v in took.items())
+    assert m["config"]["hidden"] == 16 and took != {k: v for k, v in MODEL_DEFAULTS["sage"].items() if k != "hidden"}
+    cfg = NodeConfig.for_model("gat", hidden=16)
+    assert cfg.defaults == took and dataclasses.replace(cfg, seed=1).defaults == took  # as --seeds makes it
+    assert "lr" not in dataclasses.replace(cfg, lr=0.1).defaults
 
 
 @pytest.mark.parametrize("task, data", [("node", DATA), ("link", ["synthetic-temporal", "--num-nodes", "60",

@@ -62,6 +62,48 @@ def test_resume_refuses_a_different_configuration(tmp_path, capsys):
     assert rc == 2 and "model=jodie" in capsys.readouterr().err
 
 
+# DyRep's settings in DyGLib (utils/load_configs.py, train_link_prediction.py), the reference its
+# defaults follow; TGN's, as its published UCI figure is met with them
+DYGLIB_DYREP = {"memory_dim": 172, "lr": 1e-4, "patience": 20, "num_neighbors": 10}
+TGN = {"memory_dim": 100, "lr": 1e-3, "patience": 5, "num_neighbors": 10}
+SMALL = ["synthetic-temporal", "--num-nodes", "60", "--num-events", "600", "--batch-size", "100", "--quiet"]
+
+
+def test_each_model_takes_its_defaults_and_a_setting_given_wins():
+    for model, expected in (("dyrep", DYGLIB_DYREP), ("tgn", TGN)):
+        cfg = LinkConfig(model=model)
+        assert cfg.defaults == expected and {k: getattr(cfg, k) for k in expected} == expected
+    cfg = LinkConfig(model="dyrep", lr=0.01, patience=None)  # None: the model's
+    assert cfg.lr == 0.01 and cfg.patience == 20
+    assert cfg.defaults == {k: v for k, v in DYGLIB_DYREP.items() if k != "lr"}
+    assert dataclasses.replace(cfg, seed=1).defaults == cfg.defaults  # as --seeds makes each run's
+    assert "memory_dim" not in dataclasses.replace(cfg, memory_dim=8).defaults
+    assert cfg.to_dict()["lr"] == 0.01 and "defaults" not in cfg.to_dict()
+
+
+def test_the_metrics_json_says_which_defaults_the_model_took(tmp_path):
+    out = tmp_path / "m.json"
+    assert main(["train", *SMALL, "--model", "dyrep", "--epochs", "1", "--memory-dim", "8", "--metrics-out",
+                 str(out)]) == 0
+    m = json.loads(out.read_text())
+    took = {k: v for k, v in DYGLIB_DYREP.items() if k != "memory_dim"}
+    assert m["defaults"] == took and all(m["config"][k] == v for k, v in took.items())
+    assert m["config"]["memory_dim"] == 8
+
+
+def test_resume_compares_the_settings_the_defaults_gave(tmp_path, capsys):
+    """A checkpoint holds the settings the model's defaults gave: a flag of the same value resumes,
+    another value is refused."""
+    first = ["train", *SMALL, "--model", "dyrep", "--memory-dim", "8", "--checkpoint", str(tmp_path / "c")]
+    assert main([*first, "--epochs", "1"]) == 0
+    assert main([*first, "--epochs", "2", "--lr", "0.001", "--resume"]) == 2
+    assert "lr=0.0001, this run has lr=0.001" in capsys.readouterr().err
+    out = tmp_path / "m.json"
+    assert main([*first, "--epochs", "2", "--lr", "0.0001", "--resume", "--metrics-out", str(out)]) == 0
+    m = json.loads(out.read_text())
+    assert [e["epoch"] for e in m["epochs"]] == [1, 2] and m["restarts"] and "lr" not in m["defaults"]
+
+
 def test_checkpoint_rejects_pickled_objects(tmp_path):
     path = tmp_path / "x"
     path.mkdir()

@@ -39,19 +39,20 @@ def _ints(s: str) -> list[int]:
 
 
 def _defaults(name: str, tasks: tuple[str, ...] = ("link", "node")) -> str:
-    """The config field's defaults, for a flag's help: per task, and per model where the node
-    models' differ."""
+    """The config field's defaults, for a flag's help: per task, and per model where a task's
+    models differ (`MODEL_DEFAULTS` of each task)."""
     def shown(v) -> str:
         if isinstance(v, list):
             return ",".join(map(str, v))
         return "none" if v is None else f"{v:g}" if isinstance(v, float) else str(v)
 
+    configs = {"link": {m: LinkConfig(model=m) for m in TEMPORAL_MODELS},
+               "node": {m: NodeConfig.for_model(m) for m in STATIC_MODELS}}
     parts = {}
-    if "link" in tasks:
-        parts["link"] = shown(getattr(LinkConfig(), name))
-    if "node" in tasks:
-        node = {m: shown(getattr(NodeConfig.for_model(m), name)) for m in STATIC_MODELS}
-        parts["node"] = node["sage"] if len(set(node.values())) == 1 else ", ".join(f"{m} {v}" for m, v in node.items())
+    for task in tasks:
+        per_model = {m: shown(getattr(cfg, name)) for m, cfg in configs[task].items()}
+        values = set(per_model.values())
+        parts[task] = values.pop() if len(values) == 1 else ", ".join(f"{m} {v}" for m, v in per_model.items())
     text = ("; ".join(f"{task} {v}" for task, v in parts.items()) if len(set(parts.values())) > 1
             else next(iter(parts.values())))
     return f"(default: {text})"
@@ -65,7 +66,9 @@ def configure(p: argparse.ArgumentParser) -> None:
                         "ones with event labels (a decoder on the link model's embeddings); node-property: TGB's "
                         "tgbn-* task (default: link or node, from the data)")
     p.add_argument("--model", default=None,
-                   help=f"link: {'|'.join(TEMPORAL_MODELS)} (default tgn); node: {'|'.join(STATIC_MODELS)} (default sage)")
+                   help=f"link: {'|'.join(TEMPORAL_MODELS)} (default tgn); node: {'|'.join(STATIC_MODELS)} "
+                        "(default sage); each model takes its own defaults where a flag below names them per model, "
+                        "and a flag given wins")
     p.add_argument("--epochs", type=int, default=None, help=f"most training epochs {_defaults('epochs')}")
     p.add_argument("--patience", type=int, default=None,
                    help="stop after this many epochs without a better validation metric (AP / accuracy); "

@@ -1,11 +1,11 @@
 """`NodeConfig`: the settings of a node-classification run (the CLI builds one from its flags)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
-from typing import Optional
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Optional
 
 from gnndist.errors import GnndistError
-from gnndist.validate import COMMON, FLAG, Fanouts, Int, OneOf, Real, check, check_cache, check_fields
+from gnndist.validate import COMMON, FLAG, Fanouts, Int, OneOf, Real, check, check_cache, check_fields, take_defaults
 
 MODELS = ("sage", "gcn", "gat")
 # Per-model defaults, picked among a few settings on Cora and CiteSeer (public splits, 5 seeds).
@@ -24,8 +24,9 @@ NODE_RULES = {"model": OneOf(MODELS, f"--task node supports --model {'|'.join(MO
 class NodeConfig:
     """Training and evaluation settings of a node-classification run (checked on creation;
     picklable so it can cross `dist.launch`). lr, hidden and dropout left out are the model's
-    (`MODEL_DEFAULTS`), as `gnndist train --model M` takes them; they are set on creation, so
-    `dataclasses.replace(cfg, model=...)` keeps the first model's (make a new config instead)."""
+    (`MODEL_DEFAULTS`), as `gnndist train --model M` takes them; they are set on creation (`defaults`
+    records which), so `dataclasses.replace(cfg, model=...)` keeps the first model's (make a new
+    config instead)."""
 
     model: str = "sage"
     epochs: int = 50
@@ -45,12 +46,11 @@ class NodeConfig:
     prefetch: bool = True  # sample and fetch step i+1 in a background thread during step i
     seed: int = 0
     quiet: bool = False
+    defaults: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)  # set on creation
 
     def __post_init__(self) -> None:
         check("model", self.model, NODE_RULES["model"])
-        for name, value in MODEL_DEFAULTS[self.model].items():
-            if getattr(self, name) is None:
-                setattr(self, name, value)
+        take_defaults(self, MODEL_DEFAULTS[self.model])
         check_fields(self, NODE_RULES)
         check_cache(self.cache, self.cache_size)
         if self.eval_fanouts is not None and len(self.eval_fanouts) != len(self.fanouts):
@@ -65,3 +65,7 @@ class NodeConfig:
         if unknown:
             raise GnndistError(f"NodeConfig has no field {', '.join(unknown)}")
         return cls(model=model, **{k: v for k, v in overrides.items() if v is not None})
+
+    def to_dict(self) -> dict:
+        """The settings (without `defaults`)."""
+        return {k: v for k, v in asdict(self).items() if k != "defaults"}

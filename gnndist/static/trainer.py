@@ -22,7 +22,6 @@ import copy
 import math
 import os
 import time
-from dataclasses import asdict
 from typing import Any, Callable, Optional, Union
 
 import numpy as np
@@ -448,7 +447,7 @@ class NodeTrainer:
         the metrics dict (the same on every rank)."""
         cfg, lead = self.cfg, dist.rank() == 0
         check_split_sizes(self.split_sizes)  # a store's parts (raw data: `check_training_graph`, earlier)
-        config = {**asdict(cfg), "task": "node", "num_features": self.graph.num_features,
+        config = {**cfg.to_dict(), "task": "node", "num_features": self.graph.num_features,
                   "num_classes": self.graph.num_classes, "world_size": dist.world_size()}
         found = resume.start(outputs, self.device, RESUMED,
                              lambda saved, whole: resume.changed(saved, config, SAME_ON_RESUME, whole),
@@ -499,8 +498,8 @@ class NodeTrainer:
             test = {"acc": test_acc, "best_epoch": best_epoch, "best_val_acc": best}
             runlog.test(test, best_epoch)
         return {"task": "node", "model": cfg.model, "world_size": dist.world_size(),
-                "config": asdict(cfg), "epochs": epochs, "selected_epoch": best_epoch, "stop_reason": stop_reason,
-                "restarts": restarts, "test": test,
+                "config": cfg.to_dict(), "defaults": cfg.defaults, "epochs": epochs, "selected_epoch": best_epoch,
+                "stop_reason": stop_reason, "restarts": restarts, "test": test,
                 "cache": {"policy": cfg.cache, "capacity": cache_capacity(cfg.cache_size), **c,
                           "hit_rate": hit_rate(c["hits"], c["requests"])}}
 

@@ -89,7 +89,7 @@ def fit(trainer: LinkTrainer, outputs: Outputs = Outputs()) -> dict[str, Any]:
     resume.finish(outputs, found)
     return {"task": "link", "model": cfg.model, "world_size": ev.num_parts, "memory": cfg.memory, "share": cfg.share,
             "neg": cfg.neg, "negatives": trainer.candidates.kind, "protocol": trainer.protocol.name,
-            "config": config, "epochs": history, "selected_epoch": best["epoch"],
+            "config": config, "defaults": cfg.defaults, "epochs": history, "selected_epoch": best["epoch"],
             "stop_reason": "patience" if history[-1]["epoch"] < cfg.epochs else "epochs",
             "restarts": restarts, "ranks": trainer.rank_metrics(), "test": test}
 
