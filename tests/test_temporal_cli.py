@@ -53,7 +53,7 @@ def test_resume_ends_with_the_same_metrics(tmp_path):
         return {k: v for k, v in e.items() if not k.endswith("_s") and k != "events_per_s"}
     assert [same(e) for e in resumed["epochs"]] == [same(e) for e in full["epochs"]]
     ckpt = checkpoint.load(tmp_path / "b")  # weights_only load of what the run wrote
-    assert ckpt["epoch"] == 2 and set(ckpt["node_state"]) == {"memory", "last_update", "mail", "mail_time"}
+    assert ckpt["epoch"] == 2 and set(ckpt["node_state"]) == {"node_ids", "memory", "last_update", "mail", "mail_time"}
 
 
 def test_resume_refuses_a_different_configuration(tmp_path, capsys):
