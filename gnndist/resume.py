@@ -225,6 +225,24 @@ def global_step(epoch: int, step: int, steps_per_epoch: int) -> int:
     return (epoch - 1) * steps_per_epoch + step
 
 
+class EpochClock:
+    """Wall and CPU seconds of the epoch in progress, those it ran before a resume included
+    (`cpu`: this rank's CPU seconds so far)."""
+
+    def __init__(self, cpu: Callable[[], float] = time.process_time) -> None:
+        self.cpu = cpu
+        self.start()
+
+    def start(self, at: Optional[dict[str, Any]] = None) -> None:
+        """The epoch starts here, or resumes from `at` (its checkpoint's `epoch_state`)."""
+        self._t0, self._c0 = time.perf_counter(), self.cpu()
+        self._before = (0.0, 0.0) if at is None else (at["time_s"], at.get("cpu_s", 0.0))
+
+    def elapsed(self) -> tuple[float, float]:
+        """(wall, CPU) seconds of the epoch so far."""
+        return self._before[0] + time.perf_counter() - self._t0, self._before[1] + self.cpu() - self._c0
+
+
 class Checkpointer:
     """What a rank writes to its checkpoint folder while it trains (see the module docstring):
     `step` after each training step, `save` at the end of an epoch; `close` waits for the last

@@ -21,7 +21,6 @@ import abc
 import copy
 import math
 import os
-import time
 from typing import Any, Callable, Optional, Union
 
 import numpy as np
@@ -280,7 +279,7 @@ class NodeTrainer:
         # of the epoch in progress: epoch, steps done, their [loss sum, correct, count] and time
         # (resumed from a checkpoint by `train_epoch`)
         self.epoch_state: Optional[dict[str, Any]] = None
-        self._clock = (0.0, 0.0)  # the epoch's (perf_counter at its start here, seconds before a resume)
+        self.clock = resume.EpochClock()
         self.row_norm = cfg.row_norm == "on" or (cfg.row_norm == "auto" and graph.min_feature() >= 0)
         # the three splits' node counts over the ranks (a store's parts: no rank sees whole masks)
         self.split_sizes = dist.all_reduce(torch.tensor([graph.train_ids.size, graph.val_ids.size,
@@ -370,7 +369,7 @@ class NodeTrainer:
         at = self.epoch_state if self.epoch_state is not None and self.epoch_state["epoch"] == epoch else None
         first = 0 if at is None else at["step"]
         totals = torch.tensor([0.0] * 3 if at is None else at["totals"], dtype=torch.float64)
-        self._clock = (time.perf_counter(), 0.0 if at is None else at["time_s"])
+        self.clock.start(at)
         steps, batches = self._batches(self._epoch_chunks(epoch), self.cfg.fanouts, (epoch, 1), first=first)
         try:  # an epoch left on an error is not continued: the next starts from its first step
             for step, (seeds, batch) in enumerate(tqdm(batches, total=steps, initial=first, desc=f"epoch {epoch}",
@@ -386,7 +385,7 @@ class NodeTrainer:
                 self.epoch_state = {"epoch": epoch, "step": step + 1, "totals": totals.tolist()}
                 if on_step is not None:
                     on_step(step, seeds)
-            elapsed = self._elapsed()
+            elapsed = self.clock.elapsed()[0]
         finally:
             self.epoch_state = None
         loss, correct, count = totals.tolist()
@@ -397,15 +396,10 @@ class NodeTrainer:
                 "time_s": elapsed, "nodes_per_s": count / elapsed if elapsed > 0 else 0.0,
                 "cache_hit_rate": hit_rate(counters["hits"], counters["requests"]), "remote_bytes": counters["bytes_fetched"]}
 
-    def _elapsed(self) -> float:
-        """Seconds of the epoch in progress (before a resume included)."""
-        t0, before = self._clock
-        return before + time.perf_counter() - t0
-
     def state_dict(self) -> dict[str, Any]:
         """Parameters, optimizer, the run's cache counters and, within an epoch, its `epoch_state`:
         what a checkpoint holds of the trainer (live tensors: copy them to keep them)."""
-        epoch_state = None if self.epoch_state is None else {**self.epoch_state, "time_s": self._elapsed()}
+        epoch_state = None if self.epoch_state is None else {**self.epoch_state, "time_s": self.clock.elapsed()[0]}
         return {"model": self.model.state_dict(), "optimizer": self.opt.state_dict(),
                 "cache_counters": dict(self.counter_totals), "epoch_state": epoch_state}
 

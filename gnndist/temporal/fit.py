@@ -127,7 +127,7 @@ def trainer_state(trainer: LinkTrainer) -> dict[str, Any]:
     them to keep them)."""
     epoch_state = None
     if trainer.epoch_state is not None:
-        time_s, cpu_s = trainer.elapsed()
+        time_s, cpu_s = trainer.clock.elapsed()
         epoch_state = {**trainer.epoch_state, "time_s": time_s, "cpu_s": cpu_s}
     node_state = None
     if trainer.state is not None:

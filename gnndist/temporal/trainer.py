@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from gnndist.resume import EpochClock
 from gnndist.errors import GnndistError
 from gnndist.footprint import memory_checked
 from gnndist.temporal.footprint import link_footprint
@@ -188,9 +189,9 @@ class LinkTrainer:
         self.on_loss: Optional[Callable[[float], None]] = None  # called with each training step's global loss
         self.on_step: Optional[Callable[[int], None]] = None  # called after each training step: its epoch's steps done
         # of the epoch in progress: epoch, steps done, their loss summed over events (resumed from
-        # a checkpoint by `train_epoch`), and the clock (`_clock`: its time before this process)
+        # a checkpoint by `train_epoch`), and its clock
         self.epoch_state: Optional[dict[str, Any]] = None
-        self._clock = (0.0, 0.0, 0.0, 0.0)  # (perf_counter, cpu seconds at the start here, time and cpu before)
+        self.clock = EpochClock(self.cpu_seconds)
         self.candidates = negative_candidates(events, self.train_end)  # of random negatives: all nodes or destinations
         fill_edge_cache(cfg, self.planner, self.train_end, self.candidates.train)
 
@@ -321,8 +322,7 @@ class LinkTrainer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         first, total = (0, 0.0) if at is None else (at["step"], at["loss_sum"])
-        before = (0.0, 0.0) if at is None else (at["time_s"], at["cpu_s"])
-        self._clock = (time.perf_counter(), self.cpu_seconds(), *before)
+        self.clock.start(at)
         k0 = dist.collectives_entered()
         n = self.events.num_nodes
         try:  # an epoch left on an error is not continued: the next starts from a reset state
@@ -342,7 +342,7 @@ class LinkTrainer:
                     if self.on_step is not None:
                         self.on_step(step)
             self.timers.wait()
-            seconds, cpu = self.elapsed()
+            seconds, cpu = self.clock.elapsed()
         finally:
             self.epoch_state = None
         self.cache_counters = dict(self.neighbours.features.counters)
@@ -390,8 +390,3 @@ class LinkTrainer:
         """What each rank holds (`traffic.rank_metrics`; a collective)."""
         return rank_metrics(self.events, None if self.state is None else self.state.state, self.neighbours,
                             self.cache_counters, self.device)
-
-    def elapsed(self) -> tuple[float, float]:
-        """Wall and CPU seconds of the epoch in progress (before a resume included)."""
-        t0, c0, before_s, before_cpu = self._clock
-        return before_s + time.perf_counter() - t0, before_cpu + self.cpu_seconds() - c0
