@@ -220,6 +220,16 @@ def resumed(found: Found, outputs: Outputs, steps_per_epoch: int, device: torch.
     return list(found.payload.get("restarts", [])) + [record]
 
 
+def first_epoch(at: Position, epochs: int, outputs: Outputs) -> int:
+    """The epoch a run at checkpoint position `at` goes on from. Past its last `epochs` where the
+    checkpoint holds them all: a restart then goes on to the test, --resume asks for more epochs
+    (one line)."""
+    first = at.epoch + (at.step is None)
+    if first > epochs and mode(outputs.resume) == "require":
+        raise GnndistError(f"the checkpoint already holds {first - 1} epochs; ask for more with --epochs")
+    return first
+
+
 def global_step(epoch: int, step: int, steps_per_epoch: int) -> int:
     """The training steps of a run up to `step` of `epoch` (epochs count from 1)."""
     return (epoch - 1) * steps_per_epoch + step

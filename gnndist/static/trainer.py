@@ -455,9 +455,7 @@ class NodeTrainer:
                 checkpoint.set_rng_state(saved["rng"])
                 epochs, at = list(saved["history"]), found.position
                 best, best_epoch, best_state = saved["best"]["val_acc"], saved["best"]["epoch"], saved["best"]["model"]
-            first = at.epoch + (at.step is None)
-            if first > cfg.epochs and resume.mode(outputs.resume) == "require":  # a restart goes on to test
-                raise GnndistError(f"the checkpoint already holds {first - 1} epochs; ask for more with --epochs")
+            first = resume.first_epoch(at, cfg.epochs, outputs)
             if found is not None:
                 restarts = resume.resumed(found, outputs, spe, self.device)
             runlog = RunLog(outputs.log_dir if lead else None, first_step=resume.global_step(first, at.step or 0, spe))

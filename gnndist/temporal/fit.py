@@ -55,9 +55,7 @@ def fit(trainer: LinkTrainer, outputs: Outputs = Outputs()) -> dict[str, Any]:
         history, best, restarts, at = [], None, [], checkpoint.Position(0)
         if found is not None:
             history, best, at = load(trainer, found)
-        first = at.epoch + (at.step is None)
-        if first > cfg.epochs and resume.mode(outputs.resume) == "require":  # a restart goes on to test
-            raise GnndistError(f"the checkpoint already holds {first - 1} epochs; ask for more with --epochs")
+        first = resume.first_epoch(at, cfg.epochs, outputs)
         if found is not None:
             restarts = resume.resumed(found, outputs, spe, trainer.device)
         runlog = RunLog(outputs.log_dir if dist.rank() == 0 else None,
