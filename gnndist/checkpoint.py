@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterator, Optional, Union
 
 import numpy as np
 import torch
+import torch.utils.serialization.config as serialization
 
 from gnndist.runtime import dist
 from gnndist.errors import GnndistError, first_line
@@ -33,6 +34,7 @@ from gnndist.outputs import CHECKPOINT_FILE, PROGRESS, RANK_FOLDER, REPLACED, ch
 FORMAT = 2  # what `save` writes: 1 had end-of-epoch checkpoints only and node state by this store's ids
 READS = (1, 2)  # the formats `load` reads
 KEEP = 2  # complete checkpoints kept in a folder, by default
+WRITER_NICE = 19  # the background writer's priority: it yields the cores to the training step
 
 
 @dataclass(frozen=True)
@@ -136,7 +138,8 @@ def save(directory: Union[str, os.PathLike], payload: dict[str, Any], keep: int 
     at = _position_of(payload)
     directory = Path(directory)
     path = directory / at.name
-    with atomic_file(path) as f:
+    # no zip CRCs: torch.load does not check them, and they are a good part of the write's CPU time
+    with atomic_file(path) as f, serialization.patch({"save.compute_crc32": False}):
         torch.save({"format": FORMAT, **payload}, f)
     older = [p for p in positions(directory) if p < at][-(keep - 1):] if keep > 1 else []
     for p, f in _files(directory).items():
@@ -187,6 +190,8 @@ class Writer:
         self._thread.start()
 
     def _write(self, payload: dict[str, Any]) -> None:
+        if hasattr(os, "setpriority"):  # the write takes the cores the training step leaves (Linux: per thread)
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WRITER_NICE)
         try:
             save(self.directory, payload, self.keep)
         except BaseException as e:  # raised in the caller's thread (`wait`)
