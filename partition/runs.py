@@ -1,20 +1,27 @@
-"""Rows put in order of a key within a memory budget (`SortedRuns`), and .npy files written a
-block of rows at a time (`write_npy`).
+"""Columns of rows kept within a memory budget: `Table` (rows in the order they come, read back a
+block at a time), `SortedRuns` (rows put in order of a key), and .npy files written a block of
+rows at a time (`write_npy`).
 
-Rows are added in any order, into a buffer made once: the rows to come where they fit a quarter
-of the budget, else that quarter. When it is full its rows are sorted by the key and spilled to
-disk as a run (an .npy file per column). `merged`
-yields every row in order of the key, a block at a time, by a k-way merge of the runs: once one
-run is spilled the rows still in memory follow it to disk; rows that always fitted are one run,
-sorted in memory and merged through the same code. A run's files are removed once it is merged;
-`close` removes whatever is left. Keys are int64 and distinct.
+`Table`: one-dimensional columns of equal length, appended a chunk at a time, held in memory
+while they fit a quarter of the budget; beyond it they go to raw files (one per column) in a
+folder, and every pass over them reads a block of rows at a time. In memory a pass is one block,
+the whole columns.
+
+`SortedRuns`: rows are added in any order, into a buffer made once: the rows to come where they
+fit a quarter of the budget, else that quarter. When it is full its rows are sorted by the key
+and spilled to disk as a run (an .npy file per column). `merged` yields every row in order of
+the key, a block at a time, by a k-way merge of the runs: once one run is spilled the rows still
+in memory follow it to disk; rows that always fitted are one run, sorted in memory and merged
+through the same code. A run's files are removed once it is merged; `close` removes whatever is
+left. Keys are int64; rows of equal keys come out in the order they were added.
 """
 from __future__ import annotations
 
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -26,6 +33,108 @@ MIN_BLOCK_ROWS = 16  # rows a run offers the merge at once at least, whatever th
 
 def _row_bytes(columns: Sequence[np.ndarray]) -> int:
     return sum(c.dtype.itemsize * int(np.prod(c.shape[1:])) for c in columns)
+
+
+def _spill_error(folder: Path, e: OSError) -> GnndistError:
+    return GnndistError(f"cannot spill rows to {folder}: {e.strerror or e}")
+
+
+class Table:
+    """Named one-dimensional columns of equal length within `budget` bytes, in files in `folder`
+    (made when first needed) beyond a quarter of it."""
+
+    def __init__(self, budget: int, folder: Path):
+        self.budget, self.folder = budget, folder
+        self.block_rows = max(MIN_BLOCK_ROWS, budget // 256)  # a pass's temporaries: some 64 bytes a row
+        self.rows = 0
+        self.columns: dict[str, np.ndarray] = {}  # in memory: the columns; in files: none
+        self.pieces: dict[str, list[np.ndarray]] = {}  # while appending in memory
+        self.dtypes: dict[str, np.dtype] = {}
+        self.spilled = False
+        self.spilled_bytes = 0  # the most bytes the files held at once
+
+    def _file(self, name: str) -> Path:
+        return self.folder / f"{name}.bin"
+
+    def append(self, **cols: np.ndarray) -> None:
+        """Rows, a column each (every column, every time)."""
+        for name, c in cols.items():
+            self.dtypes.setdefault(name, c.dtype)
+            self.pieces.setdefault(name, []).append(np.asarray(c, self.dtypes[name]))
+        self.rows += len(next(iter(cols.values())))
+        if not self.spilled and self.rows * sum(d.itemsize for d in self.dtypes.values()) > self.budget // 4:
+            self.spilled = True
+        if self.spilled:
+            self._flush()
+
+    def _flush(self) -> None:
+        """The appended pieces to the end of their files."""
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            for name, got in self.pieces.items():
+                with open(self._file(name), "ab") as f:
+                    for c in got:
+                        c.tofile(f)
+        except OSError as e:
+            raise _spill_error(self.folder, e) from None
+        self.pieces = {}
+        self._note_files()
+
+    def finish(self) -> None:
+        """The end of the appends: in memory, each column joined into one array."""
+        if not self.spilled:
+            for name in list(self.pieces):  # a column at a time, its pieces freed as it is joined
+                got = self.pieces.pop(name)
+                self.columns[name] = got[0] if len(got) == 1 else np.concatenate(got)
+
+    def read(self, name: str, a: int, b: int) -> np.ndarray:
+        """Rows a..b-1 of a column (in memory: a view)."""
+        if not self.spilled:
+            return self.columns[name][a:b]
+        d = self.dtypes[name]
+        return np.fromfile(self._file(name), d, max(b - a, 0), offset=a * d.itemsize)
+
+    def blocks(self, *names: str) -> Iterator[tuple[int, list[np.ndarray]]]:
+        """(first row, the columns `names`) of each block of rows in turn; in memory one block."""
+        step = self.block_rows if self.spilled else max(self.rows, 1)
+        for a in range(0, self.rows, step):
+            yield a, [self.read(name, a, min(a + step, self.rows)) for name in names]
+
+    def passes(self) -> int:
+        """The blocks a pass over the rows takes."""
+        return -(-self.rows // (self.block_rows if self.spilled else max(self.rows, 1)))
+
+    def replace(self, name: str, blocks: Iterable[np.ndarray]) -> None:
+        """Column `name` (new or replaced) from `blocks`: its rows, consecutive, in turn."""
+        if not self.spilled:
+            got = list(blocks)
+            self.columns[name] = got[0] if len(got) == 1 else np.concatenate(got) if got else np.zeros(0)
+            self.dtypes[name] = self.columns[name].dtype
+            return
+        new = self.folder / f"{name}.new"
+        try:
+            with open(new, "wb") as f:
+                for b in blocks:
+                    self.dtypes[name] = b.dtype
+                    b.tofile(f)
+            os.replace(new, self._file(name))
+        except OSError as e:
+            raise _spill_error(self.folder, e) from None
+        self._note_files()
+
+    def _note_files(self) -> None:
+        self.spilled_bytes = max(self.spilled_bytes, self.rows * sum(d.itemsize for d in self.dtypes.values()))
+
+    def close(self) -> None:
+        """Let go of every column (and remove the folder)."""
+        self.columns, self.pieces = {}, {}
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def drop(self, *names: str) -> None:
+        for name in names:
+            self.columns.pop(name, None)
+            self.dtypes.pop(name, None)
+            self._file(name).unlink(missing_ok=True)
 
 
 @dataclass
@@ -84,7 +193,7 @@ class SortedRuns:
             for path, c in zip(files, cols):
                 np.save(path, c[order])
         except OSError as e:
-            raise GnndistError(f"cannot spill sorted rows to {self.folder}: {e.strerror or e}") from None
+            raise _spill_error(self.folder, e) from None
         self.runs.append((files, order.size))
         self.spilled_bytes += order.size * self.row_bytes
         self.held = 0

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 import time
 from contextlib import contextmanager
@@ -51,30 +52,21 @@ from gnndist.outputs import check_output
 from gnndist.partition import methods, stats
 from gnndist.partition.book import PartitionBook
 from gnndist.partition.propagation import propagate
-from gnndist.partition.runs import SortedRuns, write_npy
+from gnndist.partition.runs import SortedRuns, Table, write_npy
 from gnndist.partition.store import FORMAT_VERSION, invert_permutation, meta_checksum
 from gnndist.runtime import dist
 
 PHASES = ("read", "ids", "sort", "projection", "partition", "route", "write")
 ROUND_BYTES = 64 << 20  # what a rank sends in one all-to-all round of the route phase, at most
 MIN_ROUND_ROWS = 128  # events a rank sends in a round of the route phase at least, whatever its budget
-SAMPLES = 256  # keys each rank offers for the sample sort's splitters
+SAMPLES = 256  # keys each rank offers for the sample sort's splitters, per round
+KEY_BYTES = 64  # what the sort holds for each key it ranks (time, place, origin, order, id, the exchange's copies)
 # bytes METIS and the adjacency take per node pair and per node on the rank that runs it (its
 # graph, weights and coarsening levels), for the fit of the projection against the budget
 METIS_PAIR_BYTES, METIS_NODE_BYTES = 160, 200
-
-
-@dataclass
-class Portion:
-    """What this rank holds of the graph's events or edges: endpoints (ids compacted, int64), and
-    for events their times and order key (shard, piece, row) until the projection is made, and,
-    once sorted, their global ids (features and labels are read again when routed)."""
-
-    src: np.ndarray
-    dst: np.ndarray
-    t: Optional[np.ndarray] = None
-    place: Optional[np.ndarray] = None  # (shard << 47) | (piece << 37) | row: the file order
-    eid: Optional[np.ndarray] = None
+# bytes label propagation holds for each node pair of a rank's at once: its pairs, and a round's
+# weights by node and part on their way and summed
+LP_PAIR_BYTES = 256
 
 
 @dataclass
@@ -92,7 +84,11 @@ class Job:
     kind: str = "temporal"
     shards: Optional[Shards] = None
     columns: Optional[Columns] = None
-    portion: Optional[Portion] = None
+    # what this rank read of the events or edges (`runs.Table`; events beyond the budget in files):
+    # endpoints "src", "dst" (ids compacted, int64), and for events "t" and "place" (the file
+    # order: (shard << 47) | (piece << 37) | row) until the projection is made, and once sorted
+    # "eid", their global ids (features and labels are read again when routed)
+    portion: Optional[Table] = None
     ids: Optional[np.ndarray] = None  # [N] the sorted original ids (a bipartite graph: sources', then others')
     num_events: int = 0
     pairs: tuple = ()  # this rank's projection: (a, b, weight), a < b, summed
@@ -102,6 +98,7 @@ class Job:
     units: tuple = ()  # what this rank reads of the shard files (read again to route the events)
     runs: Optional[SortedRuns] = None  # temporal: the rows of the part this rank writes, by event id
     halo: int = 0  # temporal: the halo nodes of the part this rank writes
+    sort_rounds: int = 1  # temporal: the rounds in which the events' keys were ranked
     token: str = ""  # the run's name, the same on every rank: of the folders beside the output
     vwgt: Optional[np.ndarray] = None
     membership: Optional[np.ndarray] = None
@@ -112,8 +109,9 @@ class Job:
     bytes_received: int = 0
 
     def spill_folder(self) -> Path:
-        """Where this rank spills sorted runs: a folder beside the output (or in the temporary
-        folder, where nothing is written)."""
+        """Where this rank spills what is over its budget (its portion, the sort's ids, the part
+        it writes): a folder beside the output (or in the temporary folder, where nothing is
+        written)."""
         name = f"runs-{self.token}-{dist.rank()}"
         return (Path(tempfile.gettempdir()) / f"gnndist-{name}" if self.out is None
                 else self.out.parent / f".{self.out.name}.{name}")
@@ -218,30 +216,35 @@ def read_portion(job: Job) -> None:
         [c for found in job.gather([(job.shards.path(n), read_columns(job.shards, n)) for n in names])
          for c in found]))
     job.units = units
-    pieces = agreed(job, lambda: _read_columns(job, units))
+    # the events beyond the budget go to files; a static graph's edges are held in memory
+    job.portion = Table(job.budget if job.kind == "temporal" else sys.maxsize, job.spill_folder() / "portion")
+    agreed(job, lambda: _read_columns(job, units))
     job.bytes_read = sum(u.stop - u.start for u in units)
-    empty = {"src": np.zeros(0, np.int64), "dst": np.zeros(0, np.int64), "t": np.zeros(0), "place": np.zeros(0, np.int64)}
-    cols = {}
-    for name in list(pieces):  # a column at a time, its pieces freed as it is joined
-        got = pieces.pop(name)
-        cols[name] = np.concatenate(got) if got and got[0] is not None else empty[name]
-        del got
-    if job.kind == "static":
-        job.portion = Portion(cols["src"], cols["dst"])
-        return
-    job.portion = Portion(cols["src"], cols["dst"], cols["t"], cols["place"])
 
 
-def _read_columns(job: Job, units) -> dict[str, list]:
-    """The endpoints, times and places in the file order ((shard << 47) | (piece << 37) | row) of
-    the rows of this rank's units (their edge features and labels are read again, to be routed)."""
-    out: dict[str, list] = {name: [] for name in ("src", "dst", "t", "place")}
+def _read_columns(job: Job, units) -> None:
+    """The endpoints (and for events times and places in the file order) of the rows of this
+    rank's units into `job.portion` (edge features and labels are read again, to be routed)."""
+    p, temporal = job.portion, job.kind == "temporal"
     for u in units:
         for ch in read_unit(job.shards, u):
-            for name in ("src", "dst", "t"):
-                out[name].append(getattr(ch, name))
-            out["place"].append(np.int64(ch.shard) << 47 | np.int64(ch.piece) << 37 | (ch.row + np.arange(len(ch))))
-    return out
+            cols = {"src": np.asarray(ch.src, np.int64), "dst": np.asarray(ch.dst, np.int64)}
+            if temporal:
+                cols["t"] = np.asarray(ch.t, np.float64)
+                cols["place"] = np.int64(ch.shard) << 47 | np.int64(ch.piece) << 37 | (ch.row + np.arange(len(ch)))
+            p.append(**cols)
+    if not p.rows:
+        p.append(**{name: np.zeros(0, np.float64 if name == "t" else np.int64)
+                    for name in ("src", "dst", *(("t", "place") if temporal else ()))})
+    p.finish()
+
+
+def _blocks(job: Job, p: Table, *names: str) -> Iterator[tuple[int, list[np.ndarray]]]:
+    """`p`'s blocks of columns `names` (`Table.blocks`), then empty ones until this rank has had
+    as many as every other: for passes with a collective in each block."""
+    got = p.blocks(*names)
+    for _ in range(dist.agree_max(p.passes())):
+        yield next(got, (p.rows, [np.zeros(0, p.dtypes[name]) for name in names]))
 
 
 def _same_kind(kinds: set, data: str) -> None:
@@ -259,19 +262,30 @@ def compact_ids(job: Job) -> None:
     if job.kind == "static" and job.shards.nodes is not None:
         nodes = agreed(job, lambda: open_nodes(job.shards))
         job.ids = np.sort(np.asarray(nodes.ids, dtype=np.int64))
-        ends = np.concatenate([p.src, p.dst])
+        ends = np.concatenate([p.read("src", 0, p.rows), p.read("dst", 0, p.rows)])
         pos = np.minimum(np.searchsorted(job.ids, ends), max(job.ids.size - 1, 0))
         bad = np.flatnonzero(job.ids[pos] != ends) if job.ids.size else np.arange(ends.size)
         agreed(job, lambda: _no_missing(ends, bad, job.shards))
-        p.src, p.dst = pos[:p.src.size], pos[p.src.size:]
+        p.replace("src", [pos[:p.rows]])
+        p.replace("dst", [pos[p.rows:]])
         return
     if bipartite:
-        users, items = _global_unique(job, p.src), _global_unique(job, p.dst)
+        users, items = _global_unique(job, _local_unique(p, "src")), _global_unique(job, _local_unique(p, "dst"))
         job.ids = np.concatenate([users, items])
-        p.src, p.dst = np.searchsorted(users, p.src), users.size + np.searchsorted(items, p.dst)
+        p.replace("src", (np.searchsorted(users, src) for _, (src,) in p.blocks("src")))
+        p.replace("dst", (users.size + np.searchsorted(items, dst) for _, (dst,) in p.blocks("dst")))
         return
-    job.ids = _global_unique(job, np.concatenate([p.src, p.dst]))
-    p.src, p.dst = np.searchsorted(job.ids, p.src), np.searchsorted(job.ids, p.dst)
+    job.ids = _global_unique(job, _local_unique(p, "src", "dst"))
+    for name in ("src", "dst"):
+        p.replace(name, (np.searchsorted(job.ids, ids) for _, (ids,) in p.blocks(name)))
+
+
+def _local_unique(p: Table, *names: str) -> np.ndarray:
+    """The sorted distinct values of the portion's columns `names`."""
+    out = np.zeros(0, np.int64)
+    for _, cols in p.blocks(*names):
+        out = unique_ints(np.concatenate([out, *cols]))
+    return out
 
 
 def _no_missing(ends: np.ndarray, bad: np.ndarray, shards: Shards) -> None:
@@ -280,11 +294,10 @@ def _no_missing(ends: np.ndarray, bad: np.ndarray, shards: Shards) -> None:
                            f"{os.path.join(shards.nodes, 'ids.npy')}")
 
 
-def _global_unique(job: Job, ids: np.ndarray) -> np.ndarray:
-    """The sorted distinct values of every rank's `ids`: each rank uniques the ids that hash to
-    it, then all gather the (disjoint) results."""
+def _global_unique(job: Job, mine: np.ndarray) -> np.ndarray:
+    """The sorted distinct values of every rank's distinct values `mine`: each rank uniques the
+    ids that hash to it, then all gather the (disjoint) results."""
     w = dist.world_size()
-    mine = unique_ints(ids)
     (got,) = job.exchange([mine], np.mod(mine, w))
     bucket = torch.from_numpy(unique_ints(got))
     return np.sort(torch.cat(dist.all_gather_varsize(bucket, job.group)).numpy()) if w > 1 else bucket.numpy()
@@ -295,29 +308,82 @@ def _global_unique(job: Job, ids: np.ndarray) -> np.ndarray:
 def number_events(job: Job) -> None:
     """Global event ids by (time, shard, row), through a sample sort of the keys: each rank sends
     its events' keys to the rank whose key range holds them, learns their ranks there, and gets
-    them back."""
+    them back. Where the keys a rank would rank at once exceed a quarter of its budget, the key
+    ranges are cut finer and ranked in rounds (rank r ranks range j * W + r in round j): each rank
+    first deals its keys into a `Table` per round, in one pass, and the ids coming back are kept
+    in `SortedRuns` by event until the last round."""
     p, w, me = job.portion, dist.world_size(), dist.rank()
-    n = p.t.size
+    n = p.rows
     job.num_events = int(job.all_sum(np.array([n], np.int64))[0])
-    if w == 1:
-        p.eid = invert_permutation(np.lexsort((p.place, p.t)))
+    rounds = job.sort_rounds = dist.agree_max(max(1, -(-job.num_events * KEY_BYTES // w // max(job.budget // 4, 1))))
+    if w == 1 and rounds == 1:
+        p.replace("eid", [invert_permutation(np.lexsort((p.read("place", 0, n), p.read("t", 0, n))))])
         return
-    picked = np.random.default_rng(me).choice(n, min(SAMPLES, n), replace=False) if n else np.zeros(0, np.int64)
-    pooled = np.sort(np.concatenate(job.gather(_keys(p.t[picked], p.place[picked]))))
-    splitters = pooled[(np.arange(1, w) * pooled.size) // w] if pooled.size else pooled
-    dest = np.searchsorted(splitters, _keys(p.t, p.place), side="right") if splitters.size else np.zeros(n, np.int64)
-    tag = np.int64(me) << 40 | np.arange(n, dtype=np.int64)  # where each key came from
-    t, place, tag = job.exchange([p.t, p.place, tag], dest)
-    del dest
-    order = np.lexsort((place, t))
-    del t, place
-    first = int(np.concatenate([[0], np.cumsum([int(x[0]) for x in job.gather(np.array([order.size]))])])[me])
-    eid = np.empty(order.size, np.int64)
-    eid[order] = first + np.arange(order.size, dtype=np.int64)
-    del order
-    index, eid = job.exchange([tag & ((1 << 40) - 1), eid], tag >> 40)
-    p.eid = np.empty(n, np.int64)
-    p.eid[index] = eid
+    ranges = w * rounds
+    picked = np.sort(np.random.default_rng(me).choice(n, min(SAMPLES * rounds, n), replace=False))
+    pooled = np.sort(np.concatenate(job.gather(_keys(*_rows_at(p, ("t", "place"), picked)))))
+    splitters = pooled[(np.arange(1, ranges) * pooled.size) // ranges] if pooled.size else pooled
+    ids = SortedRuns({"index": np.zeros(0, np.int64), "eid": np.zeros(0, np.int64)}, n, job.budget,
+                     job.spill_folder() / "eid")
+    dealt = _deal(job, splitters, rounds)
+    before = 0  # the keys of the earlier rounds' ranges
+    for j in range(rounds):
+        got = []
+        for _, (t, place, index, dest) in _blocks(job, dealt[j], "t", "place", "index", "dest"):
+            tag = np.int64(me) << 40 | index  # where each key came from
+            got.append(job.exchange([t, place, tag], dest))
+            del tag
+        t, place, tag = (np.concatenate(c) for c in zip(*got))
+        del got
+        order = np.lexsort((place, t))
+        del t, place
+        sizes = np.array([int(x[0]) for x in job.gather(np.array([order.size]))])
+        eid = np.empty(order.size, np.int64)
+        eid[order] = before + int(sizes[:me].sum()) + np.arange(order.size, dtype=np.int64)
+        before += int(sizes.sum())
+        del order
+        ids.add(job.exchange([tag & ((1 << 40) - 1), eid], tag >> 40))
+        del tag, eid
+        dealt[j].close()
+    p.replace("eid", (block[1] for block in ids.merged()))
+    ids.close()
+
+
+def _deal(job: Job, splitters: np.ndarray, rounds: int) -> list[Table]:
+    """Each round's keys of this rank's events (time, place, row "index", destination rank
+    "dest"), in a `Table` per round (within a share of the budget each), from one pass over the
+    portion; one round's is the portion itself."""
+    p, w = job.portion, dist.world_size()
+    if rounds == 1:
+        dest = np.searchsorted(splitters, _keys(p.read("t", 0, p.rows), p.read("place", 0, p.rows)), side="right")
+        one = Table(sys.maxsize, job.spill_folder() / "keys")
+        one.append(t=p.read("t", 0, p.rows), place=p.read("place", 0, p.rows), index=np.arange(p.rows), dest=dest)
+        one.finish()
+        return [one]
+    dealt = [Table(job.budget // rounds, job.spill_folder() / f"keys{j}") for j in range(rounds)]
+    for a, (t, place) in p.blocks("t", "place"):
+        dest = np.searchsorted(splitters, _keys(t, place), side="right")
+        order = np.argsort(dest // w, kind="stable")
+        ends = np.searchsorted(dest[order] // w, np.arange(rounds + 1))
+        for j, table in enumerate(dealt):
+            rows = order[ends[j]:ends[j + 1]]
+            table.append(t=t[rows], place=place[rows], index=a + rows, dest=dest[rows] % w)
+    for table in dealt:
+        if not table.rows:
+            table.append(t=np.zeros(0), place=np.zeros(0, np.int64), index=np.zeros(0, np.int64),
+                         dest=np.zeros(0, np.int64))
+        table.finish()
+    return dealt
+
+
+def _rows_at(p: Table, names: Sequence[str], at: np.ndarray) -> list[np.ndarray]:
+    """Rows `at` (ascending) of the portion's columns `names`."""
+    out: list[list[np.ndarray]] = [[] for _ in names]
+    for a, cols in p.blocks(*names):
+        lo, hi = np.searchsorted(at, [a, a + cols[0].size])
+        for o, c in zip(out, cols):
+            o.append(c[at[lo:hi] - a])
+    return [np.concatenate(o) if o else np.zeros(0, p.dtypes[name]) for o, name in zip(out, names)]
 
 
 def _keys(t: np.ndarray, place: np.ndarray) -> np.ndarray:
@@ -329,29 +395,37 @@ def _keys(t: np.ndarray, place: np.ndarray) -> np.ndarray:
 
 # ---------------------------------------------------------------------------------------- projection
 
-def project(job: Job, weighted: bool) -> None:
-    """This rank's part of the projection: the unique node pairs (a <= b; temporal and static
-    METIS leave out self-loops) of every rank's events or edges that hash here, their weights
-    summed (`methods.event_weights` per event, or 1 per unique pair)."""
-    p, n, w = job.portion, job.ids.size, dist.world_size()
-    keep = p.src != p.dst
-    key = np.minimum(p.src[keep], p.dst[keep]) * np.int64(n) + np.maximum(p.src[keep], p.dst[keep])
-    if weighted:
-        lo, hi = _t_range(job)
-        weight = methods.event_weights(p.t[keep], lo, hi - lo, job.params["recency"])
-    else:
-        weight = np.ones(key.size, np.int64)
-    key, weight = job.exchange([key, weight], _pair_rank(key, w))
-    keys, inv = np.unique(key, return_inverse=True)
-    sums = np.bincount(inv, weights=weight).astype(np.int64) if weighted else np.ones(keys.size, np.int64)
-    job.pairs = (keys // n, keys % n, sums)
+def project(job: Job) -> None:
+    """This rank's part of the temporal projection: the unique node pairs (a < b) of every rank's
+    events that hash here, their `methods.event_weights` summed (the recency weights of
+    `temporal`; else 1 a pair)."""
+    n, w = job.ids.size, dist.world_size()
+    weighted = job.method.startswith("temporal")
+    lo, hi = _t_range(job) if weighted else (0.0, 0.0)
+    keys, sums = np.zeros(0, np.int64), np.zeros(0, np.int64)
+    for _, (src, dst, t) in _blocks(job, job.portion, "src", "dst", "t"):
+        keep = src != dst
+        key = _pair_key(src[keep], dst[keep], n)
+        weight = (methods.event_weights(t[keep], lo, hi - lo, job.params["recency"]) if weighted
+                  else np.ones(key.size, np.int64))
+        key, weight = job.exchange([key, weight], _pair_rank(key, w))
+        keys, inv = np.unique(np.concatenate([keys, key]), return_inverse=True)
+        sums = np.bincount(inv, weights=np.concatenate([sums, weight])).astype(np.int64)  # integers: exact
+        del key, weight, inv
+    job.pairs = (keys // n, keys % n, sums if weighted else np.ones(keys.size, np.int64))
+
+
+def _pair_key(a: np.ndarray, b: np.ndarray, n: int) -> np.ndarray:
+    """The undirected pair (a, b) of nodes among n as one int64."""
+    return np.minimum(a, b) * np.int64(n) + np.maximum(a, b)
 
 
 def _t_range(job: Job) -> tuple[float, float]:
     """(first, last) event time over all ranks."""
-    p = job.portion
-    got = dist.all_reduce(torch.tensor([-p.t.min(initial=np.inf), p.t.max(initial=-np.inf)], dtype=torch.float64),
-                          "max", job.group)
+    lo, hi = np.inf, -np.inf
+    for _, (t,) in job.portion.blocks("t"):
+        lo, hi = min(lo, t.min(initial=np.inf)), max(hi, t.max(initial=-np.inf))
+    got = dist.all_reduce(torch.tensor([-lo, hi], dtype=torch.float64), "max", job.group)
     return -float(got[0]), float(got[1])
 
 
@@ -368,8 +442,10 @@ def vertex_weights(job: Job) -> Optional[np.ndarray]:
     p, n, prm = job.portion, job.ids.size, job.params
     if job.method in ("temporal", "temporal-lp"):
         nw = prm["time_windows"]
-        win = (p.eid * nw) // max(job.num_events, 1)
-        counts = job.all_sum(np.bincount(p.src * nw + win, minlength=n * nw).reshape(n, nw))
+        counts = np.zeros(n * nw, np.int64)
+        for _, (src, eid) in p.blocks("src", "eid"):
+            counts += np.bincount(src * nw + (eid * nw) // max(job.num_events, 1), minlength=n * nw)
+        counts = job.all_sum(counts).reshape(n, nw)
         return counts[:, counts.sum(axis=0) > 0]
     balance = prm["balance"]
     if list(balance) == ["nodes"]:
@@ -388,11 +464,18 @@ def vertex_weights(job: Job) -> Optional[np.ndarray]:
 def _edge_counts(job: Job) -> np.ndarray:
     """Per node: the events it owns (temporal), or its CSR row length (static: its unique
     neighbours, itself included where it has a self-loop)."""
-    p, n = job.portion, job.ids.size
     if job.kind == "temporal":
-        return job.all_sum(np.bincount(p.src, minlength=n))
+        return _owned_counts(job)
     a, b, _ = job.entries
-    return job.all_sum(np.bincount(a, minlength=n))
+    return job.all_sum(np.bincount(a, minlength=job.ids.size))
+
+
+def _owned_counts(job: Job) -> np.ndarray:
+    """Per node, the events it owns (is the source of), over all ranks."""
+    counts = np.zeros(job.ids.size, np.int64)
+    for _, (src,) in job.portion.blocks("src"):
+        counts += np.bincount(src, minlength=job.ids.size)
+    return job.all_sum(counts)
 
 
 def _train_mask(job: Job) -> np.ndarray:
@@ -408,22 +491,32 @@ def _train_mask(job: Job) -> np.ndarray:
 
 def choose_method(job: Job, explicit: bool) -> None:
     """Run METIS on rank 0 when the projection fits its budget; else the `-lp` method (refused
-    where `--method temporal` or `metis` was named)."""
-    if job.method not in methods.LP_METHODS:
+    where `--method temporal` or `metis` was named), where the largest rank's share of the
+    projection fits its budget; else refuse, naming how many ranks would hold it."""
+    if job.method == "random":
         return
-    num_pairs = int(job.all_sum(np.array([job.pairs[0].size], np.int64))[0])
-    need = num_pairs * METIS_PAIR_BYTES + job.ids.size * METIS_NODE_BYTES
-    if need <= job.budget:
-        return
-    lp = methods.LP_METHODS[job.method]
-    if explicit:
-        raise GnndistError(f"--method {job.method} runs METIS on one rank, which needs an estimated "
-                           f"{stats.fmt_bytes(need)} for this projection ({num_pairs:,} node pairs) but "
-                           f"--memory-budget is {stats.fmt_bytes(job.budget)}: use --method {lp}, or a larger budget")
-    if dist.rank() == 0:
-        dist.log(f"partition: {lp}, since METIS on one rank would need an estimated {stats.fmt_bytes(need)} for "
-                 f"{num_pairs:,} node pairs, over the {stats.fmt_bytes(job.budget)} memory budget")
-    job.method = lp
+    held = np.array(job.gather(job.pairs[0].size), np.int64)
+    num_pairs, budget = int(held.sum()), stats.fmt_bytes(job.budget)
+    lp_fits = int(held.max()) * LP_PAIR_BYTES <= job.budget
+    if job.method in methods.LP_METHODS:
+        need = num_pairs * METIS_PAIR_BYTES + job.ids.size * METIS_NODE_BYTES
+        if need <= job.budget:
+            return
+        lp = methods.LP_METHODS[job.method]
+        if explicit:
+            raise GnndistError(f"--method {job.method} runs METIS on one rank, which needs an estimated "
+                               f"{stats.fmt_bytes(need)} for this projection ({num_pairs:,} node pairs) but "
+                               f"--memory-budget is {budget}: use --method {lp}, or a larger budget")
+        if lp_fits and dist.rank() == 0:
+            dist.log(f"partition: {lp}, since METIS on one rank would need an estimated {stats.fmt_bytes(need)} "
+                     f"for {num_pairs:,} node pairs, over the {budget} memory budget")
+        job.method = lp
+    if not lp_fits:
+        ranks = -(-num_pairs * LP_PAIR_BYTES // job.budget)
+        raise GnndistError(f"--method {job.method} holds the projection's {num_pairs:,} node pairs across the ranks, "
+                           f"an estimated {stats.fmt_bytes(int(held.max()) * LP_PAIR_BYTES)} on the largest share of "
+                           f"{held.size} rank(s), but --memory-budget is {budget}: {ranks:,} ranks would hold it "
+                           "(or use --method random)")
 
 
 def membership(job: Job) -> None:
@@ -502,16 +595,16 @@ def route_events(job: Job, num: Numbering) -> dict[str, np.ndarray]:
     comes is kept in `job.runs`, spilled to disk in sorted runs beyond the memory budget and
     merged as the part is written; the part returned holds the node-sized arrays (its nodes'
     original ids). Counts the part's halo nodes on the way (`job.halo`)."""
-    p, c = job.portion, job.columns
+    c = job.columns
     names = ["eid", "src", "dst", "t"]
-    like = [p.eid[:0], p.src[:0], p.dst[:0], np.zeros(0)]
+    like = [np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)]
     if c is not None and c.features:
         names.append("edge_feat")
         like.append(np.zeros((0, len(c.features)), np.float32))
     if c is not None and (c.label is not None or c.weight is not None):
         names.append("edge_label")
         like.append(np.zeros(0, np.int64))
-    job.runs = SortedRuns(dict(zip(names, like)), _part_rows(job), job.budget, job.spill_folder())
+    job.runs = SortedRuns(dict(zip(names, like)), _part_rows(job), job.budget, job.spill_folder() / "part")
     lo, hi = num.book.range(dist.rank())
     halo = np.zeros(job.ids.size, bool)
     # what a rank receives in a round (from every rank) is at most a quarter of its budget
@@ -539,11 +632,12 @@ def route_events(job: Job, num: Numbering) -> dict[str, np.ndarray]:
 def _part_rows(job: Job) -> int:
     """The events the part this rank writes holds: every rank's events with an endpoint among its
     nodes (a collective)."""
-    p, part, w = job.portion, job.membership, dist.world_size()
+    part, w = job.membership, dist.world_size()
     counts = np.zeros(w, np.int64)
-    for a in range(0, p.src.size, 1 << 20):
-        ps, pd = part[p.src[a:a + (1 << 20)]], part[p.dst[a:a + (1 << 20)]]
-        counts += np.bincount(ps, minlength=w) + np.bincount(pd[ps != pd], minlength=w)
+    for _, (src, dst) in job.portion.blocks("src", "dst"):
+        for a in range(0, src.size, 1 << 20):
+            ps, pd = part[src[a:a + (1 << 20)]], part[dst[a:a + (1 << 20)]]
+            counts += np.bincount(ps, minlength=w) + np.bincount(pd[ps != pd], minlength=w)
     return int(np.array(job.gather(counts))[:, dist.rank()].sum())
 
 
@@ -556,10 +650,10 @@ def _pieces(job: Job, num: Numbering, names: list[str], rows: int) -> Iterator[t
     for ch in (ch for u in job.units for ch in read_unit(job.shards, u)):
         for a in range(0, len(ch), rows):
             b = min(a + rows, len(ch))
-            mine = slice(start + a, start + b)
-            cols = [p.eid[mine], num.orig_to_new[p.src[mine]], num.orig_to_new[p.dst[mine]], ch.t[a:b]]
+            src, dst = p.read("src", start + a, start + b), p.read("dst", start + a, start + b)
+            cols = [p.read("eid", start + a, start + b), num.orig_to_new[src], num.orig_to_new[dst], ch.t[a:b]]
             cols += [np.asarray(getattr(ch, name))[a:b] for name in names[4:]]
-            yield cols, part[p.src[mine]], part[p.dst[mine]]
+            yield cols, part[src], part[dst]
         start += len(ch)
 
 
@@ -567,7 +661,7 @@ def static_entries(job: Job) -> None:
     """The symmetrized graph's unique entries (row, column), each at the rank a hash of its
     undirected pair names: `job.entries` = (rows, columns, pair keys of the rank's pairs)."""
     p, n, w = job.portion, job.ids.size, dist.world_size()
-    key = unique_ints(np.minimum(p.src, p.dst) * np.int64(n) + np.maximum(p.src, p.dst))
+    key = unique_ints(_pair_key(p.read("src", 0, p.rows), p.read("dst", 0, p.rows), n))
     (key,) = job.exchange([key], _pair_rank(key, w))
     key = unique_ints(key)
     a, b = key // n, key % n
@@ -612,17 +706,23 @@ def _node_rows(job: Job, owned: np.ndarray) -> dict[str, np.ndarray]:
 
 def temporal_stats(job: Job) -> dict:
     """`stats.temporal_quality` of the partition, from every rank's counts (no halo, no hubs)."""
-    p, m, k, e = job.portion, job.membership, job.num_parts, job.num_events
+    m, k, e = job.membership, job.num_parts, job.num_events
     nw = job.windows
-    ps, pd = m[p.src], m[p.dst]
-    cross = ps != pd
-    win = (p.eid * nw) // max(e, 1)
-    counts = job.all_sum(np.concatenate([np.bincount(ps, minlength=k), np.bincount(pd[cross], minlength=k),
-                                         np.bincount(win * k + ps, minlength=nw * k), [int(cross.sum())]]))
+    counts = np.zeros(2 * k + nw * k + 1, np.int64)
+    for _, (src, dst, eid) in job.portion.blocks("src", "dst", "eid"):
+        ps, pd = m[src], m[dst]
+        cross = ps != pd
+        win = (eid * nw) // max(e, 1)
+        counts += np.concatenate([np.bincount(ps, minlength=k), np.bincount(pd[cross], minlength=k),
+                                  np.bincount(win * k + ps, minlength=nw * k), [int(cross.sum())]])
+    counts = job.all_sum(counts)
     events, also, per_window, n_cross = counts[:k], counts[k:2 * k], counts[2 * k:-1].reshape(nw, k), int(counts[-1])
-    a, b, _ = job.pairs if job.method in ("temporal", "temporal-lp", "metis", "metis-lp") else _unique_pairs(job)
-    loops = _loop_pairs(job)
-    pair_counts = job.all_sum(np.array([a.size + loops[0], int(np.count_nonzero(m[a] != m[b]))], np.int64))
+    if job.pairs:
+        a, b, _ = job.pairs
+        pairs = [a.size, int(np.count_nonzero(m[a] != m[b]))]
+    else:
+        pairs = _distinct_pairs(job)
+    pair_counts = job.all_sum(np.array([pairs[0] + _loop_pairs(job), pairs[1]], np.int64))
     halos = [int(x) for x in job.gather(job.halo)]
     nodes = np.bincount(m, minlength=k)
     return {
@@ -640,19 +740,44 @@ def temporal_stats(job: Job) -> dict:
     }
 
 
-def _unique_pairs(job: Job) -> tuple:
-    """The unweighted projection (for the metrics of a partition that did not build one)."""
-    project(job, weighted=False)
-    return job.pairs
+def _distinct_pairs(job: Job) -> list[int]:
+    """For a partition that made no projection: [the distinct node pairs a < b of the events that
+    hash to this rank, of them cut], counted in order of key through `SortedRuns` (within the
+    budget)."""
+    n, w, m = job.ids.size, dist.world_size(), job.membership
+
+    def keys(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        keep = src != dst
+        return unique_ints(_pair_key(src[keep], dst[keep], n))
+    sent = np.zeros(w, np.int64)
+    for _, (src, dst) in job.portion.blocks("src", "dst"):
+        sent += np.bincount(_pair_rank(keys(src, dst), w), minlength=w)
+    coming = int(np.array(job.gather(sent))[:, dist.rank()].sum())
+    runs = SortedRuns({"key": np.zeros(0, np.int64)}, coming, job.budget, job.spill_folder() / "pairs")
+    for _, (src, dst) in _blocks(job, job.portion, "src", "dst"):
+        key = keys(src, dst)
+        runs.add(job.exchange([key], _pair_rank(key, w)))
+    distinct, cut, last = 0, 0, -1
+    for (key,) in runs.merged():
+        fresh = np.ones(key.size, bool)
+        fresh[1:] = key[1:] != key[:-1]
+        if key.size:
+            fresh[0], last = key[0] != last, key[-1]
+        key = key[fresh]
+        distinct += key.size
+        cut += int(np.count_nonzero(m[key // n] != m[key % n]))
+    runs.close()
+    return [distinct, cut]
 
 
-def _loop_pairs(job: Job) -> tuple[int]:
-    """How many distinct self-loop pairs (v, v) the events hold (the projection leaves them out,
-    the edge cut counts them: never cut)."""
-    p = job.portion
-    loops = unique_ints(p.src[p.src == p.dst])
+def _loop_pairs(job: Job) -> int:
+    """How many distinct self-loop pairs (v, v) of the events hash to this rank (the projection
+    leaves them out, the edge cut counts them: never cut)."""
+    loops = np.zeros(0, np.int64)
+    for _, (src, dst) in job.portion.blocks("src", "dst"):
+        loops = unique_ints(np.concatenate([loops, src[src == dst]]))
     (got,) = job.exchange([loops], np.mod(loops, dist.world_size()))
-    return (unique_ints(got).size,)
+    return unique_ints(got).size
 
 
 def static_stats(job: Job, num: Numbering, part: dict[str, np.ndarray]) -> dict:
@@ -782,7 +907,8 @@ def _array_specs(job: Job, part: dict[str, np.ndarray]) -> dict[str, dict]:
 def _run_metrics(job: Job) -> dict:
     return {"rank": dist.rank(), "peak_memory_bytes": stats.peak_memory_bytes(), "bytes_read": job.bytes_read,
             "bytes_sent": job.bytes_sent, "bytes_received": job.bytes_received,
-            "runs_spilled": len(job.runs.runs) if job.runs is not None else 0,
+            "portion_bytes_spilled": job.portion.spilled_bytes if job.portion is not None else 0,
+            "sort_rounds": job.sort_rounds, "runs_spilled": len(job.runs.runs) if job.runs is not None else 0,
             "bytes_spilled": job.runs.spilled_bytes if job.runs is not None else 0, "seconds": dict(job.seconds),
             "peak_memory_bytes_by_phase": dict(job.peaks)}
 
@@ -811,9 +937,18 @@ def partition_shards(data: str, num_parts: int, method: Optional[str] = None,
         raise GnndistError(f"unknown method {method!r}; choose from {', '.join(methods.METHODS)}")
     job = Job(str(data), num_parts, method or "", {}, memory_budget or stats.default_budget(),
               None if out is None else Path(out), progress and dist.rank() == 0, dist.host_group("samplers"))
+    job.budget = -dist.agree_max(-job.budget)  # the least of the ranks': every rank plans alike
     if job.out is not None:
         agreed(job, lambda: check_output(job.out, "store"))
     job.token = job.gather(os.urandom(8).hex() if dist.rank() == 0 else None)[0]
+    try:
+        return _phases(job, method, balance, imbalance_tol, time_windows, recency, seed, t0)
+    finally:
+        shutil.rmtree(job.spill_folder(), ignore_errors=True)
+
+
+def _phases(job: Job, method: Optional[str], balance, imbalance_tol, time_windows, recency, seed, t0: float) -> dict:
+    """`partition_shards`'s phases in turn."""
     with job.phase("read"):
         read_portion(job)
     _check_options(job, method, balance, imbalance_tol, time_windows, recency, seed)
@@ -828,29 +963,25 @@ def partition_shards(data: str, num_parts: int, method: Optional[str] = None,
         if not temporal:
             static_entries(job)
         elif job.method != "random":
-            project(job, weighted=job.method.startswith("temporal"))
+            project(job)
         if job.method != "random":
             job.vwgt = vertex_weights(job)
         agreed(job, lambda: choose_method(job, explicit=method is not None))
         if temporal:
-            job.portion.t = job.portion.place = None  # the routing reads them again
+            job.portion.drop("t", "place")  # the routing reads them again
     with job.phase("partition"):
         membership(job)
-        if int(np.bincount(job.membership, minlength=num_parts).min()) == 0:
-            raise GnndistError(f"partitioning left a part without nodes: the graph is too small for {num_parts} "
+        if int(np.bincount(job.membership, minlength=job.num_parts).min()) == 0:
+            raise GnndistError(f"partitioning left a part without nodes: the graph is too small for {job.num_parts} "
                                "parts; use fewer --parts")
-    num = Numbering.of(job.membership, num_parts)
-    try:
-        with job.phase("route"):
-            part = job.part = route_events(job, num) if temporal else agreed(job, lambda: route_rows(job, num))
-        quality = temporal_stats(job) if temporal else static_stats(job, num, part)
-        with job.phase("write"):
-            if job.out is None:
-                return {"num_parts": num_parts, "stats": quality}
-            return write_store(job, num, part, quality, t0)
-    finally:
-        if job.runs is not None:
-            job.runs.close()
+    num = Numbering.of(job.membership, job.num_parts)
+    with job.phase("route"):
+        part = job.part = route_events(job, num) if temporal else agreed(job, lambda: route_rows(job, num))
+    quality = temporal_stats(job) if temporal else static_stats(job, num, part)
+    with job.phase("write"):
+        if job.out is None:
+            return {"num_parts": job.num_parts, "stats": quality}
+        return write_store(job, num, part, quality, t0)
 
 
 def _check_options(job: Job, method: Optional[str], balance, imbalance_tol, time_windows, recency, seed) -> None:
@@ -885,7 +1016,7 @@ def _enough_events(job: Job) -> None:
     if "time_windows" in job.params:
         job.params["time_windows"] = nw
         methods.check_time_windows(e, k, nw)
-        owners = int((job.all_sum(np.bincount(job.portion.src, minlength=job.ids.size)) > 0).sum())
+        owners = int((_owned_counts(job) > 0).sum())
         if k > owners:
             raise GnndistError(f"--method temporal balances the events each part owns, so --parts must be at most the "
                                f"{owners} nodes that own events (are an event source), got {k}")

@@ -50,12 +50,14 @@ def communities(n: int = 240, e: int = 6000, groups: int = 4, inside: float = 0.
 def shards(tmp_path_factory):
     """Shard folders: a temporal graph with edge features and labels in time order (parquet) and
     out of it (csv, shuffled rows and ids); a static graph with features, labels and a split; and
-    the communities graph."""
+    a temporal graph of 40 nodes, whose 6,000 events repeat their node pairs."""
     root = tmp_path_factory.mktemp("shards")
     tg = communities(seed=1)
     g = load("synthetic-static", num_nodes=300, num_edges=2000, seed=2)
-    out = {"temporal": root / "temporal", "shuffled": root / "shuffled", "static": root / "static"}
+    out = {"temporal": root / "temporal", "shuffled": root / "shuffled", "static": root / "static",
+           "repeated": root / "repeated"}
     write_shards(tg, out["temporal"], ShardWriteConfig(num_shards=3, format="parquet"))
+    write_shards(communities(n=40, seed=3), out["repeated"], ShardWriteConfig(num_shards=2, format="parquet"))
     write_shards(tg, out["shuffled"], ShardWriteConfig(num_shards=3, format="csv", out_of_time_order=True))
     write_shards(g, out["static"], ShardWriteConfig(num_shards=3, format="csv"))
     return {k: str(v) for k, v in out.items()}
@@ -89,7 +91,11 @@ def held_bytes(obj) -> int:
 
 
 BUDGET = 64 << 10  # bytes: the out-of-core cases' --memory-budget; a part of the communities graph is 2-4x it
-SPILLED = [("temporal", "random"), ("shuffled", "temporal-lp")]
+SPILLED = [("temporal", "random"), ("shuffled", "random")]
+# over METIS's estimate for the communities graph's projection (4,534 pairs: 773 KB), over label
+# propagation's for its largest rank's share at W = 2 and 3 (some 600 and 400 KB)
+SWITCH = 704 << 10
+TINY = 16 << 10  # under both
 
 
 class Injected(GnndistError):
@@ -102,7 +108,7 @@ def worker(shards, root):
     with the most bytes the part's runs held at once, how many runs were spilled and the spill
     files seen; and one of them failed by rank 1 half-way through the merge."""
     dist.setup("cpu")
-    peak, spilled = {}, {}
+    peak, spilled, in_memory = {}, {}, {}
 
     def held(job, phase):
         key = job.data, job.method, phase, job.budget
@@ -113,10 +119,12 @@ def worker(shards, root):
             if job.runs.heads:  # a block of the merge: the runs' rows alone
                 return
         longest = max((a.shape[0] for a in arrays_in(job) if a.ndim), default=0)
-        portion = max(job.portion.src.size if job.portion else 0, job.pairs[0].size if job.pairs else 0,
+        portion = max(job.portion.rows if job.portion else 0, job.pairs[0].size if job.pairs else 0,
                       job.entries[0].size if job.entries else 0, job.runs.rows if job.runs else 0,
                       max((a.shape[0] for a in (getattr(job, "part", None) or {}).values()), default=0))
         peak[key] = max(peak.get(key, (0, 0, 0)), (longest, portion, 0 if job.ids is None else job.ids.size))
+        if job.portion is not None:
+            in_memory[key] = max(in_memory.get(key, 0), held_bytes(job.portion))
 
     scale.held = held
     out = {}
@@ -145,15 +153,19 @@ def worker(shards, root):
             out["failed"] = str(e), sum(writes)
         scale.held = held
         try:  # explicit METIS over the budget: refused; the default: label propagation
-            scale.partition_shards(shards["temporal"], dist.world_size(), method="temporal", memory_budget=1024,
+            scale.partition_shards(shards["temporal"], dist.world_size(), method="temporal", memory_budget=TINY,
                                    out=Path(root) / "refused")
         except GnndistError as e:
             out["refused"] = str(e)
-        out["switched"] = scale.partition_shards(shards["temporal"], dist.world_size(), memory_budget=1024,
+        out["switched"] = scale.partition_shards(shards["temporal"], dist.world_size(), memory_budget=SWITCH,
                                                  out=Path(root) / f"w{dist.world_size()}-switched")["method"]
+        try:  # neither METIS nor the largest rank's share fits: refused
+            scale.partition_shards(shards["temporal"], dist.world_size(), memory_budget=TINY, out=Path(root) / "none")
+        except GnndistError as e:
+            out["lp_refused"] = str(e)
     finally:
         dist.teardown()
-    return out, peak, spilled
+    return out, peak, spilled, in_memory
 
 
 @pytest.fixture(scope="module", params=[2, 3])
@@ -180,9 +192,11 @@ def test_stores_of_w_ranks_equal_one_process_s(launched, shards, tmp_path):
 
 
 def test_parts_spilled_in_sorted_runs_make_one_process_s_store(launched, shards, tmp_path):
-    """Under a budget a quarter of a part, each rank spills its part in several sorted runs and
-    merges them as it writes: every array file byte for byte one process's, the runs' files gone
-    afterwards; the rows of the part the rank held at once stayed within the budget."""
+    """Under a budget a quarter of a part, each rank keeps the events it read in files, ranks
+    their keys in several rounds, spills its part in several sorted runs and merges them as it
+    writes: every array file byte for byte one process's, the spilled files gone afterwards; the
+    rows of the part the rank held at once stayed within the budget, and at the end of every phase
+    it held none of the events it read in memory."""
     w, root, results = launched
     for name, method in SPILLED:
         one = tmp_path / f"one-{name}-{method}"
@@ -193,16 +207,36 @@ def test_parts_spilled_in_sorted_runs_make_one_process_s_store(launched, shards,
         for f in meta["files"]:
             assert (got / f).read_bytes() == (one / f).read_bytes(), (name, method, f)
         assert all(r["runs_spilled"] >= 3 and r["bytes_spilled"] > BUDGET for r in meta["stats"]["ranks"])
-        for _, _, spilled in results:
+        assert all(r["portion_bytes_spilled"] > BUDGET and r["sort_rounds"] >= 3 for r in meta["stats"]["ranks"])
+        for _, _, spilled, in_memory in results:
+            assert [v for k, v in in_memory.items() if k[:2] == (shards[name], method) and k[3] == BUDGET] == [0] * 7
             runs = {k[2]: v for k, v in spilled.items() if k[:2] == (shards[name], method) and k[3] == BUDGET}
             assert runs["write"][1] >= 3 and len(runs["write"][2]) >= 3, runs  # runs spilled, their files seen
             assert max(most for most, _, _ in runs.values()) <= BUDGET, runs
     assert not [p for p in root.iterdir() if ".runs-" in p.name]
 
 
+@pytest.mark.parametrize("name, method, budget", [("shuffled", "random", BUDGET), ("repeated", "temporal", 4 * BUDGET)])
+def test_one_process_under_a_budget_writes_the_store_it_writes_in_memory(shards, tmp_path, name, method, budget):
+    """One rank (a workstation) under a budget far below its events: the events it read in files,
+    their keys ranked in rounds, the projection (`temporal`, whose METIS fits the budget) built a
+    block at a time, the part merged from runs; the store is `partition_graph`'s and nothing
+    spilled is left."""
+    one = tmp_path / "one"
+    partition_graph(load(shards[name]), 1, method=method, out=one)
+    got = tmp_path / "ooc"
+    meta = scale.partition_shards(shards[name], 1, method=method, memory_budget=budget, out=got)
+    (r,) = meta["stats"]["ranks"]
+    assert r["portion_bytes_spilled"] > budget // 4 and r["sort_rounds"] >= 3 and r["runs_spilled"] >= 3, r
+    assert comparable(got) == comparable(one)
+    for f in meta["files"]:
+        assert (got / f).read_bytes() == (one / f).read_bytes(), f
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["one", "ooc"]
+
+
 def test_a_rank_that_fails_mid_merge_leaves_no_runs_and_no_store(launched):
     w, root, results = launched
-    for out, _, _ in results:
+    for out, *_ in results:
         error, writes = out["failed"]
         assert error == "injected: the disk is full" and writes >= 3
     assert not (root / "failed").exists()
@@ -217,6 +251,7 @@ def test_the_run_metrics_of_every_rank_are_in_meta_json(launched, shards):
     assert all(r["bytes_read"] > 0 and r["bytes_sent"] > 0 and r["bytes_received"] > 0 for r in ranks)
     assert sum(r["bytes_read"] for r in ranks) == sum(p.stat().st_size for p in Path(shards["temporal"]).rglob("*.parquet"))
     assert all(set(r["seconds"]) == set(scale.PHASES) and r["peak_memory_bytes"] > 0 for r in ranks)
+    assert all(r["sort_rounds"] == 1 and r["portion_bytes_spilled"] == 0 for r in ranks)  # within the default budget
     for r in ranks:  # the peak so far at the end of each phase before the write (meta.json is written in it)
         peaks = r["peak_memory_bytes_by_phase"]
         assert list(peaks) == list(scale.PHASES[:-1]) and list(peaks.values()) == sorted(peaks.values()), peaks
@@ -225,10 +260,14 @@ def test_the_run_metrics_of_every_rank_are_in_meta_json(launched, shards):
 
 def test_a_budget_too_small_for_metis_refuses_it_or_runs_label_propagation(launched):
     _, _, results = launched
-    for out, _, _ in results:
+    for out, *_ in results:
         assert out["refused"].startswith("--method temporal runs METIS on one rank, which needs an estimated ")
-        assert out["refused"].endswith("but --memory-budget is 1.0 KiB: use --method temporal-lp, or a larger budget")
+        assert out["refused"].endswith("but --memory-budget is 16.0 KiB: use --method temporal-lp, or a larger budget")
         assert out["switched"] == "temporal-lp"
+        assert out["lp_refused"].startswith("--method temporal-lp holds the projection's 4,534 node pairs across the "
+                                            "ranks, an estimated "), out["lp_refused"]
+        assert out["lp_refused"].endswith(f"rank(s), but --memory-budget is 16.0 KiB: {-(-4534 * 256 // TINY):,} ranks "
+                                          "would hold it (or use --method random)"), out["lp_refused"]
 
 
 def test_no_rank_holds_an_array_per_event_or_edge_of_the_whole_graph(launched, shards):
@@ -237,7 +276,7 @@ def test_no_rank_holds_an_array_per_event_or_edge_of_the_whole_graph(launched, s
     under the whole graph's events."""
     w, _, results = launched
     events = load(shards["temporal"]).num_events
-    for _, peak, _ in results:
+    for _, peak, *_ in results:
         for (data, method, phase, _), (longest, portion, nodes) in peak.items():
             assert longest <= max(portion, nodes), (data, method, phase, longest, portion, nodes)
             if w == 3 and "temporal" in data:
@@ -269,7 +308,7 @@ def _shard_cli(data, out, *more, nproc="2"):
 
 
 def test_the_default_method_says_it_runs_label_propagation_over_the_budget(shards, tmp_path, capfd):
-    assert main(_shard_cli(shards["temporal"], tmp_path / "s", "--memory-budget", "1KiB")) == 0
+    assert main(_shard_cli(shards["temporal"], tmp_path / "s", "--memory-budget", "704KiB")) == 0
     err = capfd.readouterr().err
     assert "partition: temporal-lp, since METIS on one rank would need an estimated " in err
     assert json.loads((tmp_path / "s" / "meta.json").read_text())["method"] == "temporal-lp"
