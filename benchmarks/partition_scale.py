@@ -13,12 +13,13 @@ Peak memory is the VmHWM of each process (meta.json's `stats.ranks` for the rank
 ru_maxrss for the one process).
 
 Out of core, `--memory-budget SIZE` runs each method on W ranks twice, with the default budget
-(everything in memory) and with SIZE a rank (the part a rank writes spilled to disk in sorted
-runs beyond it), and prints each rank's peak resident memory against SIZE plus the node-sized
-arrays (and the phase it reached it in), the runs it spilled, and the events partitioned per
-second of both runs (mind the disk: the shards, a store and the spilled runs at once):
+(everything in memory) and with SIZE a rank (the events a rank read kept in files, their keys
+ranked in rounds, the part it writes spilled in sorted runs beyond it), and prints each rank's
+peak resident memory against SIZE plus the node-sized arrays (and the phase it reached it in),
+what it spilled, and the events partitioned per second of both runs (mind the disk: the shards,
+a store and the spilled files at once):
 
-    python benchmarks/partition_scale.py --events 300000000 --nodes 5000000 --ranks 4 --memory-budget 1GiB --methods random
+    python benchmarks/partition_scale.py --events 300000000 --nodes 5000000 --edge-dim 1 --ranks 4 --memory-budget 1GiB --methods random --budget-only
 """
 from __future__ import annotations
 
@@ -62,6 +63,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--folder", default="bench-partition-scale", help="where the shards and stores go")
     p.add_argument("--methods", default="temporal,temporal-lp,random", help="the methods run on W ranks")
     p.add_argument("--memory-budget", default=None, help="out of core: each rank's budget (e.g. 1GiB)")
+    p.add_argument("--budget-only", action="store_true",
+                   help="out of core: no run with the default budget (for a graph whose ranks cannot hold their events)")
     return p
 
 
@@ -79,10 +82,10 @@ def out_of_core(args: argparse.Namespace, shards: Path, root: Path, node_arrays:
     print(f"--memory-budget {args.memory_budget} a rank; goal for a rank's peak: the budget plus the node-sized "
           f"arrays, {goal / GIB:.2f} GiB")
     print(f"{'run':<36}{'rank':>5}{'wall s':>9}{'events/s':>12}{'peak GiB':>10}{'/ goal':>8}{'reached in':>12}"
-          f"{'runs':>6}{'spilled GiB':>13}")
+          f"{'read GiB spilled':>17}{'sort rounds':>12}{'runs':>6}{'part GiB spilled':>17}")
     for w in map(int, args.ranks.split(",")):
         for method in args.methods.split(","):
-            for limit in (None, args.memory_budget):
+            for limit in ([] if args.budget_only else [None]) + [args.memory_budget]:
                 store = root / f"{method}-{w}-{limit}"
                 more = [] if limit is None else ["--memory-budget", limit]
                 took, _ = run(["partition", str(shards), "--parts", str(w), "--out", str(store), "--nproc", str(w),
@@ -91,8 +94,8 @@ def out_of_core(args: argparse.Namespace, shards: Path, root: Path, node_arrays:
                 for r in stats(store)["ranks"]:
                     peak = r["peak_memory_bytes"]
                     print(f"{name:<36}{r['rank']:>5}{took:>9.0f}{args.events / took:>12,.0f}{peak / GIB:>10.2f}"
-                          f"{peak / goal:>8.2f}{reached(r):>12}{r['runs_spilled']:>6}{r['bytes_spilled'] / GIB:>13.2f}",
-                          flush=True)
+                          f"{peak / goal:>8.2f}{reached(r):>12}{r['portion_bytes_spilled'] / GIB:>17.2f}"
+                          f"{r['sort_rounds']:>12}{r['runs_spilled']:>6}{r['bytes_spilled'] / GIB:>17.2f}", flush=True)
                 shutil.rmtree(store)
 
 
