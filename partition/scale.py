@@ -104,6 +104,7 @@ class Job:
     membership: Optional[np.ndarray] = None
     seconds: dict = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
     peaks: dict = field(default_factory=dict)  # the peak resident memory so far at each phase's end
+    resident_at_start: int = 0  # what the process held before the run (its libraries, its process group)
     bytes_read: int = 0
     bytes_sent: int = 0
     bytes_received: int = 0
@@ -905,7 +906,8 @@ def _array_specs(job: Job, part: dict[str, np.ndarray]) -> dict[str, dict]:
 
 
 def _run_metrics(job: Job) -> dict:
-    return {"rank": dist.rank(), "peak_memory_bytes": stats.peak_memory_bytes(), "bytes_read": job.bytes_read,
+    return {"rank": dist.rank(), "peak_memory_bytes": stats.peak_memory_bytes(),
+            "resident_at_start_bytes": job.resident_at_start, "bytes_read": job.bytes_read,
             "bytes_sent": job.bytes_sent, "bytes_received": job.bytes_received,
             "portion_bytes_spilled": job.portion.spilled_bytes if job.portion is not None else 0,
             "sort_rounds": job.sort_rounds, "runs_spilled": len(job.runs.runs) if job.runs is not None else 0,
@@ -938,6 +940,7 @@ def partition_shards(data: str, num_parts: int, method: Optional[str] = None,
     job = Job(str(data), num_parts, method or "", {}, memory_budget or stats.default_budget(),
               None if out is None else Path(out), progress and dist.rank() == 0, dist.host_group("samplers"))
     job.budget = -dist.agree_max(-job.budget)  # the least of the ranks': every rank plans alike
+    job.resident_at_start = stats.resident_memory_bytes()
     if job.out is not None:
         agreed(job, lambda: check_output(job.out, "store"))
     job.token = job.gather(os.urandom(8).hex() if dist.rank() == 0 else None)[0]

@@ -145,6 +145,11 @@ def peak_memory_bytes() -> int:
     return peak if peak is not None else int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
+def resident_memory_bytes() -> int:
+    """This process's resident set size now, in bytes (VmRSS; 0 where it cannot be read)."""
+    return _proc_bytes("/proc/self/status", "VmRSS") or 0
+
+
 def available_memory_bytes() -> Optional[int]:
     """MemAvailable from /proc/meminfo, or None where it cannot be read."""
     return _proc_bytes("/proc/meminfo", "MemAvailable")
