@@ -45,7 +45,8 @@ class Table:
 
     def __init__(self, budget: int, folder: Path):
         self.budget, self.folder = budget, folder
-        self.block_rows = max(MIN_BLOCK_ROWS, budget // 256)  # a pass's temporaries: some 64 bytes a row
+        # a pass holds a block's columns and its temporaries (some ten int64 arrays a block) at once
+        self.block_rows = max(1024, budget // 1024)
         self.rows = 0
         self.columns: dict[str, np.ndarray] = {}  # in memory: the columns; in files: none
         self.pieces: dict[str, list[np.ndarray]] = {}  # while appending in memory
@@ -222,14 +223,19 @@ class SortedRuns:
         cols, order = self._sorted()
         return _Run(order.size, lambda a, b: [c[order[a:b]] for c in cols], lambda: None)
 
+    def added(self) -> None:
+        """The end of the adds: once a run is spilled, the rows still in memory follow it to disk
+        and the buffer is let go (the merge then holds the runs' blocks alone)."""
+        if self.runs and self.held:
+            self.spill()
+        if self.runs:
+            self.buffer = []
+
     def merged(self) -> Iterator[list[np.ndarray]]:
         """Every row in order of the key, in blocks of at most BLOCK_BYTES (and a quarter of the
         budget): each run offers a block; the rows up to the least of the last keys of the runs
         not yet exhausted are in order among all runs, and go out together."""
-        if self.runs and self.held:
-            self.spill()  # the rest joins the runs on disk: the merge then holds their blocks alone
-        if self.runs:
-            self.buffer = []
+        self.added()
         runs = [self._file_run(files, rows) for files, rows in self.runs] or [self._memory_run()]
         per = max(MIN_BLOCK_ROWS, min(self.budget // 4, BLOCK_BYTES) // self.row_bytes // len(runs))
         at = [0] * len(runs)

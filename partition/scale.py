@@ -626,6 +626,7 @@ def route_events(job: Job, num: Numbering) -> dict[str, np.ndarray]:
         own_s, own_d = (src >= lo) & (src < hi), (dst >= lo) & (dst < hi)
         halo[dst[own_s & ~own_d]] = halo[src[own_d & ~own_s]] = True
         job.runs.add(got)
+    job.runs.added()  # the buffer let go before the figures and the write
     job.halo = int(halo.sum())
     return {"orig_ids": num.new_to_orig[lo:hi]}
 
