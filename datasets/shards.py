@@ -25,6 +25,7 @@ and a line no reading accepts is named in the error.
 """
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import os
 import re
@@ -473,7 +474,7 @@ def _layout(path: str, kind: str, format: str) -> _Layout:
 def _parquet(path: str) -> pq.ParquetFile:
     check_regular(path)
     try:
-        return pq.ParquetFile(path)
+        return pq.ParquetFile(path, pre_buffer=False)
     except (OSError, pa.ArrowException) as e:
         raise GnndistError(f"{path}: not a readable Parquet file ({first_line(e)})") from None
 
@@ -763,10 +764,12 @@ def _group_start(md: pq.FileMetaData, i: int) -> int:
                for c in (rg.column(j) for j in range(rg.num_columns)))
 
 
-def _read_parquet(shards: Shards, unit: Unit, chunk_bytes: int) -> Iterator[Chunk]:
+def _read_parquet(shards: Shards, unit: Unit, chunk_bytes: int, ends_only: bool) -> Iterator[Chunk]:
     path = shards.path(unit.name)
     pf = _parquet(path)
     c = _parquet_columns(path, pf, shards.kind, shards.chunked is not None)
+    if ends_only:
+        c = dataclasses.replace(c, label=None, weight=None, features=())
     md = pf.metadata
     groups = [i for i in range(md.num_row_groups) if unit.start <= _group_start(md, i) < unit.stop]
     if not groups:
@@ -776,7 +779,7 @@ def _read_parquet(shards: Shards, unit: Unit, chunk_bytes: int) -> Iterator[Chun
     row = 0
     try:
         for batch in pf.iter_batches(batch_size=max(1, chunk_bytes // (8 * len(used))), row_groups=groups,
-                                     columns=[c.names[j] for j in used]):
+                                     columns=[c.names[j] for j in used], use_threads=False):
             where = lambda r, base=first + row: f"{path}: row {base + r + 1}"  # noqa: E731
             cols = {}
             for j in used:
@@ -791,12 +794,17 @@ def _read_parquet(shards: Shards, unit: Unit, chunk_bytes: int) -> Iterator[Chun
         raise GnndistError(f"{path}: cannot read: {first_line(e)}") from None
 
 
-def read_unit(shards: Shards, unit: Unit, chunk_bytes: int = CHUNK_BYTES) -> Iterator[Chunk]:
+def read_unit(shards: Shards, unit: Unit, chunk_bytes: int = CHUNK_BYTES, ends_only: bool = False
+              ) -> Iterator[Chunk]:
     """The rows of `unit` in chunks of about `chunk_bytes` (of text read, or of Parquet columns
-    decoded; Parquet is read a row group at a time), in file order, checked: GnndistError naming
-    the file and the line (Parquet: the row) of the first bad row."""
-    read = _read_parquet if shards.format == "parquet" else _read_text
-    chunks = read(shards, unit, chunk_bytes)
+    decoded; Parquet is read a row group at a time, in this thread), in file order, checked:
+    GnndistError naming the file and the line (Parquet: the row) of the first bad row.
+    `ends_only`: Parquet's endpoint and time columns alone are read (the chunks' features and
+    labels are then absent)."""
+    if shards.format == "parquet":
+        chunks = _read_parquet(shards, unit, chunk_bytes, ends_only)
+    else:
+        chunks = _read_text(shards, unit, chunk_bytes)
     return chunks if shards.chunked is None else _among_nodes(shards, unit, chunks)
 
 

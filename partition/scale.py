@@ -228,7 +228,7 @@ def _read_columns(job: Job, units) -> None:
     rank's units into `job.portion` (edge features and labels are read again, to be routed)."""
     p, temporal = job.portion, job.kind == "temporal"
     for u in units:
-        for ch in read_unit(job.shards, u):
+        for ch in read_unit(job.shards, u, ends_only=True):
             cols = {"src": np.asarray(ch.src, np.int64), "dst": np.asarray(ch.dst, np.int64)}
             if temporal:
                 cols["t"] = np.asarray(ch.t, np.float64)
