@@ -158,8 +158,10 @@ class SortedRuns:
         self.row_bytes = max(_row_bytes(self.like), 1)
         self.budget = budget
         self.folder = folder
-        fits = rows * self.row_bytes <= budget // 4
-        self.buffer = [np.empty((max(rows if fits else budget // 4 // self.row_bytes, 1), *c.shape[1:]), c.dtype)
+        # sorting the buffer holds it, its order and one column in order at once: within a quarter
+        sorting = self.row_bytes + 8 + max(_row_bytes([c]) for c in self.like)
+        fits = rows * sorting <= budget // 4
+        self.buffer = [np.empty((max(rows if fits else budget // 4 // sorting, 1), *c.shape[1:]), c.dtype)
                        for c in self.like]
         self.held = 0  # rows in the buffer
         self.runs: list[tuple[list[Path], int]] = []  # the spilled runs: their files (a column each), rows
@@ -237,7 +239,8 @@ class SortedRuns:
         not yet exhausted are in order among all runs, and go out together."""
         self.added()
         runs = [self._file_run(files, rows) for files, rows in self.runs] or [self._memory_run()]
-        per = max(MIN_BLOCK_ROWS, min(self.budget // 4, BLOCK_BYTES) // self.row_bytes // len(runs))
+        # a block is held three times (the runs' heads, joined, in order): within a quarter
+        per = max(MIN_BLOCK_ROWS, min(self.budget // 4, BLOCK_BYTES) // 3 // self.row_bytes // len(runs))
         at = [0] * len(runs)
         self.heads = [[like for like in self.like] for _ in runs]
         while True:

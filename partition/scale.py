@@ -608,8 +608,9 @@ def route_events(job: Job, num: Numbering) -> dict[str, np.ndarray]:
     job.runs = SortedRuns(dict(zip(names, like)), _part_rows(job), job.budget, job.spill_folder() / "part")
     lo, hi = num.book.range(dist.rank())
     halo = np.zeros(job.ids.size, bool)
-    # what a rank receives in a round (from every rank) is at most a quarter of its budget
-    per_round = max(MIN_ROUND_ROWS, min(ROUND_BYTES, job.budget // 4 // dist.world_size()) // job.runs.row_bytes)
+    # what a rank receives in a round (from every rank), held three times (as sent, as received,
+    # unpacked), is at most a quarter of its budget
+    per_round = max(MIN_ROUND_ROWS, min(ROUND_BYTES, job.budget // 12 // dist.world_size()) // job.runs.row_bytes)
     pieces = _pieces(job, num, names, per_round)
     nothing = (like, np.zeros(0, np.int64), np.zeros(0, np.int64))
     while True:
