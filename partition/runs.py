@@ -95,15 +95,19 @@ class Table:
         d = self.dtypes[name]
         return np.fromfile(self._file(name), d, max(b - a, 0), offset=a * d.itemsize)
 
+    def _step(self) -> int:
+        """The rows of a block: in memory, all of them."""
+        return self.block_rows if self.spilled else max(self.rows, 1)
+
     def blocks(self, *names: str) -> Iterator[tuple[int, list[np.ndarray]]]:
         """(first row, the columns `names`) of each block of rows in turn; in memory one block."""
-        step = self.block_rows if self.spilled else max(self.rows, 1)
+        step = self._step()
         for a in range(0, self.rows, step):
             yield a, [self.read(name, a, min(a + step, self.rows)) for name in names]
 
     def passes(self) -> int:
         """The blocks a pass over the rows takes."""
-        return -(-self.rows // (self.block_rows if self.spilled else max(self.rows, 1)))
+        return -(-self.rows // self._step())
 
     def replace(self, name: str, blocks: Iterable[np.ndarray]) -> None:
         """Column `name` (new or replaced) from `blocks`: its rows, consecutive, in turn."""

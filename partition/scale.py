@@ -356,9 +356,9 @@ def _deal(job: Job, splitters: np.ndarray, rounds: int) -> list[Table]:
     portion; one round's is the portion itself."""
     p, w = job.portion, dist.world_size()
     if rounds == 1:
-        dest = np.searchsorted(splitters, _keys(p.read("t", 0, p.rows), p.read("place", 0, p.rows)), side="right")
+        t, place = p.read("t", 0, p.rows), p.read("place", 0, p.rows)
         one = Table(sys.maxsize, job.spill_folder() / "keys")
-        one.append(t=p.read("t", 0, p.rows), place=p.read("place", 0, p.rows), index=np.arange(p.rows), dest=dest)
+        one.append(t=t, place=place, index=np.arange(p.rows), dest=np.searchsorted(splitters, _keys(t, place), side="right"))
         one.finish()
         return [one]
     dealt = [Table(job.budget // rounds, job.spill_folder() / f"keys{j}") for j in range(rounds)]
