@@ -358,7 +358,8 @@ def _deal(job: Job, splitters: np.ndarray, rounds: int) -> list[Table]:
     if rounds == 1:
         t, place = p.read("t", 0, p.rows), p.read("place", 0, p.rows)
         one = Table(sys.maxsize, job.spill_folder() / "keys")
-        one.append(t=t, place=place, index=np.arange(p.rows), dest=np.searchsorted(splitters, _keys(t, place), side="right"))
+        dest = np.searchsorted(splitters, _keys(t, place), side="right")
+        one.append(t=t, place=place, index=np.arange(p.rows), dest=dest)
         one.finish()
         return [one]
     dealt = [Table(job.budget // rounds, job.spill_folder() / f"keys{j}") for j in range(rounds)]
