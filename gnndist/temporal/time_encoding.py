@@ -16,8 +16,7 @@ import math
 import numpy as np
 import torch
 from numba import njit
-from torch import Tensor
-from torch_geometric.nn.models.tgn import TimeEncoder
+from torch import Tensor, nn
 
 from gnndist.runtime import device
 
@@ -48,9 +47,16 @@ def load_kernel() -> None:
     _cos_encode(np.zeros(1, np.float32), np.zeros(1), np.zeros(1), np.zeros((1, 1), np.float32))
 
 
-class FixedTimeEncoder(TimeEncoder):
-    """PyG's `cos(w * dt + b)` encoder (same parameters, fixed), computed with the argument
-    reduced in float64 (see the module docstring)."""
+class FixedTimeEncoder(nn.Module):
+    """PyG's `TimeEncoder` (`cos(lin(dt))`, the same parameters and state dict), computed with
+    the argument reduced in float64 (see the module docstring). A class of its own rather than a
+    subclass: importing torch_geometric loads torch._dynamo, which every temporal rank would
+    otherwise pay for at its start, for nothing else it uses."""
+
+    def __init__(self, out_channels: int):
+        super().__init__()
+        self.out_channels = out_channels
+        self.lin = nn.Linear(1, out_channels)
 
     def forward(self, t: Tensor) -> Tensor:
         w, b = self.lin.weight.view(-1), self.lin.bias
