@@ -323,14 +323,28 @@ def symmetric_adjacency(src: np.ndarray, dst: np.ndarray, num_nodes: int,
     edge) the merged weight is their sum, rounded to an integer >= 1.
     """
     if weights is None:
-        keys = _pair_keys(src, dst, np.int64(num_nodes))
-        keys.sort()
-        return _adjacency_from_keys(keys, np.zeros(0), num_nodes)[:2] + (None,)
+        return pair_adjacency(_pair_keys(src, dst, np.int64(num_nodes)), None, num_nodes)
     keep = src != dst
     keys = np.minimum(src[keep], dst[keep]) * np.int64(num_nodes) + np.maximum(src[keep], dst[keep])
-    order = np.argsort(keys)
-    xadj, adjncy, wsum = _adjacency_from_keys(keys[order], weights[keep][order].astype(np.float64), num_nodes)
-    return xadj, adjncy, np.maximum(1, np.rint(wsum)).astype(_IDX)
+    return pair_adjacency(keys, weights[keep], num_nodes)
+
+
+def pair_adjacency(keys: np.ndarray, weights: Optional[np.ndarray], num_nodes: int
+                   ) -> tuple[np.ndarray, np.ndarray, Optional[np.ndarray]]:
+    """`symmetric_adjacency` of node pairs given as keys min * n + max in any order, `weights`
+    one per key (None: unweighted). Sorts `keys` and `weights` in place, so that a caller who
+    lets go of them holds nothing but the graph while METIS runs."""
+    if weights is None:
+        keys.sort()
+        return _adjacency_from_keys(keys, np.zeros(0), num_nodes)[:2] + (None,)
+    order = np.argsort(keys, kind="stable")
+    keys[:] = keys[order]
+    weights[:] = weights[order]
+    del order
+    xadj, adjncy, wsum = _adjacency_from_keys(keys, weights, num_nodes)
+    np.rint(wsum, out=wsum)
+    np.maximum(wsum, 1, out=wsum)
+    return xadj, adjncy, wsum.astype(_IDX)
 
 
 def csr_symmetric_adjacency(graph: Graph) -> tuple[np.ndarray, np.ndarray]:

@@ -535,10 +535,8 @@ def membership(job: Job) -> None:
     key, weight = job.exchange([a * np.int64(n) + b, w], to_zero)
     part = np.zeros(n, np.int64)
     if dist.rank() == 0:
-        order = np.argsort(key, kind="stable")
-        xadj, adjncy, wsum = methods._adjacency_from_keys(key[order], weight[order].astype(np.float64)
-                                                           if job.method == "temporal" else np.zeros(0), n)
-        adjwgt = np.maximum(1, np.rint(wsum)).astype(methods._IDX) if job.method == "temporal" else None
+        xadj, adjncy, adjwgt = methods.pair_adjacency(key, weight if job.method == "temporal" else None, n)
+        del key, weight  # METIS runs beside its graph only
         part = agreed_on_zero(lambda: methods.balanced_kway(xadj, adjncy, k, job.vwgt, adjwgt,
                                                              prm["imbalance_tol"], prm["seed"]))
     else:
