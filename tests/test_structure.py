@@ -3,6 +3,8 @@ importing a trainer or the CLI, argparse only in the CLI glue, a docstring on ev
 function and class, and docs/api.md as `python -m gnndist.api` prints it."""
 import ast
 import importlib
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -96,6 +98,15 @@ def test_the_shared_memory_check_imports_no_trainer_package(graph):
     assert [d for d in deps if d.startswith(("gnndist.temporal", "gnndist.static"))] == []
     for family in ("temporal", "static"):
         assert "gnndist.footprint" in graph[f"gnndist.{family}.footprint"][0]
+
+
+def test_a_temporal_rank_starts_without_torch_geometric():
+    """What a temporal run imports (the CLI, the launcher, the link trainer) leaves out
+    torch_geometric, whose import loads torch._dynamo: seconds at every rank's start."""
+    code = ("import sys, gnndist, gnndist.cli, gnndist.runtime.launch, gnndist.temporal.fit; "
+            "print(sorted(m for m in ('torch_geometric', 'torch._dynamo') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
 
 
 def test_argparse_only_in_cli_glue(graph):
