@@ -88,6 +88,14 @@ class Table:
                 got = self.pieces.pop(name)
                 self.columns[name] = got[0] if len(got) == 1 else np.concatenate(got)
 
+    def spill(self) -> None:
+        """The columns to their files now, if they are in memory (for a phase that needs the
+        memory for something else); every later pass reads them from there."""
+        if not self.spilled:
+            self.pieces, self.columns = {name: [c] for name, c in self.columns.items()}, {}
+            self.spilled = True
+            self._flush()
+
     def read(self, name: str, a: int, b: int) -> np.ndarray:
         """Rows a..b-1 of a column (in memory: a view)."""
         if not self.spilled:

@@ -14,7 +14,8 @@ The phases (`PHASES`), all collectives on the ranks' gloo group:
   the symmetrized edges) are summed at the rank that a hash of the pair names.
 - partition: `random` hashes node ids; `temporal` and `metis` gather the projection to rank 0
   when it fits its memory budget and run METIS there exactly as one process does, which makes
-  the store identical to one process's; else `temporal-lp` / `metis-lp` run balanced label
+  the store identical to one process's (rank 0's own events wait in files meanwhile, so that
+  it holds METIS's graph alone beside the node-sized arrays); else `temporal-lp` / `metis-lp` run balanced label
   propagation over the distributed projection (`partition.propagation`).
 - route: events (to the parts of both endpoints) or adjacency entries (to the part of their
   row) travel to the rank that writes their part, in all-to-all rounds of bounded size. A rank
@@ -531,6 +532,8 @@ def membership(job: Job) -> None:
     if job.method.endswith("-lp"):
         job.membership = propagate(a, b, w, job.vwgt, k, prm["imbalance_tol"], prm["seed"], job.group)
         return
+    if dist.rank() == 0:  # METIS's estimate alone must fit the budget: its events wait in files
+        job.portion.spill()
     to_zero = np.zeros(a.size, np.int64)
     key, weight = job.exchange([a * np.int64(n) + b, w], to_zero)
     part = np.zeros(n, np.int64)
