@@ -135,8 +135,9 @@ class _TemporalModel:
         self.first = np.concatenate([[0], np.cumsum(self.counts)])[:-1]
 
     def events(self, rng: np.random.Generator, e: int, t0: float, span: float
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """`e` events (src, dst, t sorted) of sessions starting in [t0, t0 + span)."""
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """`e` events (src, dst, t sorted, and each one's place in its session from 0) of
+        sessions starting in [t0, t0 + span)."""
         n, k_pref, mean_session = self.n, self.K_PREF, self.MEAN_SESSION
         # sessions: a source node, a start time, a main partner slot, and a length (>= 1 event)
         lengths = rng.geometric(1.0 / mean_session, size=int(e / mean_session * 1.2) + 16)
@@ -172,7 +173,7 @@ class _TemporalModel:
         clash = dst == src
         dst[clash] = (src[clash] + 1 + rng.integers(0, n - 1, int(clash.sum()))) % n
         order = np.argsort(t, kind="stable")
-        return src[order], dst[order], t[order]
+        return src[order], dst[order], t[order], (np.arange(e) - begin[sess])[order]
 
 
 def _edge_features(rng: np.random.Generator, node_vec: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
@@ -184,62 +185,77 @@ def _edge_features(rng: np.random.Generator, node_vec: np.ndarray, src: np.ndarr
     return feat
 
 
-def _check_temporal(num_nodes: int, num_events: int, edge_dim: int, seed: int) -> None:
+def _check_temporal(num_nodes: int, num_events: int, edge_dim: int, seed: int, session_labels: int) -> None:
     _positive(num_nodes=num_nodes, num_events=num_events, edge_dim=edge_dim)
     _check_seed(seed)
+    if not is_int(session_labels) or not 0 <= session_labels <= INT_MAX:
+        raise GnndistError(f"{_named('session_labels')} must be an integer >= 0 (0: no labels), got {session_labels!r}")
     if num_nodes < 2:
         raise GnndistError(f"{_named('num_nodes')} must be at least 2, got {num_nodes}")
 
 
 def synthetic_temporal(num_nodes: int = 1_000, num_events: int = 20_000, edge_dim: int = 8,
-                       seed: int = 0) -> TemporalGraph:
+                       seed: int = 0, session_labels: int = 0) -> TemporalGraph:
     """Temporal interaction graph with exactly `num_events` events at times from 0 to about
     `num_events` (one event per time unit on average).
 
     Nodes (power-law activity) open sessions: bursts of events at short gaps. In a session a node
     mostly messages one of its K preferred partners (drawn from its community, each replaced
     at its own pace over time), sometimes another preferred one, rarely anyone. Edge features
-    are a mix of the two endpoints' fixed vectors plus noise.
+    are a mix of the two endpoints' fixed vectors plus noise. With `session_labels` N > 0, each
+    event has a state label of its source, as JODIE's files do (`edge_label`): 1 from the Nth
+    event of the source's session on (a node deep in a burst), else 0.
     """
-    _check_temporal(num_nodes, num_events, edge_dim, seed)
+    _check_temporal(num_nodes, num_events, edge_dim, seed, session_labels)
     rng = np.random.default_rng(seed)
     model = _TemporalModel(rng, num_nodes, num_events, seed)
-    src, dst, t = model.events(rng, num_events, 0.0, float(num_events))
+    src, dst, t, place = model.events(rng, num_events, 0.0, float(num_events))
     node_vec = rng.standard_normal((num_nodes, edge_dim), dtype=np.float32)
-    return TemporalGraph(src, dst, t, _edge_features(rng, node_vec, src, dst), num_nodes=num_nodes)
+    return TemporalGraph(src, dst, t, _edge_features(rng, node_vec, src, dst), num_nodes=num_nodes,
+                         edge_label=_session_labels(place, session_labels))
 
 
-def synthetic_temporal_windows(num_nodes: int, num_events: int, edge_dim: int, seed: int, windows: int
-                               ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+def _session_labels(place: np.ndarray, n: int) -> np.ndarray | None:
+    """State labels of events at `place` in their sessions: 1 from the nth on (None where n is 0)."""
+    return (place >= n - 1).astype(np.int64) if n else None
+
+
+def synthetic_temporal_windows(num_nodes: int, num_events: int, edge_dim: int, seed: int, windows: int,
+                               session_labels: int = 0
+                               ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]]:
     """`synthetic_temporal`'s model generated one time window at a time: (src, dst, t, edge
-    features) of each of `windows` consecutive windows, in time order (each sorted by time, every
-    time at or after the previous window's last).
+    features, state labels or None) of each of `windows` consecutive windows, in time order (each
+    sorted by time, every time at or after the previous window's last).
 
     Window w holds about `num_events / windows` events: those of the sessions that start in
     [num_events * w / windows, num_events * (w + 1) / windows), less the few that run past its end
     (held back for the next window). Window 0 draws from the generator's own random stream, so
-    one window gives exactly `synthetic_temporal(num_nodes, num_events, edge_dim, seed)`; window
-    w >= 1 from a stream seeded by (seed, w). Held between windows: the node-level state (a few
-    arrays of num_nodes entries, the node vectors [num_nodes, edge_dim]) and those held-back events.
+    one window gives exactly `synthetic_temporal(num_nodes, num_events, edge_dim, seed,
+    session_labels)`; window w >= 1 from a stream seeded by (seed, w). Held between windows: the
+    node-level state (a few arrays of num_nodes entries, the node vectors [num_nodes, edge_dim])
+    and those held-back events.
     """
-    _check_temporal(num_nodes, num_events, edge_dim, seed)
+    _check_temporal(num_nodes, num_events, edge_dim, seed, session_labels)
     _positive(windows=windows)
     rng = np.random.default_rng(seed)
     model = _TemporalModel(rng, num_nodes, num_events, seed)
     node_vec = None
-    held = (np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0), np.empty((0, edge_dim), np.float32))
+    # src, dst, t, place in session, edge features
+    held = (np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0), np.empty(0, np.int64),
+            np.empty((0, edge_dim), np.float32))
     for w in range(windows):
         lo, hi = num_events * w // windows, num_events * (w + 1) // windows
         if w:
             rng = np.random.default_rng([seed, w])
-        src, dst, t = model.events(rng, hi - lo, float(lo), float(hi - lo)) if hi > lo else held[:3]
+        src, dst, t, place = model.events(rng, hi - lo, float(lo), float(hi - lo)) if hi > lo else held[:4]
         if node_vec is None:
             node_vec = rng.standard_normal((num_nodes, edge_dim), dtype=np.float32)
-        new = (src, dst, t, _edge_features(rng, node_vec, src, dst)) if hi > lo else held
+        new = (src, dst, t, place, _edge_features(rng, node_vec, src, dst)) if hi > lo else held
         if hi > lo and held[0].size:
             both = [np.concatenate([a, b]) for a, b in zip(held, new)]
             order = np.argsort(both[2], kind="stable")
             new = tuple(a[order] for a in both)
         cut = new[2].size if w == windows - 1 else int(np.searchsorted(new[2], float(hi)))
         held = tuple(a[cut:] for a in new)
-        yield tuple(a[:cut] for a in new)
+        src, dst, t, place, feat = (a[:cut] for a in new)
+        yield src, dst, t, feat, _session_labels(place, session_labels)

@@ -59,7 +59,9 @@ GENERATORS: dict[str, tuple[Callable[..., Union[Graph, TemporalGraph]], str]] = 
     "synthetic-static": (synthetic_static, "node classification: power-law degrees, communities = classes, "
                                            "homophilous edges, features informative after neighbour averaging"),
     "synthetic-temporal": (synthetic_temporal, "link prediction: bursty sessions, repeated and drifting "
-                                               "preferred partners within communities, edge features"),
+                                               "preferred partners within communities, edge features; with "
+                                               "--session-labels N, state labels for --task node (1 from the "
+                                               "Nth event of the source's session on)"),
 }
 # format or generator name -> the kind of graph it gives
 KIND = {"snap": "temporal", "csv": "temporal", "signed": "temporal", "tgb": "temporal", "npz": "static",

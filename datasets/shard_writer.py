@@ -168,13 +168,14 @@ def write_shards(graph: Union[TemporalGraph, Graph], folder: str,
 
 
 def write_synthetic_temporal(folder: str, num_nodes: int = 1_000, num_events: int = 20_000, edge_dim: int = 8,
-                             seed: int = 0, config: ShardWriteConfig = ShardWriteConfig()) -> Shards:
+                             seed: int = 0, session_labels: int = 0, config: ShardWriteConfig = ShardWriteConfig()
+                             ) -> Shards:
     """`synthetic_temporal`'s model written as `num_shards` time windows, generated and written
     one at a time (see `synthetic_temporal_windows`: one shard holds exactly `synthetic_temporal`'s
     graph). Holds the generator's node-level state and one window's events at a time."""
-    windows = (_event_columns(src, dst, t, feat, None, config)
-               for src, dst, t, feat in synthetic_temporal_windows(num_nodes, num_events, edge_dim, seed,
-                                                                   config.num_shards))
+    windows = (_event_columns(src, dst, t, feat, label, config)
+               for src, dst, t, feat, label in synthetic_temporal_windows(num_nodes, num_events, edge_dim, seed,
+                                                                          config.num_shards, session_labels))
     return _write_windows(folder, "events", windows, config)
 
 

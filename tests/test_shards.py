@@ -102,7 +102,7 @@ def test_static_shards_give_the_graph_back(fmt, tmp_path):
 def test_the_streamed_generator_is_the_generator(tmp_path):
     g = synthetic_temporal(num_nodes=200, num_events=3000, edge_dim=2, seed=9)
     (one,) = synthetic_temporal_windows(200, 3000, 2, 9, windows=1)
-    assert all(np.array_equal(a, b) for a, b in zip(one, (g.src, g.dst, g.t, g.edge_feat)))
+    assert all(np.array_equal(a, b) for a, b in zip(one, (g.src, g.dst, g.t, g.edge_feat))) and one[4] is None
     windows = list(synthetic_temporal_windows(200, 3000, 2, 9, windows=5))
     t = np.concatenate([w[2] for w in windows])
     assert t.size == 3000 and np.all(np.diff(t) >= 0)
@@ -111,6 +111,35 @@ def test_the_streamed_generator_is_the_generator(tmp_path):
     h = read_graph(str(tmp_path / "w"))
     assert np.array_equal(h.t, t) and np.array_equal(h.edge_feat, np.concatenate([w[3] for w in windows]))
     assert len(open_shards(str(tmp_path / "w")).files) == 5
+
+
+def test_session_labels_are_states_of_sources_deep_in_a_session(tmp_path):
+    """`--session-labels N` labels an event 1 from the Nth event of its source's session on: such
+    an event's source sent at least N - 1 events before it (brute force over the events); the
+    events themselves are those without labels; the streamed generator and its shard files
+    carry the same labels."""
+    plain = synthetic_temporal(num_nodes=300, num_events=4000, edge_dim=2, seed=3)
+    assert plain.edge_label is None
+    for n in (1, 2, 4):
+        g = synthetic_temporal(num_nodes=300, num_events=4000, edge_dim=2, seed=3, session_labels=n)
+        assert all(np.array_equal(getattr(g, k), getattr(plain, k)) for k in ("src", "dst", "t", "edge_feat"))
+        sent_before = np.zeros(g.num_events, np.int64)
+        seen: dict[int, int] = {}
+        for i, s in enumerate(g.src.tolist()):
+            sent_before[i] = seen.get(s, 0)
+            seen[s] = sent_before[i] + 1
+        labelled = g.edge_label == 1
+        assert np.all(sent_before[labelled] >= n - 1)
+        assert labelled.all() if n == 1 else 0.2 < labelled.mean() < 0.9
+    (one,) = synthetic_temporal_windows(300, 4000, 2, 3, windows=1, session_labels=4)
+    assert np.array_equal(one[4], g.edge_label)
+    windows = list(synthetic_temporal_windows(300, 4000, 2, 3, windows=4, session_labels=4))
+    assert main(["datasets", "synthetic-temporal", "--num-nodes", "300", "--num-events", "4000", "--edge-dim", "2",
+                 "--data-seed", "3", "--session-labels", "4", "--write-shards", str(tmp_path / "w"),
+                 "--shards", "4"]) == 0
+    assert np.array_equal(read_graph(str(tmp_path / "w")).edge_label, np.concatenate([w[4] for w in windows]))
+    with pytest.raises(GnndistError, match=r"^session_labels \(--session-labels\) must be an integer >= 0"):
+        synthetic_temporal(session_labels=-1)
 
 
 # ---------------------------------------------------------------- byte ranges
