@@ -32,6 +32,7 @@ from gnndist import checkpoint
 from gnndist.checkpoint import Position
 from gnndist.errors import GnndistError, first_line
 from gnndist.outputs import PROGRESS, Outputs
+from gnndist.runlog import RunLog
 from gnndist.runtime import dist
 from gnndist.runtime.launch import lost_rank
 
@@ -228,6 +229,17 @@ def first_epoch(at: Position, epochs: int, outputs: Outputs) -> int:
     if first > epochs and mode(outputs.resume) == "require":
         raise GnndistError(f"the checkpoint already holds {first - 1} epochs; ask for more with --epochs")
     return first
+
+
+def begin(outputs: Outputs, found: Optional[Found], at: Position, epochs: int, steps_per_epoch: int,
+          device: torch.device) -> tuple[int, list[dict[str, Any]], RunLog]:
+    """Where a run at checkpoint position `at` (resumed from `found`, or anew) goes on: its first
+    epoch (`first_epoch`), its restarts (`resumed`: none for a new run) and its log (rank 0
+    writes it, from the step after `at`; a collective)."""
+    first = first_epoch(at, epochs, outputs)
+    restarts = [] if found is None else resumed(found, outputs, steps_per_epoch, device)
+    log_dir = outputs.log_dir if dist.rank() == 0 else None
+    return first, restarts, RunLog(log_dir, first_step=global_step(first, at.step or 0, steps_per_epoch))
 
 
 def global_step(epoch: int, step: int, steps_per_epoch: int) -> int:

@@ -37,7 +37,6 @@ from gnndist.graph import MASKS, Graph, TemporalGraph
 from gnndist.io import show_progress
 from gnndist.outputs import Outputs
 from gnndist.partition import RankPart, open_part
-from gnndist.runlog import RunLog
 from gnndist.samplers import (Blocks, DistNeighborSampler, DistFeatures, PrefetchLoader, degree_scores, hit_rate,
                               sample_neighbors, sampler_group, visit_scores)
 from gnndist.static.config import NodeConfig
@@ -439,7 +438,7 @@ class NodeTrainer:
         each epoch, and within epochs as `outputs` asks (`resume.Checkpointer`), and resumes where
         `outputs.resume` or a restart asks (`resume.find`; on the same number of ranks). Returns
         the metrics dict (the same on every rank)."""
-        cfg, lead = self.cfg, dist.rank() == 0
+        cfg = self.cfg
         check_split_sizes(self.split_sizes)  # a store's parts (raw data: `check_training_graph`, earlier)
         config = {**cfg.to_dict(), "task": "node", "num_features": self.graph.num_features,
                   "num_classes": self.graph.num_classes, "world_size": dist.world_size()}
@@ -448,17 +447,14 @@ class NodeTrainer:
                              other_ranks=False)
         spe = self.steps_per_epoch
         with checkpoint.run(resume.folder(outputs), resume.keeps(outputs, found), restore=dist.world_size() == 1):
-            epochs, best, best_state, best_epoch, restarts, at = [], -1.0, None, 0, [], checkpoint.Position(0)
+            epochs, best, best_state, best_epoch, at = [], -1.0, None, 0, checkpoint.Position(0)
             if found is not None:
                 saved = found.payload
                 self.load_state_dict(saved)
                 checkpoint.set_rng_state(saved["rng"])
                 epochs, at = list(saved["history"]), found.position
                 best, best_epoch, best_state = saved["best"]["val_acc"], saved["best"]["epoch"], saved["best"]["model"]
-            first = resume.first_epoch(at, cfg.epochs, outputs)
-            if found is not None:
-                restarts = resume.resumed(found, outputs, spe, self.device)
-            runlog = RunLog(outputs.log_dir if lead else None, first_step=resume.global_step(first, at.step or 0, spe))
+            first, restarts, runlog = resume.begin(outputs, found, at, cfg.epochs, spe, self.device)
             self.on_loss = runlog.step
             stop_reason = "epochs"
 

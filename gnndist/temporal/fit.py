@@ -21,7 +21,6 @@ from gnndist import checkpoint, resume
 from gnndist.errors import GnndistError
 from gnndist.outputs import Outputs
 from gnndist.partition import RankPart, open_part
-from gnndist.runlog import RunLog
 from gnndist.runtime import dist
 from gnndist.runtime.launch import Data, Split, run_job
 from gnndist.samplers import sampler_group
@@ -52,14 +51,10 @@ def fit(trainer: LinkTrainer, outputs: Outputs = Outputs()) -> dict[str, Any]:
     found = resume.start(outputs, trainer.device, RESUMED, lambda saved, whole: differs(saved, config, whole))
     spe = trainer.steps_per_epoch
     with checkpoint.run(resume.folder(outputs), resume.keeps(outputs, found), restore=ev.num_parts == 1):
-        history, best, restarts, at = [], None, [], checkpoint.Position(0)
+        history, best, at = [], None, checkpoint.Position(0)
         if found is not None:
             history, best, at = load(trainer, found)
-        first = resume.first_epoch(at, cfg.epochs, outputs)
-        if found is not None:
-            restarts = resume.resumed(found, outputs, spe, trainer.device)
-        runlog = RunLog(outputs.log_dir if dist.rank() == 0 else None,
-                        first_step=resume.global_step(first, at.step or 0, spe))
+        first, restarts, runlog = resume.begin(outputs, found, at, cfg.epochs, spe, trainer.device)
         trainer.on_loss = runlog.step
 
         def payload(epoch: int, step: Optional[int] = None) -> dict[str, Any]:
