@@ -15,8 +15,8 @@ The phases (`PHASES`), all collectives on the ranks' gloo group:
 - partition: `random` hashes node ids; `temporal` and `metis` gather the projection to rank 0
   when it fits its memory budget and run METIS there exactly as one process does, which makes
   the store identical to one process's (rank 0's own events wait in files meanwhile, so that
-  it holds METIS's graph alone beside the node-sized arrays); else `temporal-lp` / `metis-lp` run balanced label
-  propagation over the distributed projection (`partition.propagation`).
+  it holds METIS's graph alone beside the node-sized arrays); else `temporal-lp` / `metis-lp`
+  run balanced label propagation over the distributed projection (`partition.propagation`).
 - route: events (to the parts of both endpoints) or adjacency entries (to the part of their
   row) travel to the rank that writes their part, in all-to-all rounds of bounded size. A rank
   keeps the events that come within its memory budget (`runs.SortedRuns`): beyond it, sorted by
