@@ -102,9 +102,9 @@ def test_the_shared_memory_check_imports_no_trainer_package(graph):
 
 def test_a_temporal_rank_starts_without_torch_geometric():
     """What a temporal run imports (the CLI, the launcher, the link trainer) leaves out
-    torch_geometric, whose import loads torch._dynamo: seconds at every rank's start."""
+    torch_geometric, whose import costs every rank time and memory at its start."""
     code = ("import sys, gnndist, gnndist.cli, gnndist.runtime.launch, gnndist.temporal.fit; "
-            "print(sorted(m for m in ('torch_geometric', 'torch._dynamo') if m in sys.modules))")
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch_geometric'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 

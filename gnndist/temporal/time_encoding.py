@@ -50,8 +50,8 @@ def load_kernel() -> None:
 class FixedTimeEncoder(nn.Module):
     """PyG's `TimeEncoder` (`cos(lin(dt))`, the same parameters and state dict), computed with
     the argument reduced in float64 (see the module docstring). A class of its own rather than a
-    subclass: importing torch_geometric loads torch._dynamo, which every temporal rank would
-    otherwise pay for at its start, for nothing else it uses."""
+    subclass, so that a temporal rank never imports torch_geometric, whose import would add to
+    every rank's start time and resident memory for nothing else it uses."""
 
     def __init__(self, out_channels: int):
         super().__init__()
