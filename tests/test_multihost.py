@@ -22,6 +22,7 @@ import gnndist
 import gnndist.datasets
 import gnndist.partition
 import gnndist.samplers
+from gnndist import checkpoint
 from gnndist.cli import main
 
 pytestmark = pytest.mark.multihost
@@ -321,7 +322,8 @@ def test_a_host_whose_part_is_damaged_is_named_by_the_other_within_30s(hosts, st
 def test_a_host_killed_mid_epoch_rejoins_with_resume_auto_and_the_job_ends_as_uninterrupted(hosts, tmp_path):
     """Each host's torchrun with --max-restarts 1 and the c10d rendezvous, checkpoints every 10
     steps in a folder of its own: host 1's torchrun is killed (every process of it) after step 8
-    of epoch 2; host 0's restarts its rank, which waits in the rendezvous; host 1's is started again with
+    of epoch 2, once both hosts hold a checkpoint within epoch 2 (written in the background, it may
+    complete some steps after the step it was taken at); host 0's restarts its rank, which waits in the rendezvous; host 1's is started again with
     the same command and --resume auto. Both resume from the newest checkpoint both ranks
     completed, and the job ends with the figures of the same run on --nproc 2, uninterrupted."""
     data = ["synthetic-temporal", "--num-nodes", "100", "--num-events", "2500"]  # 35 steps of 50 an epoch
@@ -338,7 +340,12 @@ def test_a_host_killed_mid_epoch_rejoins_with_resume_auto_and_the_job_ends_as_un
     argv[0] += ["--metrics-out", str(out)]
     first = [hosts.start(i, argv[i], c10d=True, restarts=1) for i in range(2)]
     deadline, progress = time.monotonic() + 90, ck[1] / "rank1" / ".progress"  # its last step: "epoch step"
-    while [int(x) for x in (progress.read_text().split() if progress.exists() else [0, 0])] < [2, 8]:
+
+    def ready() -> bool:
+        done = [int(x) for x in (progress.read_text().split() if progress.exists() else [0, 0])]
+        return done >= [2, 8] and all(any(p.epoch == 2 and p.step is not None
+                                          for p in checkpoint.positions(ck[i] / f"rank{i}")) for i in range(2))
+    while not ready():
         assert time.monotonic() < deadline and all(p.poll() is None for p in first), hosts.err(0)[-3000:]
         time.sleep(0.01)
     hosts.kill_host(1)
