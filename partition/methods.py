@@ -325,8 +325,13 @@ def symmetric_adjacency(src: np.ndarray, dst: np.ndarray, num_nodes: int,
     if weights is None:
         return pair_adjacency(_pair_keys(src, dst, np.int64(num_nodes)), None, num_nodes)
     keep = src != dst
-    keys = np.minimum(src[keep], dst[keep]) * np.int64(num_nodes) + np.maximum(src[keep], dst[keep])
-    return pair_adjacency(keys, weights[keep], num_nodes)
+    return pair_adjacency(pair_key(src[keep], dst[keep], num_nodes), weights[keep], num_nodes)
+
+
+def pair_key(a: np.ndarray, b: np.ndarray, n: int) -> np.ndarray:
+    """The undirected pair (a, b) of nodes among n as one int64, min * n + max (the keys
+    `pair_adjacency` takes)."""
+    return np.minimum(a, b) * np.int64(n) + np.maximum(a, b)
 
 
 def pair_adjacency(keys: np.ndarray, weights: Optional[np.ndarray], num_nodes: int

@@ -408,7 +408,7 @@ def project(job: Job) -> None:
     keys, sums = np.zeros(0, np.int64), np.zeros(0, np.int64)
     for _, (src, dst, t) in _blocks(job, job.portion, "src", "dst", "t"):
         keep = src != dst
-        key = _pair_key(src[keep], dst[keep], n)
+        key = methods.pair_key(src[keep], dst[keep], n)
         weight = (methods.event_weights(t[keep], lo, hi - lo, job.params["recency"]) if weighted
                   else np.ones(key.size, np.int64))
         key, weight = job.exchange([key, weight], _pair_rank(key, w))
@@ -416,11 +416,6 @@ def project(job: Job) -> None:
         sums = np.bincount(inv, weights=np.concatenate([sums, weight])).astype(np.int64)  # integers: exact
         del key, weight, inv
     job.pairs = (keys // n, keys % n, sums if weighted else np.ones(keys.size, np.int64))
-
-
-def _pair_key(a: np.ndarray, b: np.ndarray, n: int) -> np.ndarray:
-    """The undirected pair (a, b) of nodes among n as one int64."""
-    return np.minimum(a, b) * np.int64(n) + np.maximum(a, b)
 
 
 def _t_range(job: Job) -> tuple[float, float]:
@@ -666,7 +661,7 @@ def static_entries(job: Job) -> None:
     """The symmetrized graph's unique entries (row, column), each at the rank a hash of its
     undirected pair names: `job.entries` = (rows, columns, pair keys of the rank's pairs)."""
     p, n, w = job.portion, job.ids.size, dist.world_size()
-    key = unique_ints(_pair_key(p.read("src", 0, p.rows), p.read("dst", 0, p.rows), n))
+    key = unique_ints(methods.pair_key(p.read("src", 0, p.rows), p.read("dst", 0, p.rows), n))
     (key,) = job.exchange([key], _pair_rank(key, w))
     key = unique_ints(key)
     a, b = key // n, key % n
@@ -753,7 +748,7 @@ def _distinct_pairs(job: Job) -> list[int]:
 
     def keys(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
         keep = src != dst
-        return unique_ints(_pair_key(src[keep], dst[keep], n))
+        return unique_ints(methods.pair_key(src[keep], dst[keep], n))
     sent = np.zeros(w, np.int64)
     for _, (src, dst) in job.portion.blocks("src", "dst"):
         sent += np.bincount(_pair_rank(keys(src, dst), w), minlength=w)
