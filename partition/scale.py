@@ -529,12 +529,12 @@ def membership(job: Job) -> None:
         return
     if dist.rank() == 0:  # METIS's estimate alone must fit the budget: its events wait in files
         job.portion.spill()
-    to_zero = np.zeros(a.size, np.int64)
-    key, weight = job.exchange([a * np.int64(n) + b, w], to_zero)
+    weighted = job.method == "temporal"  # metis: the symmetrized graph, unweighted
+    got = job.exchange([a * np.int64(n) + b] + ([w] if weighted else []), np.zeros(a.size, np.int64))
     part = np.zeros(n, np.int64)
     if dist.rank() == 0:
-        xadj, adjncy, adjwgt = methods.pair_adjacency(key, weight if job.method == "temporal" else None, n)
-        del key, weight  # METIS runs beside its graph only
+        xadj, adjncy, adjwgt = methods.pair_adjacency(got[0], got[1] if weighted else None, n)
+        del got  # METIS runs beside its graph only
         part = agreed_on_zero(lambda: methods.balanced_kway(xadj, adjncy, k, job.vwgt, adjwgt,
                                                              prm["imbalance_tol"], prm["seed"]))
     else:
