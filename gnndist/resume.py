@@ -300,8 +300,12 @@ class Checkpointer:
         return not _all(time.monotonic() - self._last < 60 * self.minutes, self.device)
 
     def save(self, payload: dict[str, Any]) -> None:
-        """Write `payload` (its copy in host memory, in the background)."""
+        """Write `payload` (its copy in host memory, in the background), once every rank has
+        completed its previous checkpoint: a save leaves its folder the newest `keep`, so no rank
+        deletes the newest checkpoint every rank holds while another still writes the next."""
         if self.writer is not None:
+            self.writer.wait()
+            _all(True, self.device)
             self.writer.save(payload)
             self._last = time.monotonic()
 

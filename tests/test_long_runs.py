@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import signal
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -66,6 +67,16 @@ def kill_me():
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def kill_once_held(folders, at: Position):
+    """kill_me, once every folder holds the complete checkpoint at `at` (written in the background,
+    it can complete some steps after the step it was taken at)."""
+    def action():
+        while not all(at in checkpoint.positions(f) for f in folders):
+            time.sleep(0.01)
+        kill_me()
+    return action
+
+
 class Stop(Exception):
     pass
 
@@ -77,11 +88,14 @@ def stop():
 # ------------------------------------------------------------------------------------------ one job, restarted
 
 def cut_at(at: Position):
-    """torch.save, writing half the file of the checkpoint at `at` and then killing its process."""
+    """torch.save, writing half the file of the checkpoint at `at` and then killing its process;
+    slowly (2 s first): time for the other rank to write its next checkpoint, were it not held
+    until this one is complete."""
     real = torch.save
 
     def save(obj, f, *a, **kw):
         if isinstance(obj, dict) and Position(obj.get("epoch", -1), obj.get("step")) == at:
+            time.sleep(2)
             buf = io.BytesIO()
             real(obj, buf)
             f.write(buf.getvalue()[:len(buf.getvalue()) // 2])
@@ -98,7 +112,8 @@ def restarted_worker(tstore, sstore, root):
       written (first start); restarted, rank 0 first copies the checkpoint folder as it is;
     - replicated: the link run with replicated memory, stopped before step 6 of epoch 2, its
       checkpoint folder copied, then resumed from it;
-    - node: with checkpoints, rank 1 killed before step 6 of epoch 2 (second start)."""
+    - node: with checkpoints, rank 1 killed before step 6 of epoch 2, once both ranks hold their
+      checkpoint of its step 2 (second start)."""
     gdist.setup("cpu")
     root = Path(root)
     for phase in ("link-ref", "link", "replicated", "node-ref", "node"):
@@ -112,7 +127,7 @@ def restarted_worker(tstore, sstore, root):
         if phase.startswith("node"):
             tr = NodeTrainer(rank_graph(sstore, NODE, torch.device("cpu")), NODE)
             if killed:
-                tr.opt.step = stop_at(tr.opt.step, 8 + 6, kill_me)
+                tr.opt.step = stop_at(tr.opt.step, 8 + 6, kill_once_held([ck / "rank0", ck / "rank1"], Position(2, 2)))
             m = tr.fit(outputs=outputs)
         elif phase == "replicated":
             tr = LinkTrainer(rank_events(tstore), link_config("replicated"))
