@@ -42,11 +42,12 @@ def timed(fn):
 def numpy_sample(g: Graph, seeds: np.ndarray, fanouts: list[int], rng: np.random.Generator, mark: np.ndarray
                  ) -> tuple[np.ndarray, list[np.ndarray]]:
     """Exact uniform sampling without replacement, vectorized numpy: give every candidate edge
-    a random key, sort by (target, key), keep the first `fanout` per target. Same output as
-    `sample_neighbors` (node ids, per-hop local edge_index); `mark` is all -1 on entry and exit."""
+    a random key, sort by (target, key), keep the first `fanout` per target; each hop draws for
+    every node reached so far. Same output as `sample_neighbors` (node ids, per-hop local
+    edge_index); `mark` is all -1 on entry and exit."""
     nodes, edges = [seeds], []
     mark[seeds] = np.arange(seeds.size)
-    n, frontier, first = seeds.size, seeds, 0
+    n, frontier = seeds.size, seeds
     for f in fanouts:
         deg = g.indptr[frontier + 1] - g.indptr[frontier]
         starts = np.cumsum(deg) - deg
@@ -57,9 +58,9 @@ def numpy_sample(g: Graph, seeds: np.ndarray, fanouts: list[int], rng: np.random
         nbr, t = g.indices[pos[keep]], tgt[keep]
         new = np.unique(nbr[mark[nbr] < 0])
         mark[new] = np.arange(n, n + new.size)
-        edges.append(np.stack([mark[nbr], first + t]))
+        edges.append(np.stack([mark[nbr], t]))
         nodes.append(new)
-        first, n, frontier = n, n + new.size, new
+        n, frontier = n + new.size, np.concatenate(nodes)
     node_ids = np.concatenate(nodes)
     mark[node_ids] = -1
     return node_ids, edges

@@ -1,8 +1,11 @@
 """Uniform multi-hop neighbour sampling over CSR, returning PyG-ready blocks.
 
 Neighbours of a target v are the CSR entries `indices[indptr[v]:indptr[v+1]]` (messages flow
-from them to v). The draws for v at hop h depend only on (seed, h, v), so the result is the
-same for any thread count, batch composition or rank layout (see `DistNeighborSampler`).
+from them to v). As DGL's message flow graphs: hop h draws neighbours for every node reached so
+far (not only those new at hop h), and layer L-1-h of an L-layer model aggregates over those
+draws. The draws for v at hop h depend only on (seed, h, v), so what a model computes for a seed
+is the same for any thread count, batch composition or rank layout (see `DistNeighborSampler`):
+the other seeds of its batch, and the rank that samples it, change nothing.
 """
 from __future__ import annotations
 
@@ -74,8 +77,8 @@ class Blocks:
     `node_ids`: global ids; the seeds first (in order), then the nodes new at hop 1, hop 2, ...
     `num_nodes_per_hop`: [len(seeds), new at hop 1, ...].
     `edge_index[h]`: int64 [2, E_h] over local ids (positions in `node_ids`); row 0 is the
-    sampled neighbour (message source), row 1 the target it was sampled for. Hop 0 targets
-    are the seeds; hop h targets are the nodes new at hop h.
+    sampled neighbour (message source), row 1 the target it was sampled for. Hop h targets are
+    all the nodes reached before it: the first sum(num_nodes_per_hop[:h + 1]).
     """
 
     node_ids: np.ndarray
@@ -91,13 +94,13 @@ class Blocks:
         """Sampled edges over all hops."""
         return int(sum(e.shape[1] for e in self.edge_index))
 
-    def to_pyg(self) -> tuple["torch.Tensor", "torch.Tensor"]:
-        """(n_id, edge_index) as torch tensors, all hops concatenated: run L PyG layers on
-        x[n_id] with this edge_index and read the first `num_seeds` output rows."""
+    def to_pyg(self) -> tuple["torch.Tensor", list["torch.Tensor"]]:
+        """(n_id, one edge_index per layer) as torch tensors, the first layer's first (the last
+        hop's): run PyG layer l on the previous one's output (x[n_id] first) with the l-th edge_index,
+        and read the first `num_seeds` rows of the last one."""
         import torch
 
-        ei = np.concatenate(self.edge_index, axis=1) if self.edge_index else np.empty((2, 0), np.int64)
-        return torch.from_numpy(self.node_ids), torch.from_numpy(ei)
+        return torch.from_numpy(self.node_ids), [torch.from_numpy(e) for e in reversed(self.edge_index)]
 
 
 # hop(targets, fanout, h) -> (counts per target, int64 [2, E] edges with neighbours in row 0)
@@ -113,21 +116,21 @@ def check_fanouts(fanouts: Sequence[int]) -> list[int]:
 
 
 def build_blocks(seeds: np.ndarray, fanouts: Sequence[int], hop: HopFn, num_nodes: int) -> Blocks:
-    """Run `hop` once per hop and relabel the edges in place. Every hop runs even with no
-    targets (distributed hops are collectives)."""
+    """Run `hop` once per hop over every node reached so far and relabel the edges in place.
+    Every hop runs even with no targets (distributed hops are collectives)."""
     rel = Relabeler(num_nodes)
     try:
         rel.add(seeds)
         if rel.n != seeds.size:
             raise GnndistError("seeds must be unique node ids")
-        sizes, edges, start = [seeds.size], [], 0
+        sizes, edges = [seeds.size], []
         for h, fanout in enumerate(fanouts):
-            counts, ei = hop(rel.nodes[start: start + sizes[-1]], fanout, h)
+            reached = rel.n
+            counts, ei = hop(rel.nodes[:reached], fanout, h)
             rel.add(ei[0], out=ei[0])
-            fill_targets(ei[1], counts, start)
-            start += sizes[-1]
+            fill_targets(ei[1], counts, 0)
             edges.append(ei)
-            sizes.append(rel.n - start)
+            sizes.append(rel.n - reached)
     finally:
         node_ids = rel.release()
     return Blocks(node_ids, sizes, edges)

@@ -67,9 +67,9 @@ def test_static_samples_are_true_neighbours_with_exact_counts(replace):
     assert sum(b.num_nodes_per_hop) == b.node_ids.size and len(b.edge_index) == 3
     start = 0
     for h, f in enumerate(fanouts):
-        targets = b.node_ids[start:start + b.num_nodes_per_hop[h]]
+        targets = b.node_ids[:start + b.num_nodes_per_hop[h]]
         src, dst = global_edges(b, h)
-        # hop h targets are exactly the layer-h nodes, each with the right number of samples
+        # hop h targets are every node reached before it, each with the right number of samples
         assert set(dst.tolist()) <= set(targets.tolist())
         got = Counter(dst.tolist())
         for v in targets.tolist():
@@ -114,9 +114,30 @@ def test_blocks_feed_pyg_layers_like_the_full_graph():
     full_ei = g.to_pyg().edge_index
     full = conv2(conv1(x, full_ei).relu(), full_ei)
     seeds = np.array([3, 50, 7, 99])
-    n_id, ei = sample_neighbors(g, seeds, [-1, -1]).to_pyg()
-    sub = conv2(conv1(x[n_id], ei).relu(), ei)
+    n_id, (ei1, ei2) = sample_neighbors(g, seeds, [-1, -1]).to_pyg()
+    sub = conv2(conv1(x[n_id], ei1).relu(), ei2)
     torch.testing.assert_close(sub[:4], full[torch.from_numpy(seeds)])
+
+
+def test_a_seeds_output_does_not_depend_on_the_other_seeds_of_its_batch():
+    """Sampled (fanouts below the degrees), each seed's logits from a batch of 60 are those of
+    the seed sampled alone with the same seed: the draws for a node at a hop are its own,
+    whichever seeds reached it (what lets W ranks, each sampling its share of a global batch,
+    train as one process)."""
+    from torch_geometric.nn import SAGEConv
+
+    g = random_graph(n=300, e=3000, seed=6)
+    x = torch.randn(g.num_nodes, 8, generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    conv1, conv2 = SAGEConv(8, 16), SAGEConv(16, 4)
+
+    def logits(seeds):
+        n_id, (ei1, ei2) = sample_neighbors(g, seeds, [4, 3], seed=11).to_pyg()
+        return conv2(conv1(x[n_id], ei1).relu(), ei2)[:seeds.size]
+    seeds = np.random.default_rng(2).permutation(g.num_nodes)[:60]
+    together = logits(seeds)
+    for i, v in enumerate(seeds[:10]):
+        torch.testing.assert_close(together[i], logits(np.array([v]))[0])
 
 
 def test_static_is_deterministic_across_threads_and_batches():

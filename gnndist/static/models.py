@@ -1,9 +1,10 @@
 """Node-classification GNNs (GraphSAGE mean, GCN, GAT) on sampled, hop-ordered blocks.
 
 A mini-batch is the sampler's output: node ids ordered by hop (the seeds first, then the
-nodes first reached at hop 1, hop 2, ...) and one edge list per hop whose targets are that
-hop's nodes. Layer l of an L-layer model computes the nodes of hops 0..L-1-l from those of
-hops 0..L-l, so no work is spent on rows that cannot reach a seed. With fanout -1 (all
+nodes first reached at hop 1, hop 2, ...) and one edge list per hop whose targets are all the
+nodes reached before it. Layer l of an L-layer model computes the nodes of hops 0..L-1-l from
+those of hops 0..L-l over hop L-1-l's edges, so no work is spent on rows that cannot reach a
+seed, and a seed's output does not depend on the other seeds of its batch. With fanout -1 (all
 neighbours) the seeds' outputs equal a full-graph forward pass of the same layers.
 """
 from __future__ import annotations
@@ -27,8 +28,9 @@ class MiniBatch:
 
     `x` [n, F] holds the features of all sampled nodes in hop order; `hop_nodes[h]` is the
     number of nodes first reached at hop h (hop 0: the seeds); `edge_index[h]` [2, E_h]
-    (local ids; row 0 source, row 1 target) are the edges sampled at hop h; `deg` [n] the
-    nodes' true in-degrees in the whole graph (GCN only).
+    (local ids; row 0 source, row 1 target) are the edges sampled at hop h for every node reached
+    before it (`samplers.Blocks`), which layer L-1-h aggregates; `deg` [n] the nodes' true
+    in-degrees in the whole graph (GCN only).
     """
 
     x: Tensor
@@ -103,13 +105,11 @@ class StaticGNN(nn.Module):
         if len(batch.hop_nodes) != L + 1 or len(batch.edge_index) != L:
             raise ValueError(f"a {L}-layer model needs {L} hops of blocks, got {len(batch.edge_index)}")
         cum_nodes = torch.tensor(batch.hop_nodes).cumsum(0).tolist()
-        cum_edges = [0] + torch.tensor([e.shape[1] for e in batch.edge_index]).cumsum(0).tolist()
-        edges = torch.cat(batch.edge_index, 1)
         h = batch.x
         for layer, conv in enumerate(self.convs):
             n_src, n_dst = cum_nodes[L - layer], cum_nodes[L - 1 - layer]
             h = F.dropout(h[:n_src], self.dropout, self.training)
-            ei = edges[:, : cum_edges[L - layer]]
+            ei = batch.edge_index[L - 1 - layer]
             if self.model == "gcn":
                 ei, w = gcn_edge_weights(ei, batch.deg[:n_src].to(h.dtype), n_dst)
                 h = conv(h, ei, w)[:n_dst]
