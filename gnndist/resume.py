@@ -3,7 +3,7 @@ writes on the way; both trainers' runs use it.
 
 A run resumes
 - with `resume=True` (`--resume`): from the newest checkpoint every rank completed, written
-  with the same settings, on this or (a link run) another number of ranks; none is an error;
+  with the same settings, on this or another number of ranks; none is an error;
 - with `resume="auto"` (`--resume auto`): likewise, where that checkpoint is this same run's
   (same data, settings and number of ranks); else it starts anew, saying why;
 - after a restart by the launcher (torchrun's or `--nproc`'s `--max-restarts`: the restart
@@ -92,14 +92,12 @@ def _other_world(directory: Path) -> Optional[tuple[Position, int, list[Path]]]:
 
 
 def find(directory: Union[str, os.PathLike], resume: Union[bool, str], device: torch.device,
-         needs: tuple[str, ...], differs: Callable[[dict[str, Any], bool], Optional[str]],
-         other_ranks: bool = True) -> Optional[Found]:
+         needs: tuple[str, ...], differs: Callable[[dict[str, Any], bool], Optional[str]]) -> Optional[Found]:
     """The checkpoint in DIR this run resumes from (see the module docstring), or None: start anew
     (a collective). `needs`: the payload keys a resume reads; `differs(config, whole)`: why a
     checkpoint's settings are not this run's, as "was written with ..." (None: they are),
     comparing every setting and the rank count where `whole` (--resume auto), else those a
-    resume must share; `other_ranks`: whether a checkpoint of another number of ranks is
-    resumed."""
+    resume must share."""
     directory, world, how = Path(directory), dist.world_size(), mode(resume)
     own = checkpoint.folder_of(directory, world, dist.rank())
     held = checkpoint.positions(own)
@@ -121,7 +119,7 @@ def find(directory: Union[str, os.PathLike], resume: Union[bool, str], device: t
         return found
     if found is not None:  # held by every rank, but written on another number of ranks
         found, why = None, f"was written on {found.world} rank(s)"
-    if _all(how in ("require", "restart") and other_ranks, device):
+    if _all(how in ("require", "restart"), device):
         other = _other_world(directory)
         mine = [-1, -1] if other is None else [other[0].code, other[1]]
         seen = torch.cat(dist.all_gather_varsize(torch.tensor([mine], dtype=torch.int64, device=device))).cpu()
@@ -156,7 +154,7 @@ def changed(saved: dict[str, Any], config: dict[str, Any], same: tuple[str, ...]
 
 
 def start(outputs: Outputs, device: torch.device, needs: tuple[str, ...],
-          differs: Callable[[dict[str, Any], bool], Optional[str]], other_ranks: bool = True) -> Optional[Found]:
+          differs: Callable[[dict[str, Any], bool], Optional[str]]) -> Optional[Found]:
     """`find` in the run's checkpoint folder, where the run may resume (a collective)."""
     how = mode(outputs.resume)
     if how == "anew":
@@ -164,7 +162,7 @@ def start(outputs: Outputs, device: torch.device, needs: tuple[str, ...],
     if not outputs.checkpoint:
         dist.log(f"restart {dist.restart_count()}: starting anew (no --checkpoint to resume from)")
         return None
-    return find(outputs.checkpoint, outputs.resume, device, needs, differs, other_ranks)
+    return find(outputs.checkpoint, outputs.resume, device, needs, differs)
 
 
 def folder(outputs: Outputs) -> Optional[Path]:

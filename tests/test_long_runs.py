@@ -43,6 +43,7 @@ def link_config(memory="partitioned", **kw):
 
 
 NODE = NodeConfig.for_model("sage", hidden=16, batch_size=16, epochs=2, quiet=True)
+NODE_EXACT = replace(NODE, dropout=0.0)  # without dropout, whose masks each rank draws: equal on any ranks
 
 
 def close(got, want, tol):
@@ -113,10 +114,12 @@ def restarted_worker(tstore, sstore, root):
     - replicated: the link run with replicated memory, stopped before step 6 of epoch 2, its
       checkpoint folder copied, then resumed from it;
     - node: with checkpoints, rank 1 killed before step 6 of epoch 2, once both ranks hold their
-      checkpoint of its step 2 (second start)."""
+      checkpoint of its step 2 (second start);
+    - static: the node run without dropout, stopped before step 6 of epoch 2, its checkpoint
+      folder copied, then resumed from it."""
     gdist.setup("cpu")
     root = Path(root)
-    for phase in ("link-ref", "link", "replicated", "node-ref", "node"):
+    for phase in ("link-ref", "link", "replicated", "node-ref", "node", "static"):
         out, ck = root / f"{phase}.json", root / phase
         if out.exists():
             continue
@@ -124,7 +127,15 @@ def restarted_worker(tstore, sstore, root):
         killed = gdist.rank() == 1 and gdist.restart_count() == {"link": 0, "node": 1}.get(phase)
         if phase == "link" and gdist.restart_count() > 0 and gdist.rank() == 0:
             shutil.copytree(ck, root / "link-copy")
-        if phase.startswith("node"):
+        if phase == "static":
+            tr = NodeTrainer(rank_graph(sstore, NODE_EXACT, torch.device("cpu")), NODE_EXACT)
+            tr.opt.step = stop_at(tr.opt.step, 8 + 6, stop)
+            with pytest.raises(Stop):
+                tr.fit(outputs=outputs)
+            copy_checkpoint(ck, root / "static-copy")
+            tr = NodeTrainer(rank_graph(sstore, NODE_EXACT, torch.device("cpu")), NODE_EXACT)
+            m = tr.fit(outputs=replace(outputs, resume=True))
+        elif phase.startswith("node"):
             tr = NodeTrainer(rank_graph(sstore, NODE, torch.device("cpu")), NODE)
             if killed:
                 tr.opt.step = stop_at(tr.opt.step, 8 + 6, kill_once_held([ck / "rank0", ck / "rank1"], Position(2, 2)))
@@ -134,10 +145,7 @@ def restarted_worker(tstore, sstore, root):
             tr.step = stop_at(tr.step, 17 + 6, stop)
             with pytest.raises(Stop):
                 fit(tr, outputs)
-            gdist.agree_max(0)  # every rank's last write has ended
-            if gdist.rank() == 0:
-                shutil.copytree(ck, root / "replicated-copy")
-            gdist.agree_max(0)
+            copy_checkpoint(ck, root / "replicated-copy")
             m = fit(LinkTrainer(rank_events(tstore), link_config("replicated")), replace(outputs, resume=True))
         else:
             if killed:
@@ -146,6 +154,14 @@ def restarted_worker(tstore, sstore, root):
         if gdist.rank() == 0:
             write_metrics(out, m)
     gdist.teardown()
+
+
+def copy_checkpoint(ck, to):
+    """Rank 0 copies the checkpoint folder `ck` to `to` once every rank's last write has ended."""
+    gdist.agree_max(0)
+    if gdist.rank() == 0:
+        shutil.copytree(ck, to)
+    gdist.agree_max(0)
 
 
 @pytest.fixture(scope="module")
@@ -160,8 +176,9 @@ def stores(graphs, tmp_path_factory):
     out = {w: root / f"temporal{w}" for w in (2, 3)}
     for w, path in out.items():
         partition_graph(tg, w, method="temporal", out=path)
-    partition_graph(g, 2, method="metis", balance=["nodes", "train"], out=root / "static2")
-    out["static"] = root / "static2"
+    for w in (2, 3):
+        partition_graph(g, w, method="metis", balance=["nodes", "train"], out=root / f"static{w}")
+    out["static"], out["static3"] = root / "static2", root / "static3"
     return out
 
 
@@ -204,17 +221,29 @@ def test_a_rank_killed_within_an_epoch_is_restarted_and_the_node_run_ends_as_uni
 
 # ------------------------------------------------------------------------------------------ other ranks
 
-def resume_worker(store, root):
-    """This world's resume of each copied 2-rank checkpoint (partitioned, replicated memory)."""
-    gdist.setup("cpu")
+COPIES = {"partitioned": "link-copy", "replicated": "replicated-copy", "static": "static-copy"}
+
+
+def resume_each(tstore, sstore, root):
+    """This world's resume of each copied 2-rank checkpoint (link runs with partitioned and with
+    replicated memory, a node run), from a copy of its own; a store path or the whole graph."""
     out = {}
-    for memory, ck in (("partitioned", "link-copy"), ("replicated", "replicated-copy")):
+    for run, ck in COPIES.items():
         copy = Path(root) / f"{ck}-on{gdist.world_size()}"
         if gdist.rank() == 0:
             shutil.copytree(Path(root) / ck, copy)
         gdist.agree_max(0)
-        out[memory] = fit(LinkTrainer(rank_events(store), link_config(memory)),
-                          Outputs(checkpoint=str(copy), resume=True))
+        outputs = Outputs(checkpoint=str(copy), resume=True)
+        if run == "static":
+            out[run] = NodeTrainer(rank_graph(sstore, NODE_EXACT, torch.device("cpu")), NODE_EXACT).fit(outputs=outputs)
+        else:
+            out[run] = fit(LinkTrainer(rank_events(tstore), link_config(run)), outputs)
+    return out
+
+
+def resume_worker(tstore, sstore, root):
+    gdist.setup("cpu")
+    out = resume_each(tstore, sstore, root)
     gdist.teardown()
     return out
 
@@ -222,29 +251,26 @@ def resume_worker(store, root):
 @pytest.fixture(scope="module")
 def recut(graphs, stores, restarted):
     root, m = restarted
-    on = {2: {"partitioned": m["link"], "replicated": m["replicated"]}}
+    on = {2: {"partitioned": m["link"], "replicated": m["replicated"], "static": m["static"]}}
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("GNNDIST_TIMEOUT", "60")
-        on[3] = launch(3, resume_worker, str(stores[3]), str(root))[0]
-    on[1] = {}
-    for memory, ck in (("partitioned", "link-copy"), ("replicated", "replicated-copy")):
-        shutil.copytree(root / ck, root / f"{ck}-on1")
-        on[1][memory] = fit(LinkTrainer(RankEvents.from_graph(graphs[0]), link_config(memory)),
-                            Outputs(checkpoint=str(root / f"{ck}-on1"), resume=True))
+        on[3] = launch(3, resume_worker, str(stores[3]), str(stores["static3"]), str(root))[0]
+    on[1] = resume_each(graphs[0], graphs[1], root)
     return root, on
 
 
-@pytest.mark.parametrize("memory", ["replicated", "partitioned"])
+@pytest.mark.parametrize("run", ["replicated", "partitioned", "static"])
 @pytest.mark.parametrize("world", [1, 3])
-def test_a_checkpoint_of_2_ranks_resumed_on_1_or_3_ends_as_on_2(recut, memory, world):
-    """The checkpoint of 2 ranks at step 3 of epoch 2 (node state re-cut by the data's node ids
-    for the new ranks' parts) resumes on 1 and on 3 ranks to the figures it reaches on 2; the
-    resumed run's checkpoint is in its own ranks' layout, the other one's files deleted."""
+def test_a_checkpoint_of_2_ranks_resumed_on_1_or_3_ends_as_on_2(recut, run, world):
+    """The checkpoint of 2 ranks at step 3 of epoch 2 of a link run (node state re-cut by the
+    data's node ids for the new ranks' parts), and at step 2 of epoch 2 of a node run without
+    dropout, resumes on 1 and on 3 ranks to the figures it reaches on 2; the resumed run's
+    checkpoint is in its own ranks' layout, the other one's files deleted."""
     root, on = recut
-    got, want = on[world][memory], on[2][memory]
+    got, want = on[world][run], on[2][run]
     close(got, want, 1e-5)
-    assert [(r["epoch"], r["step"]) for r in got["restarts"]] == [(2, 3)]
-    copy = root / f"{'link' if memory == 'partitioned' else 'replicated'}-copy-on{world}"
+    assert [(r["epoch"], r["step"]) for r in got["restarts"]] == [(2, 2 if run == "static" else 3)]
+    copy = root / f"{COPIES[run]}-on{world}"
     folders = sorted(f.name for f in copy.iterdir() if f.is_dir())
     assert folders == ([] if world == 1 else [f"rank{r}" for r in range(world)])
     assert checkpoint.epochs(checkpoint.model_folder(copy)) == [2]

@@ -96,7 +96,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--keep-checkpoints", type=int, default=2, metavar="K",
                    help="keep the newest K complete checkpoints (default 2)")
     p.add_argument("--resume", nargs="?", const=True, default=False, choices=("auto",),
-                   help="continue the checkpoint in --checkpoint (on this or, link runs, another number of ranks); "
+                   help="continue the checkpoint in --checkpoint (on this or another number of ranks); "
                         "--resume auto: continue it if it is this same run's (data, flags, ranks), else start anew")
     p.add_argument("--max-restarts", type=int, default=0, metavar="N",
                    help="with --nproc: start the ranks again after one fails, up to N times; each restart resumes "

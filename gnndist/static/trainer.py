@@ -221,9 +221,9 @@ def check_training_graph(graph) -> None:
 
 COUNTERS = ("requests", "hits", "misses", "bytes_fetched", "bytes_saved")
 RESUMED = ("config", "model", "optimizer", "rng", "history", "best")  # what a resume reads
-# the settings a resumed run must share with its checkpoint, and its rank count (--resume auto: all settings)
+# the settings a resumed run must share with its checkpoint (--resume auto: all settings, and the rank count)
 SAME_ON_RESUME = ("model", "batch_size", "fanouts", "lr", "weight_decay", "hidden", "dropout", "row_norm", "seed",
-                  "num_features", "num_classes", "world_size")
+                  "num_features", "num_classes")
 
 
 def shuffle_values(ids: np.ndarray, salt: int) -> np.ndarray:
@@ -436,15 +436,15 @@ class NodeTrainer:
         """Train `cfg.epochs` epochs, validating after each; test the best-validation parameters.
         Rank 0 logs to `outputs.log_dir`; each rank writes its checkpoint to `outputs.checkpoint`
         each epoch, and within epochs as `outputs` asks (`resume.Checkpointer`), and resumes where
-        `outputs.resume` or a restart asks (`resume.find`; on the same number of ranks). Returns
+        `outputs.resume` or a restart asks (`resume.find`; on this or another number of ranks: a
+        checkpoint holds no per-rank state but the RNGs, which dropout alone draws from). Returns
         the metrics dict (the same on every rank)."""
         cfg = self.cfg
         check_split_sizes(self.split_sizes)  # a store's parts (raw data: `check_training_graph`, earlier)
         config = {**cfg.to_dict(), "task": "node", "num_features": self.graph.num_features,
                   "num_classes": self.graph.num_classes, "world_size": dist.world_size()}
         found = resume.start(outputs, self.device, RESUMED,
-                             lambda saved, whole: resume.changed(saved, config, SAME_ON_RESUME, whole),
-                             other_ranks=False)
+                             lambda saved, whole: resume.changed(saved, config, SAME_ON_RESUME, whole))
         spe = self.steps_per_epoch
         with checkpoint.run(resume.folder(outputs), resume.keeps(outputs, found), restore=dist.world_size() == 1):
             epochs, best, best_state, best_epoch, at = [], -1.0, None, 0, checkpoint.Position(0)
@@ -485,6 +485,7 @@ class NodeTrainer:
             c = self.counter_totals
             test = {"acc": test_acc, "best_epoch": best_epoch, "best_val_acc": best}
             runlog.test(test, best_epoch)
+        resume.finish(outputs, found)
         return {"task": "node", "model": cfg.model, "world_size": dist.world_size(),
                 "config": cfg.to_dict(), "defaults": cfg.defaults, "epochs": epochs, "selected_epoch": best_epoch,
                 "stop_reason": stop_reason, "restarts": restarts, "test": test,
