@@ -80,7 +80,8 @@ def main() -> None:
           f"(generated in {time.perf_counter() - t0:.1f}s)", flush=True)
     fanouts = [int(f) for f in a.fanouts.split(",")]
     policies = a.policies.split(",")
-    cfgs = [NodeConfig.for_model("sage", batch_size=a.batch_size, fanouts=fanouts, cache=pol,
+    # eval_fanouts: no evaluation runs here, and the memory check would count one over full neighbourhoods
+    cfgs = [NodeConfig.for_model("sage", batch_size=a.batch_size, fanouts=fanouts, eval_fanouts=fanouts, cache=pol,
                                  cache_size=None if pol == "none" else a.cache_size, quiet=True) for pol in policies]
     rows = []
     with tempfile.TemporaryDirectory(prefix="dist_static-") as tmp:

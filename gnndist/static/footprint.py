@@ -24,12 +24,12 @@ GAT_HEADS = 8  # StaticGNN's default, on the hidden layers (one on the output la
 def hop_sizes(seeds: int, fanouts: list[int], num_nodes: int, num_edges: int, max_degree: int
               ) -> tuple[list[int], list[int]]:
     """At most how many nodes are new at each hop (hop 0: the seeds) and how many edges are
-    sampled at each hop, around `seeds` seeds: a hop's targets are distinct and new, so all
-    hops together take at most every node and every CSR entry once."""
+    sampled at each hop, around `seeds` seeds: hop h draws for every node reached before it, so
+    each hop takes at most every CSR entry, and all hops together reach every node once."""
     nodes, edges = [seeds], []
     for f in fanouts:
         per = max_degree if f < 0 else min(f, max_degree)
-        edges.append(min(nodes[-1] * per, num_edges - sum(edges)))
+        edges.append(min(sum(nodes) * per, num_edges))
         nodes.append(min(edges[-1], num_nodes - sum(nodes)))
     return nodes, edges
 
@@ -64,10 +64,10 @@ def batch_bytes(cfg: Any, graph: Any, seeds: int, fanouts: list[int], training: 
     inputs = 2 * (8 * sum(nodes) + 16 * sum(edges) + 4 * sum(nodes) * (graph.num_features + 1))
     inputs *= 2 if cfg.prefetch else 1  # the next batch is made while this one runs
     per_layer = [layer_bytes(cfg.model, sum(nodes[:layers - l + 1]), sum(nodes[:layers - l]),
-                             sum(edges[:layers - l]), widths[l], widths[l + 1],
+                             edges[layers - 1 - l], widths[l], widths[l + 1],
                              GAT_HEADS if l < layers - 1 else 1, training)
-                 for l in range(layers)]
-    edge_list = 16 * sum(edges)  # the hops' edges, concatenated
+                 for l in range(layers)]  # layer l aggregates hop L-1-l's edges
+    edge_list = 16 * sum(edges)  # the hops' edges
     if training:
         return inputs + edge_list + 2 * sum(per_layer)
     return inputs + edge_list + max(per_layer)
