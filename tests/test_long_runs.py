@@ -230,9 +230,7 @@ def resume_each(tstore, sstore, root):
     out = {}
     for run, ck in COPIES.items():
         copy = Path(root) / f"{ck}-on{gdist.world_size()}"
-        if gdist.rank() == 0:
-            shutil.copytree(Path(root) / ck, copy)
-        gdist.agree_max(0)
+        copy_checkpoint(Path(root) / ck, copy)
         outputs = Outputs(checkpoint=str(copy), resume=True)
         if run == "static":
             out[run] = NodeTrainer(rank_graph(sstore, NODE_EXACT, torch.device("cpu")), NODE_EXACT).fit(outputs=outputs)

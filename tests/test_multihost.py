@@ -324,8 +324,9 @@ def test_a_host_killed_mid_epoch_rejoins_with_resume_auto_and_the_job_ends_as_un
     steps in a folder of its own: host 1's torchrun is killed (every process of it) after step 8
     of epoch 2, once both hosts hold a checkpoint within epoch 2 (written in the background, it may
     complete some steps after the step it was taken at); host 0's restarts its rank, which waits in
-    the rendezvous; host 1's is started again with the same command and --resume auto. Both resume from the newest checkpoint both ranks
-    completed, and the job ends with the figures of the same run on --nproc 2, uninterrupted."""
+    the rendezvous; host 1's is started again with the same command and --resume auto. Both resume
+    from the newest checkpoint both ranks completed, and the job ends with the figures of the same
+    run on --nproc 2, uninterrupted."""
     data = ["synthetic-temporal", "--num-nodes", "100", "--num-events", "2500"]  # 35 steps of 50 an epoch
     flags = [*TGN, "--batch-size", "50", "--epochs", "2"]
     store, ref = tmp_path / "store", tmp_path / "ref.json"
