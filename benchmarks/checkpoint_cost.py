@@ -8,15 +8,17 @@ Per setting (one process as `gnndist train` runs it; W ranks with partitioned me
 alternated, each one `gnndist train` command in a fresh process: without checkpoints, then
 `--repeat` times with `--checkpoint DIR --checkpoint-every N` and without again; printed:
 training events/s of each, the mean of the checkpointed runs over the mean of those without
-(goal: at least 0.95), and of
-one checkpoint (rank 0's newest within the epoch): its size, the copy of its state to host
-memory that the training step waits for (into the buffers of the copy before, as in a run),
-and the write (`gnndist.checkpoint.save`: serialise, write, fsync, rename), which runs in the
-background. Not a test: the machine's other load moves events/s by a few percent.
+(goal: at least 0.95); of one checkpoint with the whole node state (rank 0's newest within the
+epoch, put together): its size, its copy to host memory (into the buffers of the copy before,
+as in a run) and its write (`gnndist.checkpoint.save`: serialise, write, fsync, rename), which
+runs in the background; and the mean size of rank 0's kept checkpoints that hold only the node
+rows changed since the one before (most of a run's: the step copies and the writer writes only
+those). Not a test: the machine's other load moves events/s by a few percent.
 """
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 import tempfile
@@ -29,9 +31,12 @@ from dist_tgnn import gnndist, train  # noqa: E402  (the same fresh-process runs
 MiB = 2**20
 
 
-def one_checkpoint(folder: Path) -> tuple[int, float, float]:
-    """Rank 0's newest checkpoint within the epoch in `folder` (else its newest): (bytes, seconds
-    of the copy to host memory, seconds of the write), the times the median of 3."""
+def one_checkpoint(folder: Path) -> tuple[int, float, float, float]:
+    """Rank 0's newest checkpoint within the epoch in `folder` (else its newest), its node state
+    whole: (bytes, seconds of the copy to host memory, seconds of the write), the times the
+    median of 3; and the mean bytes of rank 0's kept checkpoints within the epoch that hold only
+    the node rows changed since the one before (NaN: none kept)."""
+    import torch
     from gnndist import checkpoint
 
     rank0 = checkpoint.model_folder(folder)
@@ -47,9 +52,12 @@ def one_checkpoint(folder: Path) -> tuple[int, float, float]:
             host = copy(payload)
             copies.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
-            checkpoint.save(out, host)
+            path = checkpoint.save(out, host)
             writes.append(time.perf_counter() - t0)
-    return (rank0 / at.name).stat().st_size, statistics.median(copies), statistics.median(writes)
+        size = path.stat().st_size
+    deltas = [(rank0 / p.name).stat().st_size for p in held if p.step is not None and
+              "rows" in torch.load(rank0 / p.name, map_location="cpu", weights_only=True, mmap=True)["node_state"]]
+    return size, statistics.median(copies), statistics.median(writes), statistics.fmean(deltas) if deltas else math.nan
 
 
 def parser() -> argparse.ArgumentParser:
@@ -67,8 +75,8 @@ def main() -> None:
     a = parser().parse_args()
     data = ["synthetic-temporal", "--num-nodes", str(a.nodes or max(a.events // 10, 2)), "--num-events", str(a.events)]
     print(f"synthetic-temporal {a.events:,} events; TGN memory 100, batch 200, 1 epoch; --checkpoint-every {a.every}")
-    head = (f"{'setting':<24}{'events/s: none, every N, none, ...':<44}{'ratio':>7}{'ckpt MiB':>10}{'copy ms':>9}"
-            f"{'write s':>9}")
+    head = (f"{'setting':<24}{'events/s: none, every N, none, ...':<44}{'ratio':>7}{'whole MiB':>10}{'copy ms':>9}"
+            f"{'write s':>9}{'delta MiB':>10}")
     print(head + "\n" + "-" * len(head), flush=True)
     with tempfile.TemporaryDirectory(prefix="ckpt-cost-") as tmp:
         tmp = Path(tmp)
@@ -84,10 +92,10 @@ def main() -> None:
             saving = ["--checkpoint", str(ck), "--checkpoint-every", str(a.every)]
             rates = [train(tmp, *common, *(saving if i % 2 else []))["epochs"][0]["events_per_s"]
                      for i in range(2 * a.repeat + 1)]
-            size, copy_s, write_s = one_checkpoint(ck)
+            size, copy_s, write_s, delta = one_checkpoint(ck)
             ratio = statistics.fmean(rates[1::2]) / statistics.fmean(rates[::2])
             print(f"{label:<24}{', '.join(f'{r:,.0f}' for r in rates):<44}{ratio:>7.3f}{size / MiB:>10.1f}"
-                  f"{copy_s * 1e3:>9.1f}{write_s:>9.2f}", flush=True)
+                  f"{copy_s * 1e3:>9.1f}{write_s:>9.2f}{delta / MiB:>10.1f}", flush=True)
 
 
 if __name__ == "__main__":

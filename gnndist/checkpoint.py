@@ -4,10 +4,12 @@
 A checkpoint folder DIR holds DIR/epoch-0003.pt (the state after epoch 3, trained and
 validated) and DIR/epoch-0003-step-000120.pt (the state after 120 training steps of epoch 3);
 a run of W > 1 ranks writes each rank's in DIR/rank{r}/. Each folder keeps its newest `keep`
-complete checkpoints (default 2), so that a run whose ranks stopped between their writes can
-resume from the older one that every rank completed. `Writer` writes them in the background
-from a copy in host memory. A run that replaces an earlier run's checkpoint keeps it in
-DIR/.replaced until it ends well (`run`). The format is docs/guide/long-runs.md's.
+complete checkpoints (default 2), and the ones those build on, so that a run whose ranks
+stopped between their writes can resume from the older one that every rank completed. `Writer`
+writes them in the background from a copy in host memory; where it can, a checkpoint holds only
+the node-state rows changed since the one before it, which it builds on (`Changed`), and `load`
+puts the whole node state together again. A run that replaces an earlier run's checkpoint keeps
+it in DIR/.replaced until it ends well (`run`). The format is docs/guide/long-runs.md's.
 """
 from __future__ import annotations
 
@@ -31,10 +33,11 @@ from gnndist.errors import GnndistError, first_line
 from gnndist.io import atomic_file
 from gnndist.outputs import CHECKPOINT_FILE, PROGRESS, RANK_FOLDER, REPLACED, checkpoint_name
 
-FORMAT = 2  # what `save` writes: 1 had end-of-epoch checkpoints only and node state by this store's ids
-READS = (1, 2)  # the formats `load` reads
+FORMAT = 3  # what `save` writes (2: no node-state deltas; 1: end-of-epoch only, node state by the store's ids)
+READS = (1, 2, 3)  # the formats `load` reads
 KEEP = 2  # complete checkpoints kept in a folder, by default
 WRITER_NICE = 19  # the background writer's priority: it yields the cores to the training step
+RESET = -1  # a node-state delta's `base` where the rows it leaves out hold their values after a reset
 
 
 @dataclass(frozen=True)
@@ -131,23 +134,59 @@ def _position_of(payload: dict[str, Any]) -> Position:
     return Position(epoch, step)
 
 
-def save(directory: Union[str, os.PathLike], payload: dict[str, Any], keep: int = KEEP) -> Path:
+def save(directory: Union[str, os.PathLike], payload: dict[str, Any], keep: int = KEEP,
+         bases: Optional[dict[Position, Optional[Position]]] = None) -> Path:
     """Write `payload` (tensors, numbers, strings, lists, dicts; its "epoch" an integer >= 0, its
-    "step" one or absent) as DIR's checkpoint of that position, atomically; then keep only it and
-    the newest `keep` - 1 complete earlier ones (a later one belongs to a run this one replaces)."""
+    "step" one or absent) as DIR's checkpoint of that position, atomically; then keep only it, the
+    newest `keep` - 1 complete earlier ones (a later one belongs to a run this one replaces) and
+    those they build on. `bases`: what `base_of` has found so far, kept from one save to the next."""
     at = _position_of(payload)
     directory = Path(directory)
     path = directory / at.name
     # no zip CRCs: torch.load does not check them, and they are a good part of the write's CPU time
     with atomic_file(path) as f, serialization.patch({"save.compute_crc32": False}):
         torch.save({"format": FORMAT, **payload}, f)
-    older = [p for p in positions(directory) if p < at][-(keep - 1):] if keep > 1 else []
+    bases = {} if bases is None else bases
+    bases[at] = _base(payload.get("node_state"))
+    kept = {at, *([p for p in positions(directory) if p < at][-(keep - 1):] if keep > 1 else [])}
+    for p in list(kept):
+        while (p := base_of(directory, p, bases)) is not None:
+            kept.add(p)
     for p, f in _files(directory).items():
-        if p != at and p not in older:
+        if p not in kept:
             f.unlink(missing_ok=True)
+            bases.pop(p, None)
     for f in directory.glob(".epoch-*.pt.tmp-*"):  # left by a writer that was killed
         f.unlink(missing_ok=True)
     return path
+
+
+def _base(node_state: Any) -> Optional[Position]:
+    """The checkpoint a payload's node state builds on (None: none, it is whole or builds on a reset)."""
+    code = node_state.get("base", RESET) if isinstance(node_state, dict) else RESET
+    return None if code == RESET else Position.from_code(int(code))
+
+
+def base_of(directory: Path, at: Position, bases: dict[Position, Optional[Position]]) -> Optional[Position]:
+    """The checkpoint in DIR that the one at `at` builds on (None: none, or it is not there), read
+    once into `bases`."""
+    if at not in bases:
+        try:
+            payload = torch.load(directory / at.name, map_location="cpu", weights_only=True, mmap=True)
+            bases[at] = _base(payload.get("node_state") if isinstance(payload, dict) else None)
+        except Exception:  # not a readable checkpoint: nothing to keep for it
+            bases[at] = None
+    return bases[at]
+
+
+@dataclass
+class Changed:
+    """The rows of a payload's node state (`node_ids` and tables of as many rows) written since
+    the rank's previous checkpoint: `rows`, their indices; `reset`, one row of each table where
+    the state was reset since (the rows not written hold it)."""
+
+    rows: torch.Tensor
+    reset: Optional[dict[str, torch.Tensor]] = None
 
 
 class HostCopy:
@@ -180,20 +219,50 @@ class Writer:
         self._copy = HostCopy()
         self._thread: Optional[threading.Thread] = None
         self._error: Optional[BaseException] = None
+        self._bases: dict[Position, Optional[Position]] = {}
+        self._last: Optional[Position] = None  # the checkpoint this writer wrote last
+        self._chain = 0.0  # the node-state bytes of the deltas since the last whole node state (or reset)
 
     def save(self, payload: dict[str, Any]) -> None:
-        """Copy `payload` to host memory, then write it (`save`) in the background."""
+        """Copy `payload` to host memory, then write it (`save`) in the background. Where its node
+        state holds `changed` (a `Changed`), the checkpoint holds only those rows (`_delta`)."""
         self.wait()
+        node = payload.get("node_state")
+        if isinstance(node, dict) and "changed" in node:
+            payload = {**payload, "node_state": self._delta(node)}
+        self._last = _position_of(payload)
         host = self._copy(payload)
         # not a daemon: a rank that stops on an error finishes the write first
         self._thread = threading.Thread(target=self._write, args=(host,), name="gnndist-checkpoint")
         self._thread.start()
 
+    def _delta(self, node: dict[str, Any]) -> dict[str, Any]:
+        """The node state to write: the rows changed since this writer's last checkpoint (`base`:
+        it), or since a reset (`base` RESET, with `reset`, its row), with their indices `rows`;
+        the whole state where this writer has written no checkpoint since the last reset, or where
+        the deltas since the last whole state would add up to more than a whole one (so that a
+        resume reads at most twice a whole state)."""
+        changed: Changed = node["changed"]
+        tables = {k: v for k, v in node.items() if k not in ("node_ids", "changed")}
+        whole = sum(v.numel() * v.element_size() for v in tables.values())
+        size = whole * changed.rows.numel() / max(int(node["node_ids"].numel()), 1)
+        if changed.reset is not None:
+            base, self._chain = RESET, size
+        elif self._last is not None and self._chain + size <= whole:
+            base, self._chain = self._last.code, self._chain + size
+        else:
+            self._chain = 0.0
+            return {"node_ids": node["node_ids"], **tables}
+        rows = changed.rows
+        delta = {"node_ids": node["node_ids"], "base": base, "rows": rows,
+                 **{k: v.index_select(0, rows.to(v.device)) for k, v in tables.items()}}
+        return delta if changed.reset is None else {**delta, "reset": changed.reset}
+
     def _write(self, payload: dict[str, Any]) -> None:
         if hasattr(os, "setpriority"):  # the write takes the cores the training step leaves (Linux: per thread)
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WRITER_NICE)
         try:
-            save(self.directory, payload, self.keep)
+            save(self.directory, payload, self.keep, self._bases)
         except BaseException as e:  # raised in the caller's thread (`wait`)
             self._error = e
 
@@ -363,9 +432,44 @@ def interrupt_note() -> str:
 def load(directory: Union[str, os.PathLike], at: Union[None, int, Position] = None,
          needs: tuple[str, ...] = (), mmap: bool = False) -> dict[str, Any]:
     """The payload saved in DIR at position `at` (an int: the end of that epoch; default: the
-    newest); a missing, truncated or foreign checkpoint, or one without the keys `needs`, is a
-    `GnndistError` naming the file. `mmap`: the tensors are read from the file as they are used."""
+    newest), its node state whole (`whole_node_state`); a missing, truncated or foreign
+    checkpoint, or one without the keys `needs`, is a `GnndistError` naming the file. `mmap`: the
+    tensors are read from the file as they are used."""
     directory = Path(directory)
+    payload = _read(directory, at, needs, mmap)
+    node = payload.get("node_state")
+    if isinstance(node, dict) and "base" in node:
+        payload = {**payload, "node_state": whole_node_state(directory, payload, node)}
+    return payload
+
+
+def whole_node_state(directory: Path, payload: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
+    """The whole node state of a checkpoint in DIR (`payload`) whose node state `node` holds only
+    the rows changed since the one it builds on (`Writer._delta`): those rows over the whole state
+    of that one, in turn, or over the state after a reset."""
+    chain = [node]
+    while int(node.get("base", RESET)) != RESET:
+        at, base = _position_of(payload), Position.from_code(int(node["base"]))
+        try:
+            payload = _read(directory, base, ("node_state",), mmap=True)
+        except GnndistError as e:
+            raise GnndistError(f"the checkpoint of {at} in {directory} builds on that of {base}: "
+                               f"{first_line(e)}") from None
+        node = payload["node_state"]
+        chain.append(node)
+    n = int(chain[0]["node_ids"].numel())
+    if "base" in node:  # on a reset: every other row holds the reset row
+        tables = {k: row.expand(n, *row.shape).clone() for k, row in node["reset"].items()}
+    else:
+        tables = {k: v.clone() for k, v in chain.pop().items() if k != "node_ids"}
+    for delta in reversed(chain):
+        for k, table in tables.items():
+            table.index_copy_(0, delta["rows"], delta[k])
+    return {"node_ids": chain[0]["node_ids"], **tables}
+
+
+def _read(directory: Path, at: Union[None, int, Position], needs: tuple[str, ...], mmap: bool) -> dict[str, Any]:
+    """The payload of DIR's checkpoint at `at` as written (`load`, its errors)."""
     files = _files(directory)
     if not files:
         raise GnndistError(f"no checkpoint to resume from in {directory} (no epoch-NNNN.pt files)")

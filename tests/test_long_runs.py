@@ -30,6 +30,7 @@ from gnndist.static.trainer import NodeTrainer, rank_graph
 from gnndist.temporal.config import LinkConfig
 from gnndist.temporal.events import RankEvents
 from gnndist.temporal.fit import fit, rank_events
+from gnndist.temporal.half_process import Placement
 from gnndist.temporal.trainer import LinkTrainer
 
 TEMPORAL = dict(num_nodes=80, num_events=1200)  # 840 training events: 17 steps of 50 per epoch
@@ -299,6 +300,78 @@ def test_checkpoints_by_the_minute_and_resume_auto(graphs, tmp_path, capsys):
                                               f"this run has lr=0.01\n")
 
 
+class InProcess(Placement):
+    """Every second half of a step in the half process."""
+
+    def remote(self) -> bool:
+        return True
+
+
+def test_a_checkpoint_holds_the_node_rows_changed_since_the_one_before(tmp_path, monkeypatch):
+    """Within an epoch a checkpoint writes only the node-state rows changed since the one before
+    (the first of an epoch: since the reset): every row that differs (brute force, bit for bit,
+    against the state the run held at the one before) and none but the endpoints of the events
+    trained in between; `checkpoint.load` puts together exactly the state the run held, from a
+    chain of such files; with --keep-checkpoints 2 the folder keeps the newest two and the files
+    they build on, nothing else; and a run resumed from the newest that builds on another ends as
+    uninterrupted."""
+    tg = load("synthetic-temporal", num_nodes=1000, num_events=1200)  # 50 events a step touch few of 1000 nodes
+    held = {}
+    real = checkpoint.Writer.save
+
+    def save(self, payload):  # the whole state the run holds at each checkpoint, bit for bit
+        held[Position(payload["epoch"], payload["step"])] = {
+            k: v.clone() for k, v in payload["node_state"].items() if isinstance(v, torch.Tensor)}
+        return real(self, payload)
+    monkeypatch.setattr(checkpoint.Writer, "save", save)
+    ck = tmp_path / "ck"
+
+    def trainer():  # every second half in the half process, whose writes a delta must hold too
+        tr = LinkTrainer(RankEvents.from_graph(tg), link_config("replicated"))
+        tr.halves, tr.split.placements = 2, {True: InProcess(), False: InProcess()}
+        return tr
+    want = fit(trainer())
+    tr = trainer()
+    got = fit(tr, Outputs(checkpoint=str(ck), checkpoint_every=2))
+    assert tr.split.process is not None
+    close(got, want, 1e-6)
+    raw = {p: torch.load(ck / p.name, weights_only=True)["node_state"] for p in checkpoint.positions(ck)}
+    builds_on = {p: n.get("base") for p, n in raw.items()}
+    newest = sorted(raw)[-2:]
+    chains, p = set(newest), newest[0]
+    while builds_on[p] not in (None, checkpoint.RESET):
+        p = Position.from_code(builds_on[p])
+        chains.add(p)
+    assert set(raw) == chains and len(chains) > 3
+    deltas = 0
+    for p, node in raw.items():
+        whole = checkpoint.load(ck, p)["node_state"]
+        assert all(torch.equal(whole[k], v) for k, v in held[p].items())
+        if node.get("base") in (None, checkpoint.RESET) or p.step is None:
+            continue
+        base = Position.from_code(node["base"])
+        assert base.epoch == p.epoch
+        differ = torch.zeros(1000, dtype=torch.bool)
+        for k, v in held[p].items():
+            if k != "node_ids":
+                b = v.view(v.shape[0], -1).view(torch.int8) != held[base][k].view(v.shape[0], -1).view(torch.int8)
+                differ |= b.any(1)
+        rows = set(node["rows"].tolist())
+        assert set(differ.nonzero().squeeze(1).tolist()) <= rows
+        first, last = 50 * (base.step or 0), 50 * p.step
+        assert {int(node["node_ids"][r]) for r in rows} <= set(tg.src[first:last]) | set(tg.dst[first:last])
+        assert 0 < len(rows) < 1000
+        deltas += 1
+    assert deltas >= 2
+    at = max(p for p, n in raw.items() if n.get("base") not in (None, checkpoint.RESET) and p.step is not None)
+    for p in raw:
+        if p > at:
+            (ck / p.name).unlink()
+    again = fit(trainer(), Outputs(checkpoint=str(ck), resume=True))
+    close(again, want, 1e-6)
+    assert [(r["epoch"], r["step"]) for r in again["restarts"]] == [(at.epoch, at.step)]
+
+
 def test_checkpoint_files_are_checked_and_predict_reads_format_1(tmp_path):
     """A checkpoint of a newer format, or not gnndist's, is one line; `gnndist predict` reads the
     end-of-epoch checkpoints of format 1 (before checkpoints within an epoch), and says so of a
@@ -316,12 +389,12 @@ def test_checkpoint_files_are_checked_and_predict_reads_format_1(tmp_path):
     saved = SavedModel.load(tmp_path)
     assert (saved.task, saved.epoch, saved.selected_epoch) == ("link", 3, 2)
     assert torch.equal(saved.params["w"], model["w"])
-    torch.save({"format": 3, "epoch": 4}, tmp_path / checkpoint_name(4))
-    with pytest.raises(GnndistError, match="epoch-0004.pt is of checkpoint format 3, written by a newer gnndist "
-                                           "\\(this one reads formats 1, 2\\): upgrade gnndist$"):
+    torch.save({"format": 4, "epoch": 4}, tmp_path / checkpoint_name(4))
+    with pytest.raises(GnndistError, match="epoch-0004.pt is of checkpoint format 4, written by a newer gnndist "
+                                           "\\(this one reads formats 1, 2, 3\\): upgrade gnndist$"):
         checkpoint.load(tmp_path)
     torch.save([1, 2], tmp_path / checkpoint_name(4))
-    with pytest.raises(GnndistError, match="epoch-0004.pt is not a gnndist checkpoint of epoch 4 \\(format 2\\); "
+    with pytest.raises(GnndistError, match="epoch-0004.pt is not a gnndist checkpoint of epoch 4 \\(format 3\\); "
                                            "epoch 3 is complete: move epoch-0004.pt away to resume from it$"):
         checkpoint.load(tmp_path)
 

@@ -94,7 +94,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint-minutes", type=float, default=None, metavar="M",
                    help="also write one every M minutes (instead of --checkpoint-every)")
     p.add_argument("--keep-checkpoints", type=int, default=2, metavar="K",
-                   help="keep the newest K complete checkpoints (default 2)")
+                   help="keep the newest K complete checkpoints (default 2), and the ones they build on")
     p.add_argument("--resume", nargs="?", const=True, default=False, choices=("auto",),
                    help="continue the checkpoint in --checkpoint (on this or another number of ranks); "
                         "--resume auto: continue it if it is this same run's (data, flags, ranks), else start anew")

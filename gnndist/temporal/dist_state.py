@@ -320,6 +320,10 @@ class PartitionedNodeState(_RankState):
     def held_ids(self) -> np.ndarray:
         return np.arange(self.lo, self.hi, dtype=np.int64)
 
+    def take_changed(self) -> tuple[Tensor, Optional[dict[str, Tensor]]]:
+        """This rank's rows written since the last call (`NodeState.take_changed`)."""
+        return self.local.take_changed()
+
     def load_rows(self, ids: np.ndarray, rows: dict[str, Tensor]) -> int:
         """Set this rank's rows among the global node ids `ids` (`NodeState.load_rows`)."""
         self._drop_reply()

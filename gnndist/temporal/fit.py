@@ -116,15 +116,16 @@ def load(trainer: LinkTrainer, found: resume.Found) -> tuple[list, dict, checkpo
 
 def trainer_state(trainer: LinkTrainer) -> dict[str, Any]:
     """What a checkpoint holds of `trainer`: parameters, optimizer, node state (its rows keyed by
-    the data's own node ids, `node_ids`) and, within an epoch, `epoch_state` (live tensors: copy
-    them to keep them)."""
+    the data's own node ids, `node_ids`, and those changed since the last call, `changed`) and,
+    within an epoch, `epoch_state` (live tensors: copy them to keep them)."""
     epoch_state = None
     if trainer.epoch_state is not None:
         time_s, cpu_s = trainer.clock.elapsed()
         epoch_state = {**trainer.epoch_state, "time_s": time_s, "cpu_s": cpu_s}
     node_state = None
     if trainer.state is not None:
-        node_state = {"node_ids": trainer.held_orig, **trainer.state.state.state_dict()}
+        st = trainer.state.state
+        node_state = {"node_ids": trainer.held_orig, **st.state_dict(), "changed": checkpoint.Changed(*st.take_changed())}
     return {"model": trainer.model.state_dict(), "optimizer": trainer.optimizer.state_dict(),
             "node_state": node_state, "epoch_state": epoch_state}
 

@@ -112,7 +112,7 @@ def link_footprint(events: Any, cfg: Any, device: torch.device = torch.device("c
         if model.has_memory:
             rows = int(events.book.sizes().max()) if partitioned else events.num_nodes
             s = NodeState(rows, model.dim, model.memory.mail_dim, model.memory.mailbox, device="meta")
-            state = sum(t.numel() * t.element_size() for t in (s.memory, s.last_update, s.mail, s.mail_time))
+            state = sum(t.numel() * t.element_size() for t in (s.memory, s.last_update, s.mail, s.mail_time, s.changed))
     params = sum(p.numel() * p.element_size() for p in model.parameters())
     # beside the step: the best-validation copy of the parameters, and the gradient sum over ranks
     # (sent and received) or, where one process runs a step as two halves, the second half's

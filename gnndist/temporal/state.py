@@ -32,21 +32,38 @@ class NodeState:
         self.last_update = torch.zeros(num_nodes, dtype=torch.float64, device=device)
         self.mail = torch.zeros(num_nodes, mailbox_size, mail_dim, device=device)
         self.mail_time = torch.zeros(num_nodes, mailbox_size, dtype=torch.float64, device=device)
+        self.changed = torch.zeros(num_nodes, dtype=torch.bool, device=device)  # rows written since `take_changed`
         self._undo: Optional[list[tuple[Tensor, tuple[Tensor, ...]]]] = None  # (rows, their rows before) while provisional
         self.reset()
 
     def move_to_shared_memory(self) -> None:
         """Its tables moved to memory that processes forked afterwards share
         (`gnndist.temporal.half_process`)."""
-        self.memory, self.last_update, self.mail, self.mail_time = (
-            in_shared_memory(t) for t in (self.memory, self.last_update, self.mail, self.mail_time))
+        self.memory, self.last_update, self.mail, self.mail_time, self.changed = (
+            in_shared_memory(t) for t in (self.memory, self.last_update, self.mail, self.mail_time, self.changed))
 
     def reset(self) -> None:
-        """Zero memory, no mails; every node last updated at `start_time`."""
-        self.memory.zero_()
-        self.last_update.fill_(self.start_time)
-        self.mail.zero_()
-        self.mail_time.fill_(EMPTY)
+        """Every row the reset row (`reset_row`)."""
+        for name, row in self.reset_row().items():
+            self.state_dict()[name].copy_(row)
+        self.changed.zero_()
+        self._was_reset = True
+
+    def reset_row(self) -> dict[str, Tensor]:
+        """A row of each table (as `state_dict` names them) after a reset: zero memory, no mails,
+        last updated at `start_time`."""
+        return {"memory": self.memory.new_zeros(self.memory.shape[1:]),
+                "last_update": self.last_update.new_tensor(self.start_time),
+                "mail": self.mail.new_zeros(self.mail.shape[1:]),
+                "mail_time": self.mail_time.new_full(self.mail_time.shape[1:], EMPTY)}
+
+    def take_changed(self) -> tuple[Tensor, Optional[dict[str, Tensor]]]:
+        """The rows written since the last call (their indices, increasing) and, where the state
+        was reset since, `reset_row` (the other rows hold it); the next call counts from here."""
+        rows = self.changed.nonzero().squeeze(1)
+        self.changed.zero_()
+        reset, self._was_reset = (self.reset_row() if self._was_reset else None), False
+        return rows, reset
 
     def begin_batch(self, src: np.ndarray, dst: np.ndarray, eid: np.ndarray) -> None:
         """The events of the next write, as host arrays (what distributed states key writes by);
@@ -92,7 +109,9 @@ class NodeState:
         return self._undo is not None
 
     def _overwriting(self, rows: Tensor) -> None:
-        """`rows` are about to change: within `provisional`, keep what they hold."""
+        """`rows` are about to change: mark them changed, and within `provisional`, keep what they
+        hold."""
+        self.changed.index_fill_(0, rows, True)
         if self._undo is not None:
             self._undo.append((rows, tuple(t.index_select(0, rows) for t in
                                            (self.memory, self.last_update, self.mail, self.mail_time))))
@@ -135,6 +154,7 @@ class NodeState:
         """Set the rows of the global node ids `ids` (a host array) this state holds to `rows`
         (as `state_dict` names them, one row per id); how many it set."""
         at = torch.from_numpy(ids).to(self.memory.device)
+        self._overwriting(at)
         for name, mine in self.state_dict().items():
             mine.index_copy_(0, at, rows[name].to(mine.device, mine.dtype))
         return int(ids.size)
@@ -145,6 +165,7 @@ class NodeState:
             if value.shape != mine.shape:
                 raise GnndistError(f"node state {name} has shape {tuple(value.shape)}, expected {tuple(mine.shape)}")
             mine.copy_(value)
+        self.changed.fill_(True)
 
 
 def merge_mailbox(mail: Tensor, mail_time: Tensor, rows: Tensor, new_mail: Tensor, new_time: Tensor,
