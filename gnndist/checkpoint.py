@@ -139,7 +139,7 @@ def save(directory: Union[str, os.PathLike], payload: dict[str, Any], keep: int 
     """Write `payload` (tensors, numbers, strings, lists, dicts; its "epoch" an integer >= 0, its
     "step" one or absent) as DIR's checkpoint of that position, atomically; then keep only it, the
     newest `keep` - 1 complete earlier ones (a later one belongs to a run this one replaces) and
-    those they build on. `bases`: what `base_of` has found so far, kept from one save to the next."""
+    those they build on. `bases`: what `_base_of` has found so far, kept from one save to the next."""
     at = _position_of(payload)
     directory = Path(directory)
     path = directory / at.name
@@ -150,7 +150,7 @@ def save(directory: Union[str, os.PathLike], payload: dict[str, Any], keep: int 
     bases[at] = _base(payload.get("node_state"))
     kept = {at, *([p for p in positions(directory) if p < at][-(keep - 1):] if keep > 1 else [])}
     for p in list(kept):
-        while (p := base_of(directory, p, bases)) is not None:
+        while (p := _base_of(directory, p, bases)) is not None:
             kept.add(p)
     for p, f in _files(directory).items():
         if p not in kept:
@@ -167,7 +167,7 @@ def _base(node_state: Any) -> Optional[Position]:
     return None if code == RESET else Position.from_code(int(code))
 
 
-def base_of(directory: Path, at: Position, bases: dict[Position, Optional[Position]]) -> Optional[Position]:
+def _base_of(directory: Path, at: Position, bases: dict[Position, Optional[Position]]) -> Optional[Position]:
     """The checkpoint in DIR that the one at `at` builds on (None: none, or it is not there), read
     once into `bases`."""
     if at not in bases:
@@ -432,18 +432,18 @@ def interrupt_note() -> str:
 def load(directory: Union[str, os.PathLike], at: Union[None, int, Position] = None,
          needs: tuple[str, ...] = (), mmap: bool = False) -> dict[str, Any]:
     """The payload saved in DIR at position `at` (an int: the end of that epoch; default: the
-    newest), its node state whole (`whole_node_state`); a missing, truncated or foreign
+    newest), its node state whole (`_whole_node_state`); a missing, truncated or foreign
     checkpoint, or one without the keys `needs`, is a `GnndistError` naming the file. `mmap`: the
     tensors are read from the file as they are used."""
     directory = Path(directory)
     payload = _read(directory, at, needs, mmap)
     node = payload.get("node_state")
     if isinstance(node, dict) and "base" in node:
-        payload = {**payload, "node_state": whole_node_state(directory, payload, node)}
+        payload = {**payload, "node_state": _whole_node_state(directory, payload, node)}
     return payload
 
 
-def whole_node_state(directory: Path, payload: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
+def _whole_node_state(directory: Path, payload: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
     """The whole node state of a checkpoint in DIR (`payload`) whose node state `node` holds only
     the rows changed since the one it builds on (`Writer._delta`): those rows over the whole state
     of that one, in turn, or over the state after a reset."""
