@@ -4,7 +4,8 @@
 mailbox of the last M mails per node: `mail` [N, M, m] with `mail_time` [N, M] (an empty slot
 has time -inf). Times are float64 so that unix-second timestamps keep their resolution.
 Rows are read and changed only through `read`, `write` and `deliver` (`provisional`: changes
-undone after a block); the distributed versions (`gnndist.temporal.dist_state`) have the same
+undone after a block), which mark the rows they change for the next checkpoint
+(`take_changed`); the distributed versions (`gnndist.temporal.dist_state`) have the same
 methods.
 """
 from __future__ import annotations
@@ -43,7 +44,8 @@ class NodeState:
             in_shared_memory(t) for t in (self.memory, self.last_update, self.mail, self.mail_time, self.changed))
 
     def reset(self) -> None:
-        """Every row the reset row (`reset_row`)."""
+        """Every row set to `reset_row`, none marked changed (`take_changed` then says the state was
+        reset)."""
         for name, row in self.reset_row().items():
             self.state_dict()[name].copy_(row)
         self.changed.zero_()
