@@ -238,7 +238,8 @@ def test_the_footprint_is_what_a_link_trainer_allocates(model):
         assert held < parts["model with gradients and Adam state"]
     else:
         assert held == parts["model with gradients and Adam state"]
-    state = [] if tr.state is None else [tr.state.memory, tr.state.last_update, tr.state.mail, tr.state.mail_time]
+    state = [] if tr.state is None else [tr.state.memory, tr.state.last_update, tr.state.mail, tr.state.mail_time,
+                                         tr.state.changed]
     assert parts["node state"] == sum(t.nbytes for t in state)
 
 
