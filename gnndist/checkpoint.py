@@ -191,7 +191,8 @@ class Changed:
 
 class HostCopy:
     """Copies of a payload's tensors in host memory, made into buffers kept from one copy to the
-    next (after the first, a copy allocates nothing; those of GPU tensors are pinned)."""
+    next (a tensor of the shape it had the copy before is copied with no allocation; those of GPU
+    tensors are pinned)."""
 
     def __init__(self) -> None:
         self._buffers: dict[str, torch.Tensor] = {}
