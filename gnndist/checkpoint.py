@@ -449,8 +449,8 @@ def _whole_node_state(directory: Path, payload: dict[str, Any], node: dict[str, 
     the rows changed since the one it builds on (`Writer._delta`): those rows over the whole state
     of that one, in turn, or over the state after a reset."""
     chain = [node]
-    while int(node.get("base", RESET)) != RESET:
-        at, base = _position_of(payload), Position.from_code(int(node["base"]))
+    while (base := _base(node)) is not None:
+        at = _position_of(payload)
         try:
             payload = _read(directory, base, ("node_state",), mmap=True)
         except GnndistError as e:
