@@ -4,8 +4,9 @@
 A checkpoint folder DIR holds DIR/epoch-0003.pt (the state after epoch 3, trained and
 validated) and DIR/epoch-0003-step-000120.pt (the state after 120 training steps of epoch 3);
 a run of W > 1 ranks writes each rank's in DIR/rank{r}/. Each folder keeps its newest `keep`
-complete checkpoints (default 2), and the ones those build on, so that a run whose ranks
-stopped between their writes can resume from the older one that every rank completed. `Writer`
+complete checkpoints (default 2), and the ones those build on; a rank of several also keeps the
+one before its newest until its next save, so that a run whose ranks stopped between their
+writes can resume from the older one that every rank completed (even at `keep` 1). `Writer`
 writes them in the background from a copy in host memory; where it can, a checkpoint holds only
 the node-state rows changed since the one before it, which it builds on (`Changed`), and `load`
 puts the whole node state together again. A run that replaces an earlier run's checkpoint keeps
@@ -135,11 +136,11 @@ def _position_of(payload: dict[str, Any]) -> Position:
 
 
 def save(directory: Union[str, os.PathLike], payload: dict[str, Any], keep: int = KEEP,
-         bases: Optional[dict[Position, Optional[Position]]] = None) -> Path:
+         bases: Optional[dict[Position, Optional[Position]]] = None, hold: Optional[Position] = None) -> Path:
     """Write `payload` (tensors, numbers, strings, lists, dicts; its "epoch" an integer >= 0, its
     "step" one or absent) as DIR's checkpoint of that position, atomically; then keep only it, the
-    newest `keep` - 1 complete earlier ones (a later one belongs to a run this one replaces) and
-    those they build on. `bases`: what `_base_of` has found so far, kept from one save to the next."""
+    newest `keep` - 1 complete earlier ones (a later one belongs to a run this one replaces), `hold`
+    and those they build on. `bases`: what `_base_of` has found so far, kept from one save to the next."""
     at = _position_of(payload)
     directory = Path(directory)
     path = directory / at.name
@@ -148,7 +149,8 @@ def save(directory: Union[str, os.PathLike], payload: dict[str, Any], keep: int 
         torch.save({"format": FORMAT, **payload}, f)
     bases = {} if bases is None else bases
     bases[at] = _base(payload.get("node_state"))
-    kept = {at, *([p for p in positions(directory) if p < at][-(keep - 1):] if keep > 1 else [])}
+    kept = {at, *([p for p in positions(directory) if p < at][-(keep - 1):] if keep > 1 else []),
+            *([hold] if hold is not None and hold < at else [])}
     for p in list(kept):
         while (p := _base_of(directory, p, bases)) is not None:
             kept.add(p)
@@ -213,10 +215,15 @@ class HostCopy:
 
 class Writer:
     """Writes a folder's checkpoints in a thread of its own (`save`): the caller waits for the copy
-    of the payload to host memory only, and for the write before it, if not done yet."""
+    of the payload to host memory only, and for the write before it, if not done yet. `shared`:
+    the folder is one rank's of several, whose caller saves once every rank completed its
+    previous checkpoint: that one (at first, `resumed`, where the run resumed from) stays until
+    the next save, the newest checkpoint every rank is known to hold."""
 
-    def __init__(self, directory: Union[str, os.PathLike], keep: int = KEEP) -> None:
-        self.directory, self.keep = Path(directory), keep
+    def __init__(self, directory: Union[str, os.PathLike], keep: int = KEEP, shared: bool = False,
+                 resumed: Optional[Position] = None) -> None:
+        self.directory, self.keep, self.shared = Path(directory), keep, shared
+        self._held = resumed if shared else None
         self._copy = HostCopy()
         self._thread: Optional[threading.Thread] = None
         self._error: Optional[BaseException] = None
@@ -231,10 +238,12 @@ class Writer:
         node = payload.get("node_state")
         if isinstance(node, dict) and "changed" in node:
             payload = {**payload, "node_state": self._delta(node)}
-        self._last = _position_of(payload)
+        hold, self._last = self._held, _position_of(payload)
+        if self.shared:
+            self._held = self._last
         host = self._copy(payload)
         # not a daemon: a rank that stops on an error finishes the write first
-        self._thread = threading.Thread(target=self._write, args=(host,), name="gnndist-checkpoint")
+        self._thread = threading.Thread(target=self._write, args=(host, hold), name="gnndist-checkpoint")
         self._thread.start()
 
     def _delta(self, node: dict[str, Any]) -> dict[str, Any]:
@@ -259,11 +268,11 @@ class Writer:
                  **{k: v.index_select(0, rows.to(v.device)) for k, v in tables.items()}}
         return delta if changed.reset is None else {**delta, "reset": changed.reset}
 
-    def _write(self, payload: dict[str, Any]) -> None:
+    def _write(self, payload: dict[str, Any], hold: Optional[Position]) -> None:
         if hasattr(os, "setpriority"):  # the write takes the cores the training step leaves (Linux: per thread)
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WRITER_NICE)
         try:
-            save(self.directory, payload, self.keep, self._bases)
+            save(self.directory, payload, self.keep, self._bases, hold)
         except BaseException as e:  # raised in the caller's thread (`wait`)
             self._error = e
 

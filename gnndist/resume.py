@@ -266,14 +266,17 @@ class EpochClock:
 class Checkpointer:
     """What a rank writes to its checkpoint folder while it trains (see the module docstring):
     `step` after each training step, `save` at the end of an epoch; `close` waits for the last
-    write. Without a folder, nothing."""
+    write. Without a folder, nothing. `found`: the checkpoint the run resumed from."""
 
-    def __init__(self, outputs: Outputs, steps_per_epoch: int, device: torch.device) -> None:
+    def __init__(self, outputs: Outputs, steps_per_epoch: int, device: torch.device,
+                 found: Optional[Found] = None) -> None:
         self.folder = None if not outputs.checkpoint else checkpoint.folder_of(
             outputs.checkpoint, dist.world_size(), dist.rank())
         self.every, self.minutes = outputs.checkpoint_every, outputs.checkpoint_minutes
         self.spe, self.device = steps_per_epoch, device
-        self.writer = None if self.folder is None else checkpoint.Writer(self.folder, outputs.keep_checkpoints)
+        self.writer = None if self.folder is None else checkpoint.Writer(
+            self.folder, outputs.keep_checkpoints, shared=dist.world_size() > 1,
+            resumed=found.position if found is not None and found.world == dist.world_size() else None)
         self._last = time.monotonic()
         self._progress: Optional[int] = None
         if self.folder is not None:
@@ -299,7 +302,7 @@ class Checkpointer:
 
     def save(self, payload: dict[str, Any]) -> None:
         """Write `payload` (its copy in host memory, in the background), once every rank has
-        completed its previous checkpoint: a save leaves its folder the newest `keep`, so no rank
+        completed its previous checkpoint, which the save keeps (`checkpoint.Writer`): no rank
         deletes the newest checkpoint every rank holds while another still writes the next."""
         if self.writer is not None:
             self.writer.wait()

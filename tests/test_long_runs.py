@@ -110,8 +110,9 @@ def cut_at(at: Position):
 def restarted_worker(tstore, sstore, root):
     """Each phase once over the job's starts (a phase done leaves its metrics), on 2 ranks:
     - link-ref, node-ref: the link (partitioned memory) and node runs, uninterrupted;
-    - link: with checkpoints, rank 1 killed while its checkpoint of step 8 of epoch 2 is half
-      written (first start); restarted, rank 0 first copies the checkpoint folder as it is;
+    - link: with checkpoints, one kept (`--keep-checkpoints 1`), rank 1 killed while its
+      checkpoint of step 8 of epoch 2 is half written (first start); restarted, rank 0 first
+      copies the checkpoint folder as it is;
     - replicated: the link run with replicated memory, stopped before step 6 of epoch 2, its
       checkpoint folder copied, then resumed from it;
     - node: with checkpoints, rank 1 killed before step 6 of epoch 2, once both ranks hold their
@@ -124,7 +125,8 @@ def restarted_worker(tstore, sstore, root):
         out, ck = root / f"{phase}.json", root / phase
         if out.exists():
             continue
-        outputs = Outputs() if phase.endswith("-ref") else Outputs(checkpoint=str(ck), checkpoint_every=EVERY)
+        outputs = Outputs() if phase.endswith("-ref") else Outputs(checkpoint=str(ck), checkpoint_every=EVERY,
+                                                                   keep_checkpoints=1 if phase == "link" else 2)
         killed = gdist.rank() == 1 and gdist.restart_count() == {"link": 0, "node": 1}.get(phase)
         if phase == "link" and gdist.restart_count() > 0 and gdist.rank() == 0:
             shutil.copytree(ck, root / "link-copy")
@@ -194,16 +196,18 @@ def restarted(stores, tmp_path_factory):
 
 def test_a_rank_killed_within_an_epoch_is_restarted_and_the_link_run_ends_as_uninterrupted(restarted):
     """Rank 1 of 2 killed (SIGKILL) while it writes its checkpoint of step 8 of epoch 2 (partitioned
-    memory, an adaptive edge cache): the launcher starts both again, they resume by themselves
-    from the checkpoint both completed (step 3 of epoch 2: of the run's 20th step) and end with
-    the uninterrupted run's figures; the metrics name the restart. The cut-off file is left
-    beside rank 1's complete checkpoints (and deleted by its next save)."""
+    memory, an adaptive edge cache, one checkpoint kept): the launcher starts both again, they
+    resume by themselves from the checkpoint both completed (step 3 of epoch 2: of the run's 20th
+    step), which rank 0 kept beside its newest, and end with the uninterrupted run's figures; the
+    metrics name the restart. The cut-off file is left beside rank 1's complete checkpoints (and
+    deleted by its next save)."""
     root, m = restarted
     close(m["link"], m["link-ref"], 1e-6)
     assert m["link-ref"]["restarts"] == []
     (r,) = m["link"]["restarts"]
     assert (r["restart"], r["rank_lost"], r["epoch"], r["step"]) == (1, 1, 2, 3)
     assert r["steps_lost"] >= 8 - 3  # rank 0 ran on while rank 1 wrote
+    assert checkpoint.positions(root / "link-copy" / "rank0") == [Position(2, 3), Position(2, 8)]
     held = sorted(f.name for f in (root / "link-copy" / "rank1").iterdir())
     assert [f for f in held if f.startswith("epoch")] == [checkpoint_name(1), Position(2, 3).name]
     assert [f.split(".tmp-")[0] for f in held if ".tmp-" in f] == [f".{Position(2, 8).name}"]

@@ -463,7 +463,7 @@ class NodeTrainer:
                         "rng": checkpoint.rng_state(), "history": epochs, "restarts": restarts,
                         "best": {"epoch": best_epoch, "val_acc": best, "model": best_state}}
 
-            with resume.Checkpointer(outputs, spe, self.device) as saver:
+            with resume.Checkpointer(outputs, spe, self.device, found) as saver:
                 for epoch in range(first, cfg.epochs + 1):
                     if cfg.patience is not None and epochs and epoch - 1 - best_epoch >= cfg.patience:
                         stop_reason = "patience"

@@ -61,7 +61,7 @@ def fit(trainer: LinkTrainer, outputs: Outputs = Outputs()) -> dict[str, Any]:
             return {"config": config, "epoch": epoch, "step": step, **trainer_state(trainer),
                     "rng": checkpoint.rng_state(), "history": history, "best": best, "restarts": restarts}
 
-        with resume.Checkpointer(outputs, spe, trainer.device) as saver:
+        with resume.Checkpointer(outputs, spe, trainer.device, found) as saver:
             for epoch in range(first, cfg.epochs + 1):
                 if cfg.patience is not None and history and history[-1]["epoch"] - best["epoch"] >= cfg.patience:
                     break
