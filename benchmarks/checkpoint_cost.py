@@ -14,6 +14,12 @@ as in a run) and its write (`gnndist.checkpoint.save`: serialise, write, fsync, 
 runs in the background; and the mean size of rank 0's kept checkpoints that hold only the node
 rows changed since the one before (most of a run's: the step copies and the writer writes only
 those). Not a test: the machine's other load moves events/s by a few percent.
+
+Then, within one checkpointed run per setting (`fit` on a `LinkTrainer` whose `step` is timed,
+the library calls `gnndist train` makes; W ranks by `launch`), where the machine's drift from one
+run to the next cancels: per checkpoint, the milliseconds the run loses to it (the step cycle that
+saves, and the slower cycles of the 59 steps after it while the write runs, each against the mean
+cycle of the steps outside those), and 1 - the share of the epoch's time that adds up to.
 """
 from __future__ import annotations
 
@@ -24,6 +30,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gnndist.datasets import load
+from gnndist.runtime.launch import launch
+from gnndist.temporal.config import LinkConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dist_tgnn import gnndist, train  # noqa: E402  (the same fresh-process runs)
@@ -60,6 +73,51 @@ def one_checkpoint(folder: Path) -> tuple[int, float, float, float]:
     return size, statistics.median(copies), statistics.median(writes), statistics.fmean(deltas) if deltas else math.nan
 
 
+AFTER = 60  # the step cycles a checkpoint slows: its own, and those while the write runs in the background
+
+
+def timed_run(source: Any, memory: str, folder: str, every: int) -> tuple[list[float], int, float]:
+    """One epoch of this rank (of `source`: a graph or a store) with `memory`, a checkpoint every
+    `every` steps in `folder`: the step cycles
+    (start of a step to the start of the next, the checkpoint after a step in its cycle), the
+    steps per epoch and the epoch's seconds."""
+    from gnndist.outputs import Outputs
+    from gnndist.temporal.fit import fit, rank_events
+    from gnndist.temporal.trainer import LinkTrainer
+
+    cfg = LinkConfig(model="tgn", batch_size=200, epochs=1, quiet=True, memory=memory)
+    trainer = LinkTrainer(rank_events(source), cfg)
+    starts, step = [], trainer.step
+
+    def timed(*a, **kw):
+        starts.append(time.perf_counter())
+        return step(*a, **kw)
+    trainer.step = timed
+    m = fit(trainer, Outputs(checkpoint=folder, checkpoint_every=every))
+    spe = trainer.steps_per_epoch
+    return list(np.diff(starts[:spe])), spe, m["epochs"][0]["time_s"]
+
+
+def timed_worker(store: str, folder: str, every: int) -> tuple[list[float], int, float]:
+    from gnndist.runtime import dist
+    dist.setup("cpu")
+    try:
+        return timed_run(store, "partitioned", folder, every)
+    finally:
+        dist.teardown()
+
+
+def within(cycles: list[float], spe: int, seconds: float, every: int) -> tuple[float, float]:
+    """(ms a checkpoint costs, 1 - their share of the epoch) from one run's step cycles."""
+    saves = range(every - 1, spe - 1, every)  # the cycles that checkpoint
+    slowed = np.zeros(len(cycles), dtype=bool)
+    for k in saves:
+        slowed[k:k + AFTER] = True
+    base = float(np.mean(np.asarray(cycles)[~slowed]))
+    cost = statistics.fmean(sum(cycles[k:k + AFTER]) - len(cycles[k:k + AFTER]) * base for k in saves)
+    return cost * 1e3, 1 - len(saves) * cost / seconds
+
+
 def parser() -> argparse.ArgumentParser:
     """The command line (tests/test_docs.py checks the documented commands against it)."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -73,7 +131,8 @@ def parser() -> argparse.ArgumentParser:
 
 def main() -> None:
     a = parser().parse_args()
-    data = ["synthetic-temporal", "--num-nodes", str(a.nodes or max(a.events // 10, 2)), "--num-events", str(a.events)]
+    nodes = a.nodes or max(a.events // 10, 2)
+    data = ["synthetic-temporal", "--num-nodes", str(nodes), "--num-events", str(a.events)]
     print(f"synthetic-temporal {a.events:,} events; TGN memory 100, batch 200, 1 epoch; --checkpoint-every {a.every}")
     head = (f"{'setting':<24}{'events/s: none, every N, none, ...':<44}{'ratio':>7}{'whole MiB':>10}{'copy ms':>9}"
             f"{'write s':>9}{'delta MiB':>10}")
@@ -96,6 +155,14 @@ def main() -> None:
             ratio = statistics.fmean(rates[1::2]) / statistics.fmean(rates[::2])
             print(f"{label:<24}{', '.join(f'{r:,.0f}' for r in rates):<44}{ratio:>7.3f}{size / MiB:>10.1f}"
                   f"{copy_s * 1e3:>9.1f}{write_s:>9.2f}{delta / MiB:>10.1f}", flush=True)
+            folder = str(tmp / f"within{w}")
+            if w == 1:
+                graph = load("synthetic-temporal", num_nodes=nodes, num_events=a.events)
+                runs = [timed_run(graph, LinkConfig().memory, folder, a.every)]
+            else:
+                runs = launch(w, timed_worker, str(store), folder, a.every)
+            print(f"  within one run, per rank: ms lost a checkpoint, 1 - their "
+                  "share: " + "; ".join("%.1f ms, %.3f" % within(*r, a.every) for r in runs), flush=True)
 
 
 if __name__ == "__main__":
