@@ -161,7 +161,7 @@ def main() -> None:
                 runs = [timed_run(graph, LinkConfig().memory, folder, a.every)]
             else:
                 runs = launch(w, timed_worker, str(store), folder, a.every)
-            print(f"  within one run, per rank: ms lost a checkpoint, 1 - their "
+            print("  within one run, per rank: ms lost a checkpoint, 1 - their "
                   "share: " + "; ".join("%.1f ms, %.3f" % within(*r, a.every) for r in runs), flush=True)
 
 

@@ -453,6 +453,12 @@ def load(directory: Union[str, os.PathLike], at: Union[None, int, Position] = No
     return payload
 
 
+def config(directory: Union[str, os.PathLike], at: Position) -> Any:
+    """The settings DIR's checkpoint at `at` was written with (its "config"; `load`'s errors),
+    read without putting its node state together."""
+    return _read(Path(directory), at, ("config",), mmap=True)["config"]
+
+
 def _whole_node_state(directory: Path, payload: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
     """The whole node state of a checkpoint in DIR (`payload`) whose node state `node` holds only
     the rows changed since the one it builds on (`Writer._delta`): those rows over the whole state

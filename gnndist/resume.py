@@ -82,7 +82,7 @@ def _other_world(directory: Path) -> Optional[tuple[Position, int, list[Path]]]:
     held += [(p, directory / "rank0") for p in checkpoint.positions(directory / "rank0")]
     for at, folder in sorted(held, key=lambda h: h[0], reverse=True):
         try:
-            world = int(checkpoint.load(folder, at, mmap=True)["config"]["world_size"])
+            world = int(checkpoint.config(folder, at)["world_size"])
         except (GnndistError, KeyError, TypeError, ValueError):
             continue
         files = [checkpoint.folder_of(directory, world, r) / at.name for r in range(world)]
