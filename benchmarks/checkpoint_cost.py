@@ -35,8 +35,12 @@ from typing import Any
 import numpy as np
 
 from gnndist.datasets import load
+from gnndist.outputs import Outputs
+from gnndist.runtime import dist
 from gnndist.runtime.launch import launch
 from gnndist.temporal.config import LinkConfig
+from gnndist.temporal.fit import fit, rank_events
+from gnndist.temporal.trainer import LinkTrainer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dist_tgnn import gnndist, train  # noqa: E402  (the same fresh-process runs)
@@ -78,13 +82,8 @@ AFTER = 60  # the step cycles a checkpoint slows: its own, and those while the w
 
 def timed_run(source: Any, memory: str, folder: str, every: int) -> tuple[list[float], int, float]:
     """One epoch of this rank (of `source`: a graph or a store) with `memory`, a checkpoint every
-    `every` steps in `folder`: the step cycles
-    (start of a step to the start of the next, the checkpoint after a step in its cycle), the
-    steps per epoch and the epoch's seconds."""
-    from gnndist.outputs import Outputs
-    from gnndist.temporal.fit import fit, rank_events
-    from gnndist.temporal.trainer import LinkTrainer
-
+    `every` steps in `folder`: the step cycles (start of a step to the start of the next, the
+    checkpoint after a step in its cycle), the steps per epoch and the epoch's seconds."""
     cfg = LinkConfig(model="tgn", batch_size=200, epochs=1, quiet=True, memory=memory)
     trainer = LinkTrainer(rank_events(source), cfg)
     starts, step = [], trainer.step
@@ -99,7 +98,6 @@ def timed_run(source: Any, memory: str, folder: str, every: int) -> tuple[list[f
 
 
 def timed_worker(store: str, folder: str, every: int) -> tuple[list[float], int, float]:
-    from gnndist.runtime import dist
     dist.setup("cpu")
     try:
         return timed_run(store, "partitioned", folder, every)
