@@ -222,8 +222,7 @@ class Writer:
 
     def __init__(self, directory: Union[str, os.PathLike], keep: int = KEEP, shared: bool = False,
                  resumed: Optional[Position] = None) -> None:
-        self.directory, self.keep, self.shared = Path(directory), keep, shared
-        self._held = resumed if shared else None
+        self.directory, self.keep, self.shared, self.resumed = Path(directory), keep, shared, resumed
         self._copy = HostCopy()
         self._thread: Optional[threading.Thread] = None
         self._error: Optional[BaseException] = None
@@ -238,9 +237,8 @@ class Writer:
         node = payload.get("node_state")
         if isinstance(node, dict) and "changed" in node:
             payload = {**payload, "node_state": self._delta(node)}
-        hold, self._last = self._held, _position_of(payload)
-        if self.shared:
-            self._held = self._last
+        hold = (self.resumed if self._last is None else self._last) if self.shared else None
+        self._last = _position_of(payload)
         host = self._copy(payload)
         # not a daemon: a rank that stops on an error finishes the write first
         self._thread = threading.Thread(target=self._write, args=(host, hold), name="gnndist-checkpoint")
