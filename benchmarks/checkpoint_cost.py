@@ -33,7 +33,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
+from gnndist import checkpoint
 from gnndist.datasets import load
 from gnndist.outputs import Outputs
 from gnndist.runtime import dist
@@ -53,9 +55,6 @@ def one_checkpoint(folder: Path) -> tuple[int, float, float, float]:
     whole: (bytes, seconds of the copy to host memory, seconds of the write), the times the
     median of 3; and the mean bytes of rank 0's kept checkpoints within the epoch that hold only
     the node rows changed since the one before (NaN: none kept)."""
-    import torch
-    from gnndist import checkpoint
-
     rank0 = checkpoint.model_folder(folder)
     held = checkpoint.positions(rank0)
     at = max([p for p in held if p.step is not None] or held)
