@@ -516,6 +516,18 @@ def _read(directory: Path, at: Union[None, int, Position], needs: tuple[str, ...
     return payload
 
 
+def load_params(module: torch.nn.Module, params: dict[str, Any], source: Union[str, os.PathLike]) -> None:
+    """`module.load_state_dict(params)`; parameters that do not fit the module (saved by a gnndist
+    that built the model otherwise) are one line naming `source`."""
+    try:
+        module.load_state_dict(params)
+    except RuntimeError as e:
+        lines = str(e).strip().splitlines()
+        detail = (lines[1] if len(lines) > 1 else first_line(e)).strip().rstrip(".")
+        raise GnndistError(f"{source}: its parameters do not fit this gnndist's {type(module).__name__} ({detail}): "
+                           "they were saved by a version that built the model otherwise; train it anew") from None
+
+
 def drop_other_worlds(directory: Union[str, os.PathLike], world: int) -> None:
     """Delete the checkpoints in DIR of ranks a `world`-rank run has not (a run resumed from a
     checkpoint of another number of ranks, once it has ended well): rank folders above its own,

@@ -86,6 +86,10 @@ class SavedModel:
         return {"task": self.task, "config": self.config, "selected_epoch": self.selected_epoch,
                 "parameters": digest.hexdigest()[:16]}
 
+    def load_params(self, model: torch.nn.Module) -> None:
+        """Put the selected parameters into `model` (one line where they do not fit it)."""
+        checkpoint.load_params(model, self.params, self.path)
+
     def settings(self, cls: type, defaults: Optional[dict[str, Any]] = None, **overrides: Any) -> Any:
         """The saved run's config as a `cls` (`LinkConfig`, `NodeConfig`): its fields of `cls`
         over `defaults` (of fields older checkpoints lack), with `overrides`. A cache size saved

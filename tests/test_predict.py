@@ -471,3 +471,26 @@ def test_library_predictions_refuse_ids_that_are_not_node_ids(runs, cache):
         link_test(runs["link1"]["ckpt"], g, device="tpu", quiet=True)
     with pytest.raises(GnndistError, match="--embed-at must be a finite time, got 'x'"):
         link_embeddings(runs["link1"]["ckpt"], g, "x", quiet=True)
+
+
+@pytest.mark.parametrize("name", ["link1", "node1"])
+def test_parameters_that_do_not_fit_the_model_are_one_line(runs, name, tmp_path, capsys):
+    """A checkpoint whose parameters a gnndist that built the model otherwise saved (here one
+    weight a column narrower): predict and a resume each say so in one line; it is kept as it was."""
+    ckpt = tmp_path / "ck"
+    shutil.copytree(runs[name]["ckpt"], ckpt)
+    for f in ckpt.glob("epoch-*.pt"):
+        saved = torch.load(f, weights_only=True)
+        for params in (saved["model"], saved["best"]["model"]):
+            key = next(k for k, v in params.items() if v.dim() == 2)
+            params[key] = params[key][:, 1:].clone()
+        torch.save(saved, f)
+    files = {p: p.read_bytes() for p in ckpt.rglob("*") if p.is_file()}
+    data, train, out = (LINK_DATA, LINK, ["--split", "test", "-o", str(tmp_path / "t.json")]) if name == "link1" \
+        else (NODE_DATA, NODE, ["-o", str(tmp_path / "t.npy")])
+    for argv in (["predict", str(ckpt), *data, *out, "--quiet"],
+                 [*train, "--checkpoint", str(ckpt), "--resume", "--epochs", "4"]):
+        err = one_line_error(argv, capsys)
+        assert f"{ckpt}" in err and "its parameters do not fit this gnndist's" in err and "size mismatch for" in err, err
+    assert {p: p.read_bytes() for p in ckpt.rglob("*") if p.is_file()} == files
+    assert not (tmp_path / "t.json").exists() and not (tmp_path / "t.npy").exists()

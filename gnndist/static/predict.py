@@ -43,7 +43,7 @@ def _probabilities_rank(source: Union[Graph, RankPart], dev: torch.device, saved
     view = rank_graph(source, cfg, dev)
     _check_sizes(saved, view)
     trainer = NodeTrainer(view, cfg, dev)
-    trainer.model.load_state_dict(saved.params)
+    saved.load_params(trainer.model)
     if isinstance(view, PartGraph):  # the original ids of the nodes it owns (ascending), from its first id
         num_nodes, owned, first = view.part.num_nodes, view.part.orig_ids, view.part.start
     else:

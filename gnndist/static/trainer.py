@@ -402,9 +402,9 @@ class NodeTrainer:
         return {"model": self.model.state_dict(), "optimizer": self.opt.state_dict(),
                 "cache_counters": dict(self.counter_totals), "epoch_state": epoch_state}
 
-    def load_state_dict(self, saved: dict[str, Any]) -> None:
-        """Take what `state_dict` gave."""
-        self.model.load_state_dict(saved["model"])
+    def load_state_dict(self, saved: dict[str, Any], source: str) -> None:
+        """Take what `state_dict` gave (read from `source`)."""
+        checkpoint.load_params(self.model, saved["model"], source)
         self.opt.load_state_dict(saved["optimizer"])
         self.counter_totals.update(saved.get("cache_counters", {}))
         self.epoch_state = saved.get("epoch_state")
@@ -450,7 +450,7 @@ class NodeTrainer:
             epochs, best, best_state, best_epoch, at = [], -1.0, None, 0, checkpoint.Position(0)
             if found is not None:
                 saved = found.payload
-                self.load_state_dict(saved)
+                self.load_state_dict(saved, found.files[0])
                 checkpoint.set_rng_state(saved["rng"])
                 epochs, at = list(saved["history"]), found.position
                 best, best_epoch, best_state = saved["best"]["val_acc"], saved["best"]["epoch"], saved["best"]["model"]

@@ -105,7 +105,7 @@ def load(trainer: LinkTrainer, found: resume.Found) -> tuple[list, dict, checkpo
         every_row = found.world == 1 or saved["config"].get("memory") == "replicated"
         parts = [saved["node_state"]] + [checkpoint.load(f.parent, found.position, mmap=True)["node_state"]
                                          for f in ([] if every_row else found.files[1:])]
-    trainer.model.load_state_dict(saved["model"])
+    checkpoint.load_params(trainer.model, saved["model"], found.files[0])
     trainer.optimizer.load_state_dict(saved["optimizer"])
     if trainer.state is not None:
         load_node_rows(trainer, [saved["node_state"]] if parts is None else parts)

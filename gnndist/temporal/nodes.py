@@ -468,7 +468,7 @@ def saved_decoder(saved: SavedModel) -> tuple[Decoder, NodeTask]:
     task = NodeTask(d["labels"], int(d["num_classes"]))
     model = d["model"]
     decoder = Decoder(model["hidden.weight"].shape[1], int(d["config"]["hidden"]), task.outputs)
-    decoder.load_state_dict(model)
+    checkpoint.load_params(decoder, model, saved.path)
     return decoder, task
 
 

@@ -144,7 +144,7 @@ def saved_trainer(source, saved: SavedModel, device: torch.device, quiet: bool, 
     cfg = saved.settings(LinkConfig, {"sampling": "uniform" if saved.config.get("model") == "tgat" else "recent"},
                          device=device.type, quiet=quiet)
     trainer = LinkTrainer(events, cfg, device, Protocol.of(events.num_events, tgb))
-    trainer.model.load_state_dict(saved.params)
+    saved.load_params(trainer.model)
     trainer.model.eval()
     return trainer
 
