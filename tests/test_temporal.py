@@ -498,9 +498,12 @@ def test_each_node_written_once_per_batch_from_its_last_event(name):
             last = s + hits[-1]
             assert mail_time[row, -1] == tg.t[last]
             torch.testing.assert_close(mail[row, -1, -de:], torch.from_numpy(tg.edge_feat[last]))
+            other = tg.dst[last] if tg.src[last] == v else tg.src[last]
             if name in ("tgn", "jodie"):  # the mail holds the other endpoint's updated memory
-                other = tg.dst[last] if tg.src[last] == v else tg.src[last]
                 torch.testing.assert_close(mail[row, -1, :model.dim], memory[ids_np == other][0])
+            else:  # DyRep's starts with the node's own (DyGLib's message), then the other's embedding
+                torch.testing.assert_close(mail[row, -1, :model.dim], memory[row])
+                assert not torch.equal(mail[row, -1, model.dim:2 * model.dim], memory[ids_np == other][0])
         # times never go backwards, and memory is never ahead of the newest mail
         assert (last_update >= old_lu).all()
         assert (mail_time[:, -1] >= old_mt[:, -1]).all()

@@ -15,9 +15,11 @@ optimizer step):
    DyRep/APAN) and score positives and negatives with the link predictor;
 4. `write`: the batch's endpoints get their updated memory (detached) and a new mail stamped
    with the event time, each node once, from its last event in the batch. The mail is the
-   message function's output: [other endpoint's memory, edge features] (TGN, JODIE; TGN's
-   own memory is the GRU's hidden state already, so it is left out), [other endpoint's
-   attention embedding, edge features] (DyRep), [own memory, other's memory, edge features]
+   message function's output: [other endpoint's memory, edge features] (TGN, JODIE; the own
+   memory is the cell's hidden state already, so it is left out), [own memory, other endpoint's
+   attention embedding, edge features] (DyRep, as DyGLib forms it: the own memory also enters the
+   RNN through weights of its own, with which DyRep trains better at its small learning rate),
+   [own memory, other's memory, edge features]
    (APAN, whose mails also go to the endpoints' sampled neighbours; mailboxes keep their latest
    by (time, global event order), `NodeState.deliver`).
 
@@ -174,15 +176,22 @@ class Sampling:
 
 
 class Memory(nn.Module):
-    """What a model keeps per node: the updater, the message function (`message`: "memory" = the
-    other endpoint's memory, "embedding" = its attention embedding, "both" = own and other's
-    memory), mails kept per node, and whether mails also reach the endpoints' sampled neighbours."""
+    """What a model keeps per node: the updater, the message function (`message`: what a mail
+    carries of the other endpoint, "memory" or "embedding" (its attention embedding); `own`: the
+    mail starts with the sender's own memory), mails kept per node, and whether mails also reach
+    the endpoints' sampled neighbours."""
 
-    def __init__(self, updater: nn.Module, message: str, dim: int, edge_dim: int, mailbox: int = 1,
-                 to_neighbors: bool = False) -> None:
+    def __init__(self, updater: nn.Module, message: str, dim: int, edge_dim: int, own: bool = False,
+                 mailbox: int = 1, to_neighbors: bool = False) -> None:
         super().__init__()
-        self.updater, self.message, self.mailbox, self.to_neighbors = updater, message, mailbox, to_neighbors
-        self.mail_dim = (2 if message == "both" else 1) * dim + edge_dim
+        self.updater, self.message, self.own = updater, message, own
+        self.mailbox, self.to_neighbors = mailbox, to_neighbors
+        self.mail_dim = self.mail_size(dim, edge_dim, own)
+
+    @staticmethod
+    def mail_size(dim: int, edge_dim: int, own: bool) -> int:
+        """The width of a mail (without the encoded time, which the updater adds)."""
+        return (2 if own else 1) * dim + edge_dim
 
     @property
     def attends_mailbox(self) -> bool:
@@ -326,12 +335,11 @@ class TemporalGNN(nn.Module):
         b = batch.src.numel()
         pos_src, pos_dst = fw.inv[:b], fw.inv[b:2 * b]
         upd = fw.updated.detach()
-        message = self.memory.message
-        if message == "embedding":
+        if self.memory.message == "embedding":
             other_src, other_dst = fw.endpoint_embed.detach()[b:], fw.endpoint_embed.detach()[:b]
         else:
             other_src, other_dst = upd[pos_dst], upd[pos_src]
-        if message == "both":  # mails that reach other nodes name the sender too
+        if self.memory.own:
             other_src, other_dst = torch.cat([upd[pos_src], other_src], 1), torch.cat([upd[pos_dst], other_dst], 1)
         # interleaved per event: (src side, dst side), so list position = 2 * event + side; which
         # rows take which mail is worked out on the host (from `host_inv`), the rows moved on the device
@@ -371,7 +379,7 @@ def build_model(name: str, edge_dim: int = 0, memory_dim: int = 100, time_dim: i
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
     d, enc = memory_dim, time_encoder(time_dim)
-    mail = d + edge_dim  # mails of "memory" and "embedding" messages
+    mail, own_mail = Memory.mail_size(d, edge_dim, False), Memory.mail_size(d, edge_dim, True)
     if name == "tgn":
         return TemporalGNN(name, d, edge_dim, num_neighbors, Sampling(sampling, 1),
                            Memory(CellUpdater(nn.GRUCell, mail, enc, d), "memory", d, edge_dim),
@@ -381,11 +389,11 @@ def build_model(name: str, edge_dim: int = 0, memory_dim: int = 100, time_dim: i
                            Memory(CellUpdater(nn.RNNCell, mail, enc, d), "memory", d, edge_dim), TimeProjection(d))
     if name == "dyrep":
         return TemporalGNN(name, d, edge_dim, num_neighbors, Sampling(sampling, 1, rows="endpoints"),
-                           Memory(CellUpdater(nn.RNNCell, mail, enc, d), "embedding", d, edge_dim), None,
+                           Memory(CellUpdater(nn.RNNCell, own_mail, enc, d), "embedding", d, edge_dim, own=True), None,
                            message_attention=GraphAttention(d, edge_dim, enc, 1, heads, dropout))
     if name == "apan":
         return TemporalGNN(name, d, edge_dim, num_neighbors, Sampling(sampling, 1, rows="endpoints"),
-                           Memory(MailboxUpdater(d, 2 * d + edge_dim, enc, heads, dropout), "both", d, edge_dim,
+                           Memory(MailboxUpdater(d, own_mail, enc, heads, dropout), "memory", d, edge_dim, own=True,
                                   mailbox=mailbox, to_neighbors=True), None)
     return TemporalGNN(name, d, edge_dim, num_neighbors, Sampling(sampling, 2), None,
                        GraphAttention(d, edge_dim, enc, 2, heads, dropout))
