@@ -19,9 +19,9 @@ optimizer step):
    memory is the cell's hidden state already, so it is left out), [own memory, other endpoint's
    attention embedding, edge features] (DyRep, as DyGLib forms it: the own memory also enters the
    RNN through weights of its own, with which DyRep trains better at its small learning rate),
-   [own memory, other's memory, edge features]
-   (APAN, whose mails also go to the endpoints' sampled neighbours; mailboxes keep their latest
-   by (time, global event order), `NodeState.deliver`).
+   [own memory, other's memory, edge features] (APAN, whose mails also go to the endpoints'
+   sampled neighbours; mailboxes keep their latest by (time, global event order),
+   `NodeState.deliver`).
 
 Events of one batch never see each other's state updates. A mail's time enters as the
 encoding of `mail_time - last_update` when the mail is consumed. Every step also runs on a rank
