@@ -402,7 +402,7 @@ class NodeTrainer:
         return {"model": self.model.state_dict(), "optimizer": self.opt.state_dict(),
                 "cache_counters": dict(self.counter_totals), "epoch_state": epoch_state}
 
-    def load_state_dict(self, saved: dict[str, Any], source: str) -> None:
+    def load_state_dict(self, saved: dict[str, Any], source: Union[str, os.PathLike]) -> None:
         """Take what `state_dict` gave (read from `source`)."""
         checkpoint.load_params(self.model, saved["model"], source)
         self.opt.load_state_dict(saved["optimizer"])
